@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+#
+# Sets up a Debian 12 machine for ib2 and builds it; then runs what is asked.
+#
+#   contrib/setup.sh main    set up, build, run the product's main job
+#   contrib/setup.sh test    set up, build (plus a sanitizer build), run all tests
+#   contrib/setup.sh build   set up and build only
+#
+# Idempotent: packages, the UCX source package, autogen, configure and make
+# are each skipped when already up to date, so a second run is fast.
+#
+set -euo pipefail
+
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${IB2_BUILD_DIR:-$TOP/build}
+ASAN_BUILD=${IB2_ASAN_BUILD_DIR:-$TOP/build-asan}
+DEPS=$TOP/_deps
+JOBS=$(nproc 2>/dev/null || echo 2)
+what=${1:-build}
+
+log() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+case $what in
+    main|test|build) ;;
+    *) die "unknown action '$what': use one of main, test, build" ;;
+esac
+
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO=sudo
+else
+    SUDO=missing
+fi
+as_root() {
+    [ "$SUDO" != missing ] || die "installing packages needs root (or sudo): $*"
+    $SUDO env DEBIAN_FRONTEND=noninteractive "$@"
+}
+
+# Everything the product builds against, tests with or benchmarks against.
+PACKAGES=(
+    build-essential autoconf automake libtool pkg-config dpkg-dev
+    libucx-dev ucx-utils libucx0
+    libibverbs-dev librdmacm-dev ibverbs-utils rdma-core perftest
+    libhwloc-dev libpmix-dev
+    openmpi-bin libopenmpi-dev
+    libgtest-dev
+    valgrind hyperfine
+)
+
+install_packages() {
+    local missing=() p
+    for p in "${PACKAGES[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+                grep -q 'install ok installed'; then
+            missing+=("$p")
+        fi
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        log "packages: all present"
+        return
+    fi
+    log "packages: installing ${missing[*]}"
+    as_root apt-get update -q
+    as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# apt-get source needs deb-src entries for the suites the binaries came from.
+# They are derived from the machine's own deb entries, so the same mirror and
+# suites are used and nothing else is named here.
+enable_deb_src() {
+    if apt-get indextargets --format '$(CREATED_BY)' 2>/dev/null |
+            grep -q '^Sources$'; then
+        return
+    fi
+    local f out=/etc/apt/sources.list.d/ib2-deb-src.sources tmp
+    tmp=$(mktemp)
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] && [ "$f" != "$out" ] || continue
+        # deb822: each stanza "Types: deb" becomes "Types: deb-src".
+        sed -n -e 's/^Types:.*\bdeb\b.*$/Types: deb-src/' -e 'p' "$f" >>"$tmp"
+        echo >>"$tmp"
+    done
+    if [ -f /etc/apt/sources.list ] &&
+            grep -q '^deb ' /etc/apt/sources.list; then
+        grep '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' \
+            >"$tmp.list"
+        as_root install -m 0644 "$tmp.list" /etc/apt/sources.list.d/ib2-deb-src.list
+    fi
+    if [ -s "$tmp" ]; then
+        as_root install -m 0644 "$tmp" "$out"
+    fi
+    rm -f "$tmp" "$tmp.list"
+    log "apt: enabled deb-src for the configured suites"
+    as_root apt-get update -q
+}
+
+# The transport needs UCX's internal headers of exactly the installed version.
+fetch_ucx_source() {
+    local deb_version upstream
+    deb_version=$(dpkg-query -W -f='${Version}' libucx0)
+    upstream=${deb_version%-*}
+    upstream=${upstream#*:}
+    UCX_SRC=$DEPS/ucx-$upstream
+    if [ -f "$UCX_SRC/src/uct/base/uct_iface.h" ]; then
+        log "ucx source: $UCX_SRC (present)"
+        return
+    fi
+    enable_deb_src
+    mkdir -p "$DEPS"
+    log "ucx source: fetching ucx $deb_version"
+    (cd "$DEPS" && apt-get source -q "ucx=$deb_version") ||
+        die "apt-get source ucx=$deb_version failed: is a deb-src entry for the suite of the installed UCX available?"
+    [ -f "$UCX_SRC/src/uct/base/uct_iface.h" ] ||
+        die "the UCX source package did not unpack to $UCX_SRC"
+}
+
+# Re-run autogen when any autotools input is newer than configure.
+need_autogen() {
+    [ -x "$TOP/configure" ] || return 0
+    [ -n "$(find "$TOP" -path "$TOP/_deps" -prune -o -path "$TOP/build*" -prune \
+            -o \( -name configure.ac -o -name Makefile.am \) \
+            -newer "$TOP/configure" -print | head -n 1)" ]
+}
+
+build_tree() {   # build_tree DIR [configure args...]
+    local dir=$1
+    shift
+    mkdir -p "$dir"
+    if [ ! -f "$dir/Makefile" ] || [ "$TOP/configure" -nt "$dir/config.status" ]; then
+        log "configure: $dir $*"
+        (cd "$dir" && "$TOP/configure" --with-ucx-src="$UCX_SRC" "$@" \
+            >configure.out 2>&1) || {
+            tail -n 30 "$dir/configure.out"
+            die "configure failed in $dir (full log: $dir/config.log)"
+        }
+    fi
+    log "make: $dir"
+    make -C "$dir" -j"$JOBS" -s >"$dir/make.out" 2>&1 || {
+        grep -E -B 2 -A 8 'error|Error' "$dir/make.out" | head -n 60
+        die "build failed in $dir (full log: $dir/make.out)"
+    }
+}
+
+install_packages
+fetch_ucx_source
+if need_autogen; then
+    log "autogen"
+    "$TOP/autogen.sh" >/dev/null 2>&1 || "$TOP/autogen.sh"
+fi
+build_tree "$BUILD"
+
+case $what in
+    build)
+        log "built in $BUILD"
+        ;;
+    main)
+        exec "$TOP/contrib/main-job.sh" "$BUILD"
+        ;;
+    test)
+        build_tree "$ASAN_BUILD" --enable-sanitizers
+        exec "$TOP/test/run-tests.sh" "$BUILD" "$ASAN_BUILD"
+        ;;
+esac

@@ -1,0 +1,801 @@
+/*
+ * Registration cache: lookup, creation, merging, eviction, invalidation.
+ *
+ * Hit path (rcache_get/rcache_put, no lock): hash the request's first page
+ * into the hit table, take a reference on the region found there if it is
+ * alive, and keep it if it is indexed and covers the request with enough
+ * access. Everything else goes to the slow path under `lock`: apply queued
+ * memory events, search the ordered index, or register a new region that
+ * absorbs the regions it overlaps or touches.
+ *
+ * Reference counting: an indexed region holds one reference for the index.
+ * Whoever drops the last reference deregisters the region and returns it to
+ * the pool (under the lock). Removing a region from the index (invalidate,
+ * evict, merge) clears RGN_F_INDEXED first, so no new hit can take it, then
+ * drops the index reference; users who hold it keep a valid registration
+ * until their put.
+ */
+#include "rcache_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uintptr_t rcache_align_down(const rcache_t *rcache, uintptr_t a)
+{
+    return a & ~(((uintptr_t)1 << rcache->page_shift) - 1);
+}
+
+static uintptr_t rcache_align_up(const rcache_t *rcache, uintptr_t a)
+{
+    return rcache_align_down(rcache, a + ((uintptr_t)1 << rcache->page_shift)
+                                     - 1);
+}
+
+static size_t rgn_size(const rcache_rgn_t *rgn)
+{
+    return rgn->pub.end - rgn->pub.start;
+}
+
+static bool rgn_serves(const rcache_rgn_t *rgn, uintptr_t start, uintptr_t end,
+                       unsigned access)
+{
+    return (rgn->pub.start <= start) && (end <= rgn->pub.end) &&
+           ((rgn->pub.access & access) == access);
+}
+
+static _Atomic(rcache_rgn_t*) *rcache_hit_slot(rcache_hit_table_t *table,
+                                                const rcache_t *rcache,
+                                                uintptr_t address)
+{
+    /* Fibonacci hashing spreads neighbouring pages over the table. */
+    uint64_t page = (uint64_t)(address >> rcache->page_shift);
+
+    return &table->slot[(page * UINT64_C(0x9e3779b97f4a7c15)) >> table->shift];
+}
+
+/* Take a reference unless the region is free (refcount 0). */
+static bool rgn_try_hold(rcache_rgn_t *rgn)
+{
+    uint32_t ref = atomic_load_explicit(&rgn->refcount, memory_order_relaxed);
+
+    do {
+        if (ref == 0) {
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&rgn->refcount, &ref,
+                                                    ref + 1,
+                                                    memory_order_acquire,
+                                                    memory_order_relaxed));
+    return true;
+}
+
+void rcache_log(rcache_t *rcache, int is_error, const char *fmt, ...)
+{
+    char msg[sizeof(rcache->last_error)];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (is_error) {
+        memcpy(rcache->last_error, msg, sizeof(msg));
+    }
+    if (rcache->params.log != NULL) {
+        rcache->params.log(rcache->params.log_arg, is_error, msg);
+    } else {
+        fprintf(stderr, "rcache %s: %s: %s\n", rcache->name,
+                is_error ? "error" : "warning", msg);
+    }
+}
+
+/* ---- region lifetime (lock held) ---------------------------------------- */
+
+static void rcache_dofork_gaps(rcache_t *rcache, uintptr_t start,
+                               uintptr_t end)
+{
+    rcache_tree_node_t *node = rcache_tree_floor(&rcache->index, start);
+    uintptr_t pos = start;
+
+    /* Pages still covered by an indexed region keep MADV_DONTFORK. */
+    if (node == NULL) {
+        node = rcache_tree_first(&rcache->index);
+    }
+    for (; node != NULL && pos < end; node = rcache_tree_next(node)) {
+        rcache_rgn_t *other = rcache_rgn_of_node(node);
+
+        if (other->pub.end <= pos) {
+            continue;
+        }
+        if (other->pub.start >= end) {
+            break;
+        }
+        if (other->pub.start > pos) {
+            madvise((void*)pos, other->pub.start - pos, MADV_DOFORK);
+        }
+        pos = other->pub.end;
+    }
+    if (pos < end) {
+        madvise((void*)pos, end - pos, MADV_DOFORK);
+    }
+}
+
+static void rcache_rgn_destroy(rcache_t *rcache, rcache_rgn_t *rgn)
+{
+    rcache->params.ops->mem_dereg(rcache->params.ctx, &rgn->pub);
+    if (rcache->flags & RCACHE_FLAG_DONTFORK) {
+        rcache_dofork_gaps(rcache, rgn->pub.start, rgn->pub.end);
+    }
+    rcache->stats.pinned_bytes -= rgn_size(rgn);
+    --rcache->stats.regions;
+    atomic_store_explicit(&rgn->flags, 0, memory_order_relaxed);
+    rcache_pool_put(&rcache->pool, rgn);
+}
+
+/* Drop one reference with the lock held. */
+static void rcache_rgn_release(rcache_t *rcache, rcache_rgn_t *rgn)
+{
+    if (atomic_fetch_sub_explicit(&rgn->refcount, 1,
+                                  memory_order_acq_rel) == 1) {
+        rcache_rgn_destroy(rcache, rgn);
+    }
+}
+
+/* Take a region out of the index and drop the index's reference. */
+static void rcache_rgn_unindex(rcache_t *rcache, rcache_rgn_t *rgn)
+{
+    atomic_fetch_and_explicit(&rgn->flags, ~RGN_F_INDEXED,
+                              memory_order_release);
+    rcache_tree_remove(&rcache->index, &rgn->node);
+    rcache_heap_remove(&rcache->lru, rgn);
+    rcache->indexed_bytes -= rgn_size(rgn);
+    if (rcache->index.count == 0) {
+        atomic_store_explicit(&rcache->lo, UINTPTR_MAX, memory_order_relaxed);
+        atomic_store_explicit(&rcache->hi, 0, memory_order_relaxed);
+    }
+    rcache_rgn_release(rcache, rgn);
+}
+
+/* Collect indexed regions overlapping [start, end) onto a list. */
+static rcache_rgn_t *rcache_find_overlapping(rcache_t *rcache, uintptr_t start,
+                                             uintptr_t end)
+{
+    rcache_tree_node_t *node = rcache_tree_floor(&rcache->index, start);
+    rcache_rgn_t *list = NULL, **tail = &list;
+
+    if (node == NULL) {
+        node = rcache_tree_first(&rcache->index);
+    }
+    for (; node != NULL; node = rcache_tree_next(node)) {
+        rcache_rgn_t *rgn = rcache_rgn_of_node(node);
+
+        if (rgn->pub.start >= end) {
+            break;
+        }
+        if (rgn->pub.end > start) {
+            rgn->next = NULL;
+            *tail     = rgn;
+            tail      = &rgn->next;
+        }
+    }
+    return list;
+}
+
+static size_t rcache_invalidate_locked(rcache_t *rcache, uintptr_t start,
+                                       uintptr_t end)
+{
+    rcache_rgn_t *rgn, *next;
+    size_t count = 0;
+
+    for (rgn = rcache_find_overlapping(rcache, start, end); rgn != NULL;
+         rgn = next) {
+        next = rgn->next;
+        rcache_rgn_unindex(rcache, rgn);
+        ++count;
+    }
+    rcache->stats.invalidations += count;
+    return count;
+}
+
+/* Apply the memory events queued by the monitor. */
+static void rcache_apply_events_locked(rcache_t *rcache)
+{
+    rcache_inv_range_t ranges[RCACHE_INV_QUEUE_LEN];
+    unsigned i, count;
+
+    while (atomic_load_explicit(&rcache->inv_pending, memory_order_acquire)) {
+        count = rcache_monitor_take(rcache, ranges);
+        for (i = 0; i < count; ++i) {
+            rcache_invalidate_locked(rcache, ranges[i].start, ranges[i].end);
+        }
+    }
+}
+
+/* ---- limits and eviction (lock held) ------------------------------------ */
+
+static bool rcache_over_limit(const rcache_t *rcache, size_t add_regions,
+                              size_t add_bytes)
+{
+    const rcache_params_t *p = &rcache->params;
+
+    /* The limits are on what is cached (indexed); regions handed out
+     * uncached or invalidated while in use go away at their last put. */
+    return (p->max_regions && rcache->index.count + add_regions >
+                              p->max_regions) ||
+           (p->max_pinned && rcache->indexed_bytes + add_bytes >
+                             p->max_pinned);
+}
+
+/*
+ * Evict least recently used unused regions while the cache is over its
+ * limits with room for (add_regions, add_bytes), or all unused regions when
+ * `all` is set. Returns how many were evicted.
+ */
+static size_t rcache_evict_locked(rcache_t *rcache, size_t add_regions,
+                                  size_t add_bytes, bool all)
+{
+    rcache_rgn_t *busy = NULL, *rgn;
+    size_t evicted = 0;
+
+    while ((all || rcache_over_limit(rcache, add_regions, add_bytes)) &&
+           (rgn = rcache_heap_min(&rcache->lru)) != NULL) {
+        uint64_t used = atomic_load_explicit(&rgn->last_use,
+                                             memory_order_relaxed);
+
+        if (used != rgn->heap_key) {
+            /* Used since the heap last looked: move it to its real place. */
+            rgn->heap_key = used;
+            rcache_heap_key_raised(&rcache->lru, rgn);
+            continue;
+        }
+        if (atomic_load_explicit(&rgn->refcount, memory_order_acquire) > 1) {
+            /* In use: set aside so the scan can go on past it. */
+            rcache_heap_remove(&rcache->lru, rgn);
+            rgn->next = busy;
+            busy      = rgn;
+            continue;
+        }
+        rcache_rgn_unindex(rcache, rgn);
+        ++evicted;
+    }
+    while ((rgn = busy) != NULL) {
+        busy = rgn->next;
+        /* Cannot fail: the heap had room for it a moment ago. */
+        (void)rcache_heap_push(&rcache->lru, rgn);
+    }
+    rcache->stats.evictions += evicted;
+    return evicted;
+}
+
+static void rcache_format_memlock(char *buf, size_t max)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
+        snprintf(buf, max, "unknown");
+    } else if (rl.rlim_cur == RLIM_INFINITY) {
+        snprintf(buf, max, "unlimited");
+    } else {
+        snprintf(buf, max, "%llu KiB", (unsigned long long)rl.rlim_cur / 1024);
+    }
+}
+
+static void rcache_report_reg_failure(rcache_t *rcache, uintptr_t start,
+                                      uintptr_t end, int err, size_t evicted)
+{
+    char memlock[32];
+
+    rcache_format_memlock(memlock, sizeof(memlock));
+    if (err == -ENOMEM || err == -EAGAIN) {
+        rcache_log(rcache, 1,
+                   "registering %zu bytes at 0x%" PRIxPTR " failed: %s, even "
+                   "after evicting %zu unused registrations (%" PRIu64
+                   " bytes still registered). The locked-memory limit "
+                   "(ulimit -l) is %s; registered memory counts against it. "
+                   "Raise it to unlimited: 'ulimit -l unlimited' where the "
+                   "job starts, '* - memlock unlimited' in "
+                   "/etc/security/limits.conf, or LimitMEMLOCK=infinity for "
+                   "a systemd service that launches jobs. If it already is "
+                   "unlimited, the device ran out of translation entries: "
+                   "see the device's MTT settings.",
+                   (size_t)(end - start), start, strerror(-err), evicted,
+                   rcache->stats.pinned_bytes, memlock);
+    } else {
+        rcache_log(rcache, 1, "registering %zu bytes at 0x%" PRIxPTR
+                   " failed: %s", (size_t)(end - start), start,
+                   strerror(-err));
+    }
+}
+
+/* ---- creation (lock held) ----------------------------------------------- */
+
+static void rcache_hit_table_grow(rcache_t *rcache)
+{
+    rcache_hit_table_t *table = atomic_load_explicit(&rcache->hit_table,
+                                                     memory_order_relaxed);
+    unsigned bits = 64 - table->shift;
+    rcache_hit_table_t *bigger;
+
+    if (bits >= RCACHE_HIT_TABLE_MAX ||
+        rcache->index.count < (UINT64_C(1) << bits) / 2) {
+        return;
+    }
+    bigger = calloc(1, sizeof(*bigger) +
+                       (sizeof(bigger->slot[0]) << (bits + 1)));
+    if (bigger == NULL) {
+        return; /* the smaller table keeps working */
+    }
+    bigger->shift = 64 - (bits + 1);
+    bigger->older = table;
+    atomic_store_explicit(&rcache->hit_table, bigger, memory_order_release);
+}
+
+static void rcache_hit_table_fill(rcache_t *rcache, uintptr_t address,
+                                  rcache_rgn_t *rgn)
+{
+    rcache_hit_table_t *table = atomic_load_explicit(&rcache->hit_table,
+                                                     memory_order_relaxed);
+
+    atomic_store_explicit(rcache_hit_slot(table, rcache, address), rgn,
+                          memory_order_release);
+}
+
+static void rcache_index(rcache_t *rcache, rcache_rgn_t *rgn)
+{
+    uintptr_t lo = atomic_load_explicit(&rcache->lo, memory_order_relaxed);
+    uintptr_t hi = atomic_load_explicit(&rcache->hi, memory_order_relaxed);
+
+    if (rgn->pub.start < lo) {
+        atomic_store_explicit(&rcache->lo, rgn->pub.start,
+                              memory_order_relaxed);
+    }
+    if (rgn->pub.end > hi) {
+        atomic_store_explicit(&rcache->hi, rgn->pub.end, memory_order_relaxed);
+    }
+    rgn->node.key = rgn->pub.start;
+    rcache_tree_insert(&rcache->index, &rgn->node);
+    rcache->indexed_bytes += rgn_size(rgn);
+    atomic_fetch_or_explicit(&rgn->flags, RGN_F_INDEXED, memory_order_release);
+    rcache_hit_table_grow(rcache);
+}
+
+/*
+ * The range and access a new region for [start, end) gets: the union with
+ * every indexed region it overlaps, and with those it touches while the
+ * union stays within max_merge.
+ */
+static void rcache_merge_plan(rcache_t *rcache, uintptr_t *start_p,
+                              uintptr_t *end_p, unsigned *access_p)
+{
+    uintptr_t start = *start_p, end = *end_p;
+    rcache_rgn_t *rgn;
+
+    for (rgn = rcache_find_overlapping(rcache, start ? start - 1 : 0, end + 1);
+         rgn != NULL; rgn = rgn->next) {
+        uintptr_t ustart = (rgn->pub.start < *start_p) ? rgn->pub.start
+                                                       : *start_p;
+        uintptr_t uend   = (rgn->pub.end > *end_p) ? rgn->pub.end : *end_p;
+        bool overlaps    = (rgn->pub.end > start) && (rgn->pub.start < end);
+
+        if (overlaps || (uend - ustart <= rcache->params.max_merge)) {
+            *start_p   = ustart;
+            *end_p     = uend;
+            *access_p |= rgn->pub.access;
+        }
+    }
+}
+
+/*
+ * Register a region for [start, end) (aligned) with `access`, absorbing
+ * indexed regions as rcache_merge_plan() says. On success *rgn_p holds one
+ * reference for the caller, and one for the index unless the limits are
+ * full of regions in use, in which case it is handed out uncached.
+ */
+static int rcache_create_region(rcache_t *rcache, uintptr_t start,
+                                uintptr_t end, unsigned access,
+                                rcache_rgn_t **rgn_p)
+{
+    uintptr_t mstart = start, mend = end;
+    unsigned maccess = access;
+    rcache_rgn_t *rgn, *old, *next;
+    size_t evicted;
+    bool merged = true;
+    int ret;
+
+    evicted = rcache_evict_locked(rcache, 1, end - start, false);
+    rcache_merge_plan(rcache, &mstart, &mend, &maccess);
+
+    rgn = rcache_pool_get(&rcache->pool);
+    if (rgn == NULL) {
+        rcache_log(rcache, 1, "out of memory for a region descriptor");
+        return -ENOMEM;
+    }
+    for (;;) {
+        rgn->pub.start  = merged ? mstart : start;
+        rgn->pub.end    = merged ? mend : end;
+        rgn->pub.access = merged ? maccess : access;
+        ret = rcache->params.ops->mem_reg(rcache->params.ctx, &rgn->pub);
+        ret = (ret > 0) ? -ret : ret; /* tolerate a positive errno */
+        if (ret == 0) {
+            break;
+        }
+        ++rcache->stats.reg_failures;
+        if (merged && (mstart != start || mend != end || maccess != access)) {
+            /* The union may include memory that cannot take this access, or
+             * that is gone: fall back to just the request. */
+            merged = false;
+            continue;
+        }
+        if ((ret == -ENOMEM || ret == -EAGAIN) && rcache->lru.count != 0) {
+            size_t n = rcache_evict_locked(rcache, 0, 0, true);
+
+            if (n != 0) {
+                evicted += n;
+                continue;
+            }
+        }
+        rcache_report_reg_failure(rcache, rgn->pub.start, rgn->pub.end, ret,
+                                  evicted);
+        rcache_pool_put(&rcache->pool, rgn);
+        return ret;
+    }
+    rcache->stats.pinned_bytes += rgn_size(rgn);
+    ++rcache->stats.regions;
+    ++rcache->stats.misses;
+
+    /* Retire every indexed region the new one overlaps: it replaces them. */
+    for (old = rcache_find_overlapping(rcache, rgn->pub.start, rgn->pub.end);
+         old != NULL; old = next) {
+        next = old->next;
+        rcache_rgn_unindex(rcache, old);
+        ++rcache->stats.merges;
+    }
+    if (rcache->flags & RCACHE_FLAG_DONTFORK) {
+        /* After the retirement above, which gave back MADV_DOFORK on pages
+         * no indexed region covered. Best effort: a failure only matters to
+         * programs that fork. */
+        madvise((void*)rgn->pub.start, rgn_size(rgn), MADV_DONTFORK);
+    }
+
+    atomic_store_explicit(&rgn->last_use,
+                          atomic_load_explicit(&rcache->tick,
+                                               memory_order_relaxed),
+                          memory_order_relaxed);
+    if (!rcache_over_limit(rcache, 1, rgn_size(rgn)) &&
+        rcache_heap_push(&rcache->lru, rgn) == 0) {
+        atomic_store_explicit(&rgn->refcount, 2, memory_order_release);
+        rcache_index(rcache, rgn);
+    } else {
+        /* The limits are full of regions in use: hand it out uncached. */
+        atomic_store_explicit(&rgn->flags, RGN_F_UNCACHED,
+                              memory_order_relaxed);
+        atomic_store_explicit(&rgn->refcount, 1, memory_order_release);
+        ++rcache->stats.overflows;
+    }
+    *rgn_p = rgn;
+    return 0;
+}
+
+/* ---- get / put ----------------------------------------------------------- */
+
+static int rcache_get_slow(rcache_t *rcache, uintptr_t start, uintptr_t end,
+                           unsigned access, rcache_rgn_t **rgn_p)
+{
+    uintptr_t astart = rcache_align_down(rcache, start);
+    uintptr_t aend   = rcache_align_up(rcache, end);
+    rcache_tree_node_t *node;
+    rcache_rgn_t *rgn;
+    int ret, retry;
+
+    if (end < start || aend < end) {
+        rcache_log(rcache, 1, "range 0x%" PRIxPTR "+0x%" PRIxPTR
+                   " wraps around the address space", start, end - start);
+        return -EINVAL;
+    }
+
+    pthread_mutex_lock(&rcache->lock);
+    ++rcache->stats.gets;
+    for (retry = 0;; ++retry) {
+        rcache_apply_events_locked(rcache);
+
+        node = rcache_tree_floor(&rcache->index, start);
+        if (node != NULL) {
+            rgn = rcache_rgn_of_node(node);
+            if (rgn_serves(rgn, start, end, access)) {
+                atomic_fetch_add_explicit(&rgn->refcount, 1,
+                                          memory_order_acquire);
+                rcache_hit_table_fill(rcache, start, rgn);
+                ++rcache->stats.hits;
+                ret = 0;
+                break;
+            }
+        }
+
+        ret = rcache_create_region(rcache, astart, aend, access, &rgn);
+        if (ret != 0) {
+            break;
+        }
+        /*
+         * The backend ran with the lock held and may have taken a while; if
+         * the memory was unmapped meanwhile the region is stale before it
+         * was ever used: drop it and look again.
+         */
+        if (atomic_load_explicit(&rcache->inv_pending, memory_order_acquire)) {
+            rcache_apply_events_locked(rcache);
+            if (!(atomic_load_explicit(&rgn->flags, memory_order_relaxed) &
+                  (RGN_F_INDEXED | RGN_F_UNCACHED)) &&
+                retry < RCACHE_MAX_GET_RETRIES) {
+                rcache_rgn_release(rcache, rgn);
+                continue;
+            }
+        }
+        if (atomic_load_explicit(&rgn->flags, memory_order_relaxed) &
+            RGN_F_INDEXED) {
+            rcache_hit_table_fill(rcache, start, rgn);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&rcache->lock);
+    if (ret == 0) {
+        *rgn_p = rgn;
+    }
+    return ret;
+}
+
+int rcache_get(rcache_t *rcache, const void *address, size_t length,
+               unsigned access, rcache_region_t **region_p)
+{
+    uintptr_t start = (uintptr_t)address;
+    uintptr_t end   = start + (length ? length : 1);
+    rcache_hit_table_t *table;
+    rcache_rgn_t *rgn;
+    int ret;
+
+    if (!atomic_load_explicit(&rcache->inv_pending, memory_order_acquire)) {
+        table = atomic_load_explicit(&rcache->hit_table, memory_order_acquire);
+        rgn   = atomic_load_explicit(rcache_hit_slot(table, rcache, start),
+                                     memory_order_acquire);
+        if ((rgn != NULL) && rgn_try_hold(rgn)) {
+            if ((atomic_load_explicit(&rgn->flags, memory_order_acquire) &
+                 RGN_F_INDEXED) &&
+                rgn_serves(rgn, start, end, access) && (end > start)) {
+                atomic_fetch_add_explicit(&rcache->hits, 1,
+                                          memory_order_relaxed);
+                *region_p = &rgn->pub;
+                return 0;
+            }
+            rcache_put(rcache, &rgn->pub);
+        }
+    }
+
+    ret = rcache_get_slow(rcache, start, end, access, &rgn);
+    if (ret == 0) {
+        *region_p = &rgn->pub;
+    }
+    return ret;
+}
+
+static void rcache_put_slow(rcache_t *rcache, rcache_rgn_t *rgn,
+                            uint32_t dropped_from)
+{
+    pthread_mutex_lock(&rcache->lock);
+    if (dropped_from == 1) {
+        /* Last reference of a region no longer indexed (or uncached). */
+        rcache_rgn_destroy(rcache, rgn);
+    } else if ((atomic_load_explicit(&rgn->flags, memory_order_relaxed) &
+                RGN_F_INDEXED) &&
+               atomic_load_explicit(&rgn->refcount,
+                                    memory_order_acquire) == 1) {
+        /* Not leave-pinned: only the index holds it now. A concurrent hit
+         * may take it after the check; it then keeps a valid registration
+         * until its own put, which destroys it. */
+        rcache_rgn_unindex(rcache, rgn);
+    }
+    rcache_apply_events_locked(rcache);
+    pthread_mutex_unlock(&rcache->lock);
+}
+
+void rcache_put(rcache_t *rcache, rcache_region_t *region)
+{
+    rcache_rgn_t *rgn = rcache_rgn_of(region);
+    uint64_t tick = atomic_load_explicit(&rcache->tick,
+                                         memory_order_relaxed) + 1;
+    uint32_t old;
+
+    /* A racy clock: concurrent puts may share a tick; LRU order between
+     * them does not matter. */
+    atomic_store_explicit(&rcache->tick, tick, memory_order_relaxed);
+    atomic_store_explicit(&rgn->last_use, tick, memory_order_relaxed);
+    old = atomic_fetch_sub_explicit(&rgn->refcount, 1, memory_order_acq_rel);
+    if ((old > 2) || ((old == 2) && (rcache->flags & RCACHE_FLAG_LEAVE_PINNED))) {
+        if (atomic_load_explicit(&rcache->inv_pending, memory_order_relaxed)) {
+            rcache_progress(rcache);
+        }
+        return;
+    }
+    rcache_put_slow(rcache, rgn, old);
+}
+
+/* ---- maintenance -------------------------------------------------------- */
+
+void rcache_invalidate(rcache_t *rcache, const void *address, size_t length)
+{
+    uintptr_t start = (uintptr_t)address;
+    uintptr_t end   = start + length;
+
+    if (end < start) {
+        end = UINTPTR_MAX;
+    }
+    pthread_mutex_lock(&rcache->lock);
+    rcache_apply_events_locked(rcache);
+    rcache_invalidate_locked(rcache, start, end);
+    pthread_mutex_unlock(&rcache->lock);
+}
+
+void rcache_purge(rcache_t *rcache)
+{
+    rcache_invalidate(rcache, NULL, SIZE_MAX);
+}
+
+void rcache_progress(rcache_t *rcache)
+{
+    if (atomic_load_explicit(&rcache->inv_pending, memory_order_acquire)) {
+        pthread_mutex_lock(&rcache->lock);
+        rcache_apply_events_locked(rcache);
+        pthread_mutex_unlock(&rcache->lock);
+    }
+}
+
+void rcache_get_stats(rcache_t *rcache, rcache_stats_t *stats)
+{
+    uint64_t fast_hits;
+
+    pthread_mutex_lock(&rcache->lock);
+    *stats      = rcache->stats;
+    /* The slow path counts its own gets and hits; the hit path only hits. */
+    fast_hits    = atomic_load_explicit(&rcache->hits, memory_order_relaxed);
+    stats->gets += fast_hits;
+    stats->hits += fast_hits;
+    pthread_spin_lock(&rcache->inv_lock);
+    stats->unmap_events = rcache->unmap_events;
+    pthread_spin_unlock(&rcache->inv_lock);
+    pthread_mutex_unlock(&rcache->lock);
+}
+
+void rcache_print_stats(rcache_t *rcache, FILE *stream)
+{
+    rcache_stats_t s;
+
+    rcache_get_stats(rcache, &s);
+    fprintf(stream,
+            "rcache %s: gets %" PRIu64 " hits %" PRIu64 " misses %" PRIu64
+            " merges %" PRIu64 " evictions %" PRIu64 " invalidations %" PRIu64
+            " unmap-events %" PRIu64 " overflows %" PRIu64
+            " reg-failures %" PRIu64 " regions %" PRIu64
+            " pinned %" PRIu64 " bytes\n",
+            rcache->name, s.gets, s.hits, s.misses, s.merges, s.evictions,
+            s.invalidations, s.unmap_events, s.overflows, s.reg_failures,
+            s.regions, s.pinned_bytes);
+}
+
+const char *rcache_last_error(rcache_t *rcache)
+{
+    return rcache->last_error;
+}
+
+/* ---- create / destroy --------------------------------------------------- */
+
+void rcache_params_init(rcache_params_t *params)
+{
+    memset(params, 0, sizeof(*params));
+    params->flags     = RCACHE_FLAG_LEAVE_PINNED;
+    params->monitor   = RCACHE_MONITOR_UCM;
+    params->max_merge = 64ul << 20;
+    params->name      = "rcache";
+}
+
+int rcache_create(const rcache_params_t *params, rcache_t **rcache_p)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t align = params->alignment ? params->alignment : page;
+    rcache_hit_table_t *table;
+    rcache_t *rcache;
+    int ret;
+
+    if (params->ops == NULL || params->ops->mem_reg == NULL ||
+        params->ops->mem_dereg == NULL) {
+        fprintf(stderr, "rcache %s: error: mem_reg and mem_dereg callbacks "
+                "are required\n", params->name ? params->name : "");
+        return -EINVAL;
+    }
+    if ((align & (align - 1)) || align < page) {
+        fprintf(stderr, "rcache %s: error: alignment %zu must be a power of "
+                "two and at least the page size (%zu)\n",
+                params->name ? params->name : "", align, page);
+        return -EINVAL;
+    }
+
+    rcache = aligned_alloc(RCACHE_CACHE_LINE,
+                           (sizeof(*rcache) + RCACHE_CACHE_LINE - 1) &
+                           ~(size_t)(RCACHE_CACHE_LINE - 1));
+    table  = calloc(1, sizeof(*table) +
+                       (sizeof(table->slot[0]) << RCACHE_HIT_TABLE_MIN));
+    if (rcache == NULL || table == NULL) {
+        free(rcache);
+        free(table);
+        return -ENOMEM;
+    }
+    memset(rcache, 0, sizeof(*rcache));
+    rcache->params = *params;
+    snprintf(rcache->name, sizeof(rcache->name), "%s",
+             params->name ? params->name : "rcache");
+    rcache->params.name = rcache->name;
+    rcache->flags       = params->flags;
+    rcache->page_shift  = (unsigned)__builtin_ctzl(align);
+    table->shift        = 64 - RCACHE_HIT_TABLE_MIN;
+    atomic_init(&rcache->hit_table, table);
+    atomic_init(&rcache->inv_pending, 0);
+    atomic_init(&rcache->tick, 0);
+    atomic_init(&rcache->hits, 0);
+    atomic_init(&rcache->lo, UINTPTR_MAX);
+    atomic_init(&rcache->hi, 0);
+    pthread_spin_init(&rcache->inv_lock, PTHREAD_PROCESS_PRIVATE);
+    pthread_mutex_init(&rcache->lock, NULL);
+    rcache_tree_init(&rcache->index);
+    rcache_heap_init(&rcache->lru);
+    rcache_pool_init(&rcache->pool, params->priv_size);
+
+    ret = rcache_monitor_start(rcache);
+    if (ret != 0) {
+        rcache_destroy(rcache);
+        return ret;
+    }
+    *rcache_p = rcache;
+    return 0;
+}
+
+static void rcache_destroy_leftover(rcache_rgn_t *rgn, void *arg)
+{
+    rcache_t *rcache = arg;
+
+    rcache_rgn_destroy(rcache, rgn);
+}
+
+void rcache_destroy(rcache_t *rcache)
+{
+    rcache_hit_table_t *table, *older;
+    rcache_tree_node_t *node;
+
+    rcache_monitor_stop(rcache);
+    pthread_mutex_lock(&rcache->lock);
+    rcache_apply_events_locked(rcache);
+    while ((node = rcache->index.root) != NULL) {
+        rcache_rgn_unindex(rcache, rcache_rgn_of_node(node));
+    }
+    if (rcache->stats.regions != 0) {
+        rcache_log(rcache, 0, "destroyed with %" PRIu64 " regions (%" PRIu64
+                   " bytes) still in use; deregistering them",
+                   rcache->stats.regions, rcache->stats.pinned_bytes);
+        rcache_pool_foreach_live(&rcache->pool, rcache_destroy_leftover,
+                                 rcache);
+    }
+    pthread_mutex_unlock(&rcache->lock);
+
+    rcache_pool_destroy(&rcache->pool);
+    rcache_heap_cleanup(&rcache->lru);
+    for (table = atomic_load(&rcache->hit_table); table != NULL;
+         table = older) {
+        older = table->older;
+        free(table);
+    }
+    pthread_mutex_destroy(&rcache->lock);
+    pthread_spin_destroy(&rcache->inv_lock);
+    free(rcache);
+}

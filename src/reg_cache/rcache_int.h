@@ -1,0 +1,152 @@
+/*
+ * Registration cache internals. See docs/reg_cache.md for the design; the
+ * invariants the code relies on are restated here next to the fields.
+ */
+#ifndef IB2_RCACHE_INT_H
+#define IB2_RCACHE_INT_H
+
+#include "rcache.h"
+#include "rcache_tree.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define RCACHE_CACHE_LINE       64
+#define RCACHE_INV_QUEUE_LEN    64      /* pending unmap ranges */
+#define RCACHE_HIT_TABLE_MIN    10      /* log2 of the first hit table size */
+#define RCACHE_HIT_TABLE_MAX    22      /* log2 of the largest one */
+#define RCACHE_MAX_GET_RETRIES  8
+
+/* Region flags (atomic: the lock-free hit path reads them). */
+enum {
+    RGN_F_INDEXED  = 1u << 0,  /* in the index: may be returned by get */
+    RGN_F_UNCACHED = 1u << 1,  /* over a limit: never indexed */
+};
+
+/*
+ * A region. Memory for regions comes from a pool that is only returned to the
+ * system when the cache is destroyed (type-stable memory), so the lock-free
+ * hit path may look at a region that has been freed or reused in the
+ * meantime: it only takes a reference when refcount is non-zero, and then
+ * checks that the region is indexed and covers the request. A freed region
+ * has refcount 0; a reused one is a real, valid region.
+ */
+typedef struct rcache_rgn {
+    rcache_region_t    pub;
+    _Atomic uint32_t   refcount;   /* users, +1 while indexed */
+    _Atomic uint32_t   flags;      /* RGN_F_* */
+    _Atomic uint64_t   last_use;   /* LRU tick of the last put */
+
+    /* Below here: only under the slow-path lock. */
+    rcache_tree_node_t node;       /* index linkage, key = pub.start */
+    size_t             heap_idx;   /* position in the LRU heap */
+    uint64_t           heap_key;   /* last_use when the heap last looked */
+    struct rcache_rgn  *next;      /* free list / temporary lists */
+} rcache_rgn_t;
+
+typedef struct rcache_pool_chunk {
+    struct rcache_pool_chunk *next;
+    size_t                   count;
+    /* regions follow, each pool->elem_size bytes */
+} rcache_pool_chunk_t;
+
+typedef struct rcache_pool {
+    size_t              elem_size;  /* region + caller's priv, aligned */
+    size_t              priv_offset;
+    rcache_pool_chunk_t *chunks;
+    rcache_rgn_t        *free_list;
+} rcache_pool_t;
+
+/* Min-heap of indexed regions by heap_key: the LRU order. */
+typedef struct rcache_heap {
+    rcache_rgn_t **v;
+    size_t       count;
+    size_t       capacity;
+} rcache_heap_t;
+
+/* Direct-mapped table: hash of the request's first page -> region. */
+typedef struct rcache_hit_table {
+    struct rcache_hit_table *older;  /* freed at destroy (readers may lag) */
+    unsigned                shift;  /* 64 - log2(size) */
+    _Atomic(rcache_rgn_t *) slot[];
+} rcache_hit_table_t;
+
+typedef struct rcache_inv_range {
+    uintptr_t start;
+    uintptr_t end;
+} rcache_inv_range_t;
+
+struct rcache {
+    /* Read on every get/put: kept together and away from the lock. */
+    _Atomic(rcache_hit_table_t *) hit_table;
+    _Atomic uint32_t   inv_pending;   /* memory events queued */
+    unsigned           page_shift;    /* log2(alignment) */
+    unsigned           flags;
+    _Atomic uint64_t   tick;          /* LRU clock */
+    _Atomic uint64_t   hits;          /* hits on the lock-free path */
+
+    /* Bounds of everything indexed, for the event handler's quick reject.
+     * Grow under the lock; reset when the index empties. */
+    _Atomic uintptr_t  lo __attribute__((aligned(RCACHE_CACHE_LINE)));
+    _Atomic uintptr_t  hi;
+
+    /* Memory-event queue: the handler may run on any thread, even inside
+     * this cache's own slow path (the backend allocating), so it never
+     * takes the slow-path lock, never allocates, only appends here. */
+    pthread_spinlock_t inv_lock;
+    unsigned           inv_count;
+    rcache_inv_range_t inv_queue[RCACHE_INV_QUEUE_LEN];
+    uint64_t           unmap_events;  /* under inv_lock */
+
+    /* Slow path. */
+    pthread_mutex_t    lock __attribute__((aligned(RCACHE_CACHE_LINE)));
+    rcache_params_t    params;
+    char               name[64];
+    rcache_tree_t      index;
+    rcache_heap_t      lru;
+    rcache_pool_t      pool;
+    rcache_stats_t     stats;         /* all but hits and unmap_events */
+    size_t             indexed_bytes;
+    char               last_error[512];
+};
+
+static inline rcache_rgn_t *rcache_rgn_of(rcache_region_t *pub)
+{
+    return (rcache_rgn_t*)pub;
+}
+
+static inline rcache_rgn_t *rcache_rgn_of_node(rcache_tree_node_t *node)
+{
+    return (rcache_rgn_t*)((char*)node - offsetof(rcache_rgn_t, node));
+}
+
+/* rcache_pool.c */
+void          rcache_pool_init(rcache_pool_t *pool, size_t priv_size);
+rcache_rgn_t *rcache_pool_get(rcache_pool_t *pool);
+void          rcache_pool_put(rcache_pool_t *pool, rcache_rgn_t *rgn);
+void          rcache_pool_destroy(rcache_pool_t *pool);
+/* Calls cb for every region in the pool whose refcount is not zero. */
+void          rcache_pool_foreach_live(rcache_pool_t *pool,
+                                       void (*cb)(rcache_rgn_t *, void *),
+                                       void *arg);
+
+/* rcache_lru.c */
+void          rcache_heap_init(rcache_heap_t *heap);
+void          rcache_heap_cleanup(rcache_heap_t *heap);
+int           rcache_heap_push(rcache_heap_t *heap, rcache_rgn_t *rgn);
+void          rcache_heap_remove(rcache_heap_t *heap, rcache_rgn_t *rgn);
+void          rcache_heap_key_raised(rcache_heap_t *heap, rcache_rgn_t *rgn);
+rcache_rgn_t *rcache_heap_min(const rcache_heap_t *heap);
+
+/* rcache_monitor.c */
+int  rcache_monitor_start(rcache_t *rcache);
+void rcache_monitor_stop(rcache_t *rcache);
+/* Moves the queued ranges out; returns how many (at most the queue size). */
+unsigned rcache_monitor_take(rcache_t *rcache, rcache_inv_range_t *ranges);
+
+/* rcache.c */
+void rcache_log(rcache_t *rcache, int is_error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs every suite in test/suites against a configured and built tree, then
+# the suites marked "# sanitizer: yes" again against a build configured with
+# --enable-sanitizers (if given), and ends with one line
+# "N passed, N failed". Exits 0 only if something ran and nothing failed.
+#
+# Usage: test/run-tests.sh BUILD_DIR [SANITIZER_BUILD_DIR]
+# IB2_SUITES=pattern limits the suites run (shell glob on the suite name).
+set -u
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+main_build=$(cd "${1:?usage: run-tests.sh BUILD_DIR [SANITIZER_BUILD_DIR]}" && pwd)
+san_build=${2:+$(cd "$2" && pwd)}
+PATTERN=${IB2_SUITES:-*}
+LOGDIR=$main_build/test-logs
+RESULTS=$LOGDIR/results
+rm -rf "$LOGDIR"
+mkdir -p "$LOGDIR"
+: >"$RESULTS"
+export SRC LOGDIR RESULTS
+
+. "$SRC/test/lib.sh"
+
+run_pass() {   # run_pass BUILD PREFIX ONLY_SANITIZER_SAFE
+    local suite name start
+    for suite in "$SRC"/test/suites/$PATTERN.sh; do
+        [ -f "$suite" ] || continue
+        if [ "$3" = 1 ] && ! grep -q '^# sanitizer: yes' "$suite"; then
+            continue
+        fi
+        name=$2$(basename "$suite" .sh)
+        echo "=== suite $name"
+        start=$(date +%s)
+        # A subshell keeps each suite's variables and traps its own.
+        ( BUILD=$1 IB2_PREFIX=$2; export BUILD IB2_PREFIX; . "$suite" )
+        echo "=== suite $name took $(( $(date +%s) - start )) s"
+    done
+}
+
+run_pass "$main_build" "" 0
+if [ -n "$san_build" ]; then
+    # Leak checking is on; a sanitizer report fails the test that caused it.
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    run_pass "$san_build" "sanitizer/" 1
+fi
+
+passed=$(grep -c '^PASS: ' "$RESULTS")
+failed=$(grep -c '^FAIL: ' "$RESULTS")
+if [ "$failed" -ne 0 ]; then
+    echo "--- failures (logs in $LOGDIR):"
+    grep '^FAIL: ' "$RESULTS"
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
