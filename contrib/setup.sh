@@ -110,7 +110,7 @@ fetch_ucx_source() {
     enable_deb_src
     mkdir -p "$DEPS"
     log "ucx source: fetching ucx $deb_version"
-    (cd "$DEPS" && apt-get source -q "ucx=$deb_version") ||
+    (cd "$DEPS" && apt-get source -q "ucx=$deb_version" >"$DEPS/apt-source.log" 2>&1) ||
         die "apt-get source ucx=$deb_version failed: is a deb-src entry for the suite of the installed UCX available?"
     [ -f "$UCX_SRC/src/uct/base/uct_iface.h" ] ||
         die "the UCX source package did not unpack to $UCX_SRC"
