@@ -100,6 +100,8 @@ typedef struct rcache_params {
 typedef struct rcache_stats {
     uint64_t gets;          /* rcache_get() calls */
     uint64_t hits;          /* served by a cached registration */
+    uint64_t index_hits;    /* of those, found under the lock in the index
+                               because the hit table did not know them */
     uint64_t misses;        /* needed a new registration */
     uint64_t merges;        /* existing regions folded into a new one */
     uint64_t evictions;     /* unused regions dropped for a limit */

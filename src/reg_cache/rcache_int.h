@@ -6,17 +6,20 @@
 #define IB2_RCACHE_INT_H
 
 #include "rcache.h"
+#include "rcache_hit.h"
 #include "rcache_tree.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
 #define RCACHE_CACHE_LINE       64
 #define RCACHE_INV_QUEUE_LEN    64      /* pending unmap ranges */
-#define RCACHE_HIT_TABLE_MIN    10      /* log2 of the first hit table size */
-#define RCACHE_HIT_TABLE_MAX    22      /* log2 of the largest one */
 #define RCACHE_MAX_GET_RETRIES  8
+#define RCACHE_POOL_CHUNK_SHIFT 14      /* regions per pool chunk: 16384 */
+#define RCACHE_POOL_CHUNK       (1u << RCACHE_POOL_CHUNK_SHIFT)
+#define RCACHE_POOL_MAX_CHUNKS  4096    /* 64 M regions */
 
 /* Region flags (atomic: the lock-free hit path reads them). */
 enum {
@@ -25,18 +28,29 @@ enum {
 };
 
 /*
+ * The state word of a region: its reference count in the low bits and the
+ * number of lock-free hits it served above them. One atomic add on a hit
+ * both takes the reference and counts the hit, so the hit path needs no
+ * shared statistics counter.
+ */
+#define RGN_REF_BITS     24
+#define RGN_REF_MASK     ((UINT64_C(1) << RGN_REF_BITS) - 1)
+#define RGN_HIT_ONE      (UINT64_C(1) << RGN_REF_BITS)
+
+/*
  * A region. Memory for regions comes from a pool that is only returned to the
  * system when the cache is destroyed (type-stable memory), so the lock-free
  * hit path may look at a region that has been freed or reused in the
- * meantime: it only takes a reference when refcount is non-zero, and then
+ * meantime: it only takes a reference when the count is non-zero, and then
  * checks that the region is indexed and covers the request. A freed region
- * has refcount 0; a reused one is a real, valid region.
+ * has a zero count; a reused one is a real, valid region.
  */
 typedef struct rcache_rgn {
     rcache_region_t    pub;
-    _Atomic uint32_t   refcount;   /* users, +1 while indexed */
+    _Atomic uint64_t   state;      /* RGN_REF_*: users (+1 while indexed) */
     _Atomic uint32_t   flags;      /* RGN_F_* */
     _Atomic uint64_t   last_use;   /* LRU tick of the last put */
+    uint32_t           index;      /* in the pool; fixed for life */
 
     /* Below here: only under the slow-path lock. */
     rcache_tree_node_t node;       /* index linkage, key = pub.start */
@@ -45,17 +59,16 @@ typedef struct rcache_rgn {
     struct rcache_rgn  *next;      /* free list / temporary lists */
 } rcache_rgn_t;
 
-typedef struct rcache_pool_chunk {
-    struct rcache_pool_chunk *next;
-    size_t                   count;
-    /* regions follow, each pool->elem_size bytes */
-} rcache_pool_chunk_t;
-
 typedef struct rcache_pool {
-    size_t              elem_size;  /* region + caller's priv, aligned */
+    size_t              elem_size;    /* region + caller's priv, aligned */
     size_t              priv_offset;
-    rcache_pool_chunk_t *chunks;
+    size_t              chunk_bytes;
+    _Atomic(char *)     *chunk;       /* RCACHE_POOL_MAX_CHUNKS entries */
+    unsigned            nchunks;
+    uint32_t            fresh;        /* never-used regions start here in
+                                         the last chunk */
     rcache_rgn_t        *free_list;
+    uint64_t            retired_hits; /* hits of regions since freed */
 } rcache_pool_t;
 
 /* Min-heap of indexed regions by heap_key: the LRU order. */
@@ -64,13 +77,6 @@ typedef struct rcache_heap {
     size_t       count;
     size_t       capacity;
 } rcache_heap_t;
-
-/* Direct-mapped table: hash of the request's first page -> region. */
-typedef struct rcache_hit_table {
-    struct rcache_hit_table *older;  /* freed at destroy (readers may lag) */
-    unsigned                shift;  /* 64 - log2(size) */
-    _Atomic(rcache_rgn_t *) slot[];
-} rcache_hit_table_t;
 
 typedef struct rcache_inv_range {
     uintptr_t start;
@@ -84,7 +90,6 @@ struct rcache {
     unsigned           page_shift;    /* log2(alignment) */
     unsigned           flags;
     _Atomic uint64_t   tick;          /* LRU clock */
-    _Atomic uint64_t   hits;          /* hits on the lock-free path */
 
     /* Bounds of everything indexed, for the event handler's quick reject.
      * Grow under the lock; reset when the index empties. */
@@ -106,10 +111,22 @@ struct rcache {
     rcache_tree_t      index;
     rcache_heap_t      lru;
     rcache_pool_t      pool;
-    rcache_stats_t     stats;         /* all but hits and unmap_events */
+    rcache_stats_t     stats;         /* slow-path counts; see get_stats */
     size_t             indexed_bytes;
     char               last_error[512];
 };
+
+/* Any index below what the pool has handed out; the chunk is published. */
+static inline rcache_rgn_t *rcache_pool_elem(const rcache_pool_t *pool,
+                                             uint32_t index)
+{
+    char *chunk = atomic_load_explicit(&pool->chunk[index >>
+                                                    RCACHE_POOL_CHUNK_SHIFT],
+                                       memory_order_acquire);
+
+    return (rcache_rgn_t*)(chunk + (size_t)(index & (RCACHE_POOL_CHUNK - 1)) *
+                                   pool->elem_size);
+}
 
 static inline rcache_rgn_t *rcache_rgn_of(rcache_region_t *pub)
 {
@@ -122,14 +139,20 @@ static inline rcache_rgn_t *rcache_rgn_of_node(rcache_tree_node_t *node)
 }
 
 /* rcache_pool.c */
-void          rcache_pool_init(rcache_pool_t *pool, size_t priv_size);
+int           rcache_pool_init(rcache_pool_t *pool, size_t priv_size);
 rcache_rgn_t *rcache_pool_get(rcache_pool_t *pool);
 void          rcache_pool_put(rcache_pool_t *pool, rcache_rgn_t *rgn);
 void          rcache_pool_destroy(rcache_pool_t *pool);
-/* Calls cb for every region in the pool whose refcount is not zero. */
+/* Lock-free hits served by all regions, alive or freed. */
+uint64_t      rcache_pool_hits(rcache_pool_t *pool);
+/* Calls cb for every region in the pool that is alive (count not zero). */
 void          rcache_pool_foreach_live(rcache_pool_t *pool,
                                        void (*cb)(rcache_rgn_t *, void *),
                                        void *arg);
+
+/* Zeroed memory; 2 MiB or more comes mapped with transparent huge pages. */
+void         *rcache_mem_alloc(size_t bytes, bool *mapped);
+void          rcache_mem_free(void *p, size_t bytes, bool mapped);
 
 /* rcache_lru.c */
 void          rcache_heap_init(rcache_heap_t *heap);

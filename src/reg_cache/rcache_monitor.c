@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <ucm/api/ucm.h>
+#include <ucs/type/status.h>
 
 /* After UCX's own handlers: only the order among callbacks changes. */
 #define RCACHE_UCM_PRIORITY 1000
@@ -78,12 +79,12 @@ int rcache_monitor_start(rcache_t *rcache)
                                        rcache_monitor_event, rcache);
         if (status != UCS_OK) {
             rcache_log(rcache, 1,
-                       "cannot install memory hooks with libucm (status %d): "
+                       "cannot install memory hooks with libucm (%s): "
                        "the cache would not see memory being freed. Check "
                        "UCX_MEM_MALLOC_HOOKS/UCX_MEM_MMAP_HOOK_MODE, or use "
                        "the mallopt monitor (RCACHE_MONITOR_MALLOPT) and "
                        "report unmapped memory with rcache_invalidate()",
-                       (int)status);
+                       ucs_status_string(status));
             return -ENOTSUP;
         }
         return 0;

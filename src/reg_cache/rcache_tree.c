@@ -72,10 +72,15 @@ static rcache_tree_node_t *tree_rotate_right(rcache_tree_t *tree,
     return y;
 }
 
-/* Walk from n to the root restoring heights and the AVL balance. */
+/*
+ * Walk from n towards the root restoring heights and the AVL balance. Once a
+ * subtree is balanced and its height is what it was, nothing above it can
+ * change, so the walk stops there (usually within a level or two).
+ */
 static void tree_rebalance(rcache_tree_t *tree, rcache_tree_node_t *n)
 {
     while (n != NULL) {
+        int old_height = n->height;
         int b;
 
         tree_update_height(n);
@@ -90,6 +95,9 @@ static void tree_rebalance(rcache_tree_t *tree, rcache_tree_node_t *n)
                 tree_rotate_right(tree, n->right);
             }
             n = tree_rotate_left(tree, n);
+        }
+        if (n->height == old_height) {
+            break;
         }
         n = n->parent;
     }
@@ -140,6 +148,8 @@ void rcache_tree_remove(rcache_tree_t *tree, rcache_tree_node_t *node)
         tree_replace_child(tree, node->parent, node, succ);
         succ->left         = node->left;
         succ->left->parent = succ;
+        /* The walk below compares against the height this position had. */
+        succ->height       = node->height;
     } else {
         rcache_tree_node_t *child = node->left ? node->left : node->right;
 
