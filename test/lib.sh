@@ -25,9 +25,19 @@ ib2_gtest() {
     local rc=$?
     # Each finished test prints "[       OK ] Suite.Test (N ms)" or
     # "[  FAILED  ] Suite.Test (N ms)".
-    sed -n -e 's/^\[       OK \] \([^ ]*\) (.*/PASS: '"${IB2_PREFIX:-}$name"'\/\1/p' \
-           -e 's/^\[  FAILED  \] \([^ ]*\) (.*/FAIL: '"${IB2_PREFIX:-}$name"'\/\1/p' \
+    local before after
+    before=$(wc -l <"$RESULTS")
+    sed -n -e 's|^\[       OK \] \([^ ]*\) (.*|PASS: '"${IB2_PREFIX:-}$name"'/\1|p' \
+           -e 's|^\[  FAILED  \] \([^ ]*\) (.*|FAIL: '"${IB2_PREFIX:-}$name"'/\1|p' \
+           -e 's|^\[  SKIPPED \] \([^ ]*\) (.*|SKIP: '"${IB2_PREFIX:-}$name"'/\1|p' \
            "$log" | tee -a "$RESULTS"
+    after=$(wc -l <"$RESULTS")
+    if [ "$after" -eq "$before" ]; then
+        # A binary that ran no test proves nothing.
+        ib2_result FAIL "$name (no test ran, see $log)"
+        tail -n 30 "$log"
+        return 1
+    fi
     if [ $rc -ne 0 ] && ! grep -q '^\[  FAILED  \] [^ ]* (' "$log"; then
         # Crashed, hung or failed outside a test case: still one failure.
         ib2_result FAIL "$name (exit $rc, see $log)"

@@ -46,6 +46,11 @@ fi
 
 passed=$(grep -c '^PASS: ' "$RESULTS")
 failed=$(grep -c '^FAIL: ' "$RESULTS")
+skipped=$(grep -c '^SKIP: ' "$RESULTS")
+if [ "$skipped" -ne 0 ]; then
+    echo "--- skipped (each says why in its log):"
+    grep '^SKIP: ' "$RESULTS"
+fi
 if [ "$failed" -ne 0 ]; then
     echo "--- failures (logs in $LOGDIR):"
     grep '^FAIL: ' "$RESULTS"

@@ -299,8 +299,8 @@ static void rcache_report_reg_failure(rcache_t *rcache, uintptr_t start,
                    "job starts, '* - memlock unlimited' in "
                    "/etc/security/limits.conf, or LimitMEMLOCK=infinity for "
                    "a systemd service that launches jobs. If it already is "
-                   "unlimited, the device ran out of translation entries: "
-                   "see the device's MTT settings.",
+                   "unlimited, the device is out of memory translation "
+                   "entries (MTT): see its driver's MTT parameters.",
                    (size_t)(end - start), start, strerror(-err), evicted,
                    rcache->stats.pinned_bytes, memlock);
     } else {

@@ -26,6 +26,9 @@
 extern "C" {
 #endif
 
+/* The library exports only what this header declares. */
+#define RCACHE_API __attribute__((visibility("default")))
+
 typedef struct rcache rcache_t;
 
 /*
@@ -115,11 +118,11 @@ typedef struct rcache_stats {
 
 /* Fill params with defaults: leave pinned, UCM hooks, page alignment,
  * no limits, adjacent merging up to 64 MiB. */
-void rcache_params_init(rcache_params_t *params);
+RCACHE_API void rcache_params_init(rcache_params_t *params);
 
 /* 0 or a negative errno; on error a message has gone to params->log. */
-int  rcache_create(const rcache_params_t *params, rcache_t **rcache_p);
-void rcache_destroy(rcache_t *rcache);
+RCACHE_API int  rcache_create(const rcache_params_t *params, rcache_t **rcache_p);
+RCACHE_API void rcache_destroy(rcache_t *rcache);
 
 /*
  * A referenced region covering at least [address, address + length) with at
@@ -128,28 +131,28 @@ void rcache_destroy(rcache_t *rcache);
  * backend (-ENOMEM after eviction did not help, with the memlock limit
  * reported), or -EINVAL for a range that wraps around.
  */
-int  rcache_get(rcache_t *rcache, const void *address, size_t length,
+RCACHE_API int  rcache_get(rcache_t *rcache, const void *address, size_t length,
                 unsigned access, rcache_region_t **region_p);
-void rcache_put(rcache_t *rcache, rcache_region_t *region);
+RCACHE_API void rcache_put(rcache_t *rcache, rcache_region_t *region);
 
 /* Memory in [address, address + length) is no longer what was registered.
  * Regions overlapping it are never returned again; unused ones are
  * deregistered now, used ones at their last put. */
-void rcache_invalidate(rcache_t *rcache, const void *address, size_t length);
+RCACHE_API void rcache_invalidate(rcache_t *rcache, const void *address, size_t length);
 
 /* Invalidate everything (e.g. before fork() without DONTFORK). */
-void rcache_purge(rcache_t *rcache);
+RCACHE_API void rcache_purge(rcache_t *rcache);
 
 /* Finish deferred work: invalidations reported by memory events and
  * deregistrations they made pending. get and put do this too. */
-void rcache_progress(rcache_t *rcache);
+RCACHE_API void rcache_progress(rcache_t *rcache);
 
-void rcache_get_stats(rcache_t *rcache, rcache_stats_t *stats);
-void rcache_print_stats(rcache_t *rcache, FILE *stream);
+RCACHE_API void rcache_get_stats(rcache_t *rcache, rcache_stats_t *stats);
+RCACHE_API void rcache_print_stats(rcache_t *rcache, FILE *stream);
 
 /* The last error message for this cache ("" if none); for callers that
  * want to pass it on in their own error path. */
-const char *rcache_last_error(rcache_t *rcache);
+RCACHE_API const char *rcache_last_error(rcache_t *rcache);
 
 #ifdef __cplusplus
 }

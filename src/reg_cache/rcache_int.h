@@ -113,7 +113,7 @@ struct rcache {
     rcache_pool_t      pool;
     rcache_stats_t     stats;         /* slow-path counts; see get_stats */
     size_t             indexed_bytes;
-    char               last_error[512];
+    char               last_error[1024];
 };
 
 /* Any index below what the pool has handed out; the chunk is published. */

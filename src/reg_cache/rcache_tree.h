@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct rcache_tree_node {
     struct rcache_tree_node *left;
     struct rcache_tree_node *right;
@@ -37,5 +41,9 @@ rcache_tree_node_t *rcache_tree_next(const rcache_tree_node_t *node);
 
 /* Checks every AVL and ordering invariant; returns 0 if all hold. For tests. */
 int rcache_tree_check(const rcache_tree_t *tree);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
