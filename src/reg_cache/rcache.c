@@ -94,18 +94,25 @@ void rcache_log(rcache_t *rcache, int is_error, const char *fmt, ...)
 
 /* ---- region lifetime (lock held) ---------------------------------------- */
 
+/* Position at the first indexed region that may overlap [start, ...). */
+static bool rcache_index_seek(rcache_t *rcache, uintptr_t start,
+                              rcache_btree_iter_t *it)
+{
+    return rcache_btree_floor(&rcache->index, start, it) ||
+           rcache_btree_first(&rcache->index, it);
+}
+
 static void rcache_dofork_gaps(rcache_t *rcache, uintptr_t start,
                                uintptr_t end)
 {
-    rcache_tree_node_t *node = rcache_tree_floor(&rcache->index, start);
     uintptr_t pos = start;
+    rcache_btree_iter_t it;
+    bool more;
 
     /* Pages still covered by an indexed region keep MADV_DONTFORK. */
-    if (node == NULL) {
-        node = rcache_tree_first(&rcache->index);
-    }
-    for (; node != NULL && pos < end; node = rcache_tree_next(node)) {
-        rcache_rgn_t *other = rcache_rgn_of_node(node);
+    for (more = rcache_index_seek(rcache, start, &it); more && pos < end;
+         more = rcache_btree_next(&it)) {
+        rcache_rgn_t *other = rcache_btree_value(&it);
 
         if (other->pub.end <= pos) {
             continue;
@@ -149,7 +156,7 @@ static void rcache_rgn_unindex(rcache_t *rcache, rcache_rgn_t *rgn)
 {
     atomic_fetch_and_explicit(&rgn->flags, ~RGN_F_INDEXED,
                               memory_order_release);
-    rcache_tree_remove(&rcache->index, &rgn->node);
+    rcache_btree_remove(&rcache->index, rgn->pub.start);
     rcache_heap_remove(&rcache->lru, rgn);
     rcache->indexed_bytes -= rgn_size(rgn);
     if (rcache->index.count == 0) {
@@ -163,18 +170,16 @@ static void rcache_rgn_unindex(rcache_t *rcache, rcache_rgn_t *rgn)
 static rcache_rgn_t *rcache_find_overlapping(rcache_t *rcache, uintptr_t start,
                                              uintptr_t end)
 {
-    rcache_tree_node_t *node = rcache_tree_floor(&rcache->index, start);
     rcache_rgn_t *list = NULL, **tail = &list;
+    rcache_btree_iter_t it;
+    bool more;
 
-    if (node == NULL) {
-        node = rcache_tree_first(&rcache->index);
-    }
-    for (; node != NULL; node = rcache_tree_next(node)) {
-        rcache_rgn_t *rgn = rcache_rgn_of_node(node);
+    /* The keys are region starts: the scan stops on a key alone, and only
+     * regions that may overlap are looked at (each a likely cache miss). */
+    for (more = rcache_index_seek(rcache, start, &it);
+         more && rcache_btree_key(&it) < end; more = rcache_btree_next(&it)) {
+        rcache_rgn_t *rgn = rcache_btree_value(&it);
 
-        if (rgn->pub.start >= end) {
-            break;
-        }
         if (rgn->pub.end > start) {
             rgn->next = NULL;
             *tail     = rgn;
@@ -337,31 +342,25 @@ static void rcache_hit_table_grow(rcache_t *rcache)
     atomic_store_explicit(&rcache->hit_table, bigger, memory_order_release);
 }
 
-static bool rcache_hit_entry_dead(uint32_t index, void *arg)
-{
-    rcache_t *rcache = arg;
-
-    return !(atomic_load_explicit(&rcache_pool_elem(&rcache->pool,
-                                                    index)->flags,
-                                  memory_order_relaxed) & RGN_F_INDEXED);
-}
-
 static void rcache_hit_table_fill_rgn(rcache_t *rcache, uintptr_t address,
                                       rcache_rgn_t *rgn)
 {
     rcache_hit_table_fill(atomic_load_explicit(&rcache->hit_table,
                                                memory_order_relaxed),
                           address >> rcache->page_shift, rgn->index,
-                          rcache_hit_entry_dead, rcache,
                           (unsigned)atomic_load_explicit(&rcache->tick,
                                                          memory_order_relaxed));
 }
 
-static void rcache_index(rcache_t *rcache, rcache_rgn_t *rgn)
+/* 0, or -ENOMEM if the index could not take it (it is then not indexed). */
+static int rcache_index(rcache_t *rcache, rcache_rgn_t *rgn)
 {
     uintptr_t lo = atomic_load_explicit(&rcache->lo, memory_order_relaxed);
     uintptr_t hi = atomic_load_explicit(&rcache->hi, memory_order_relaxed);
 
+    if (rcache_btree_insert(&rcache->index, rgn->pub.start, rgn) != 0) {
+        return -ENOMEM;
+    }
     if (rgn->pub.start < lo) {
         atomic_store_explicit(&rcache->lo, rgn->pub.start,
                               memory_order_relaxed);
@@ -369,11 +368,10 @@ static void rcache_index(rcache_t *rcache, rcache_rgn_t *rgn)
     if (rgn->pub.end > hi) {
         atomic_store_explicit(&rcache->hi, rgn->pub.end, memory_order_relaxed);
     }
-    rgn->node.key = rgn->pub.start;
-    rcache_tree_insert(&rcache->index, &rgn->node);
     rcache->indexed_bytes += rgn_size(rgn);
     atomic_fetch_or_explicit(&rgn->flags, RGN_F_INDEXED, memory_order_release);
     rcache_hit_table_grow(rcache);
+    return 0;
 }
 
 /*
@@ -416,7 +414,7 @@ static int rcache_create_region(rcache_t *rcache, uintptr_t start,
     unsigned maccess = access;
     rcache_rgn_t *rgn, *old, *next;
     size_t evicted;
-    bool merged = true;
+    bool merged = true, cached;
     int ret;
 
     evicted = rcache_evict_locked(rcache, 1, end - start, false);
@@ -478,12 +476,17 @@ static int rcache_create_region(rcache_t *rcache, uintptr_t start,
                           atomic_load_explicit(&rcache->tick,
                                                memory_order_relaxed),
                           memory_order_relaxed);
-    if (!rcache_over_limit(rcache, 1, rgn_size(rgn)) &&
-        rcache_heap_push(&rcache->lru, rgn) == 0) {
+    cached = !rcache_over_limit(rcache, 1, rgn_size(rgn)) &&
+             (rcache_heap_push(&rcache->lru, rgn) == 0);
+    if (cached && rcache_index(rcache, rgn) != 0) {
+        rcache_heap_remove(&rcache->lru, rgn);
+        cached = false;
+    }
+    if (cached) {
         atomic_store_explicit(&rgn->state, 2, memory_order_release);
-        rcache_index(rcache, rgn);
     } else {
-        /* The limits are full of regions in use: hand it out uncached. */
+        /* The limits are full of regions in use (or memory for the index
+         * ran out): hand it out uncached. */
         atomic_store_explicit(&rgn->flags, RGN_F_UNCACHED,
                               memory_order_relaxed);
         atomic_store_explicit(&rgn->state, 1, memory_order_release);
@@ -500,7 +503,7 @@ static int rcache_get_slow(rcache_t *rcache, uintptr_t start, uintptr_t end,
 {
     uintptr_t astart = rcache_align_down(rcache, start);
     uintptr_t aend   = rcache_align_up(rcache, end);
-    rcache_tree_node_t *node;
+    rcache_btree_iter_t it;
     rcache_rgn_t *rgn;
     int ret, retry;
 
@@ -515,9 +518,8 @@ static int rcache_get_slow(rcache_t *rcache, uintptr_t start, uintptr_t end,
     for (retry = 0;; ++retry) {
         rcache_apply_events_locked(rcache);
 
-        node = rcache_tree_floor(&rcache->index, start);
-        if (node != NULL) {
-            rgn = rcache_rgn_of_node(node);
+        if (rcache_btree_floor(&rcache->index, start, &it)) {
+            rgn = rcache_btree_value(&it);
             if (rgn_serves(rgn, start, end, access)) {
                 atomic_fetch_add_explicit(&rgn->state, 1,
                                           memory_order_acquire);
@@ -612,6 +614,11 @@ int rcache_get(rcache_t *rcache, const void *address, size_t length,
     uint32_t ref;
     int ret;
 
+    if (atomic_load_explicit(&rcache->inv_pending, memory_order_acquire)) {
+        /* Memory went away since the last call: apply that first, then the
+         * hit path is as good as ever for what is left. */
+        rcache_progress(rcache);
+    }
     if (!atomic_load_explicit(&rcache->inv_pending, memory_order_acquire)) {
         table = atomic_load_explicit(&rcache->hit_table, memory_order_acquire);
         ref   = rcache_hit_lookup(table, start >> rcache->page_shift);
@@ -764,7 +771,7 @@ int rcache_create(const rcache_params_t *params, rcache_t **rcache_p)
     atomic_init(&rcache->hi, 0);
     pthread_spin_init(&rcache->inv_lock, PTHREAD_PROCESS_PRIVATE);
     pthread_mutex_init(&rcache->lock, NULL);
-    rcache_tree_init(&rcache->index);
+    rcache_btree_init(&rcache->index);
     rcache_heap_init(&rcache->lru);
     ret = rcache_pool_init(&rcache->pool, params->priv_size);
     if (ret == 0) {
@@ -787,13 +794,13 @@ static void rcache_destroy_leftover(rcache_rgn_t *rgn, void *arg)
 
 void rcache_destroy(rcache_t *rcache)
 {
-    rcache_tree_node_t *node;
+    rcache_btree_iter_t it;
 
     rcache_monitor_stop(rcache);
     pthread_mutex_lock(&rcache->lock);
     rcache_apply_events_locked(rcache);
-    while ((node = rcache->index.root) != NULL) {
-        rcache_rgn_unindex(rcache, rcache_rgn_of_node(node));
+    while (rcache_btree_first(&rcache->index, &it)) {
+        rcache_rgn_unindex(rcache, rcache_btree_value(&it));
     }
     if (rcache->stats.regions != 0) {
         rcache_log(rcache, 0, "destroyed with %" PRIu64 " regions (%" PRIu64
@@ -806,6 +813,7 @@ void rcache_destroy(rcache_t *rcache)
 
     rcache_pool_destroy(&rcache->pool);
     rcache_heap_cleanup(&rcache->lru);
+    rcache_btree_cleanup(&rcache->index);
     rcache_hit_table_free_all(atomic_load(&rcache->hit_table));
     pthread_mutex_destroy(&rcache->lock);
     pthread_spin_destroy(&rcache->inv_lock);

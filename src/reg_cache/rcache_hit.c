@@ -32,9 +32,7 @@ void rcache_hit_table_free_all(rcache_hit_table_t *table)
 }
 
 void rcache_hit_table_fill(rcache_hit_table_t *table, uint64_t page,
-                           uint32_t index,
-                           bool (*is_dead)(uint32_t index, void *arg),
-                           void *arg, unsigned victim)
+                           uint32_t index, unsigned victim)
 {
     uint64_t hash = rcache_hit_hash(page);
     rcache_hit_bucket_t *b = &table->bucket[hash >> table->shift];
@@ -47,9 +45,6 @@ void rcache_hit_table_fill(rcache_hit_table_t *table, uint64_t page,
         if ((uint32_t)(e >> 32) == tag || (uint32_t)e == 0) {
             way = i;          /* this page's old entry, or a free way */
             break;
-        }
-        if (way < 0 && is_dead((uint32_t)e - 1, arg)) {
-            way = i;
         }
     }
     if (way < 0) {

@@ -64,13 +64,12 @@ rcache_hit_table_t *rcache_hit_table_create(unsigned bits);
 void rcache_hit_table_free_all(rcache_hit_table_t *table);
 
 /*
- * Remember index for page. `is_dead(index, arg)` tells whether the region an
- * entry names is no longer indexed (its slot is then reused first); `victim`
- * picks the way to replace when none is free or dead.
+ * Remember index for page, in this page's old entry or a free way, else in
+ * way `victim` (any number; the caller passes something that varies).
+ * Entries of regions that have gone are not hunted down: looking at them
+ * would cost a cache miss each, and they are overwritten in time.
  */
 void rcache_hit_table_fill(rcache_hit_table_t *table, uint64_t page,
-                           uint32_t index,
-                           bool (*is_dead)(uint32_t index, void *arg),
-                           void *arg, unsigned victim);
+                           uint32_t index, unsigned victim);
 
 #endif

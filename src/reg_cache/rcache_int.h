@@ -7,7 +7,7 @@
 
 #include "rcache.h"
 #include "rcache_hit.h"
-#include "rcache_tree.h"
+#include "rcache_btree.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -53,7 +53,6 @@ typedef struct rcache_rgn {
     uint32_t           index;      /* in the pool; fixed for life */
 
     /* Below here: only under the slow-path lock. */
-    rcache_tree_node_t node;       /* index linkage, key = pub.start */
     size_t             heap_idx;   /* position in the LRU heap */
     uint64_t           heap_key;   /* last_use when the heap last looked */
     struct rcache_rgn  *next;      /* free list / temporary lists */
@@ -64,6 +63,7 @@ typedef struct rcache_pool {
     size_t              priv_offset;
     size_t              chunk_bytes;
     _Atomic(char *)     *chunk;       /* RCACHE_POOL_MAX_CHUNKS entries */
+    bool                *chunk_mapped; /* how each chunk was allocated */
     unsigned            nchunks;
     uint32_t            fresh;        /* never-used regions start here in
                                          the last chunk */
@@ -108,7 +108,7 @@ struct rcache {
     pthread_mutex_t    lock __attribute__((aligned(RCACHE_CACHE_LINE)));
     rcache_params_t    params;
     char               name[64];
-    rcache_tree_t      index;
+    rcache_btree_t     index;         /* start -> region, no overlaps */
     rcache_heap_t      lru;
     rcache_pool_t      pool;
     rcache_stats_t     stats;         /* slow-path counts; see get_stats */
@@ -133,10 +133,6 @@ static inline rcache_rgn_t *rcache_rgn_of(rcache_region_t *pub)
     return (rcache_rgn_t*)pub;
 }
 
-static inline rcache_rgn_t *rcache_rgn_of_node(rcache_tree_node_t *node)
-{
-    return (rcache_rgn_t*)((char*)node - offsetof(rcache_rgn_t, node));
-}
 
 /* rcache_pool.c */
 int           rcache_pool_init(rcache_pool_t *pool, size_t priv_size);

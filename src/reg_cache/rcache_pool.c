@@ -4,10 +4,13 @@
  * Chunks of RCACHE_POOL_CHUNK regions are mapped on demand and only unmapped
  * when the cache is destroyed, so an index names *a* region (free or in use)
  * for the cache's lifetime; the lock-free hit path depends on it. The index
- * lets a hit-table entry carry a tag and a region in 64 bits. Chunk memory
- * is touched only as regions are first handed out, and chunks after the
- * first use transparent huge pages: a cache of a million regions is then
- * visited with a few hundred TLB entries instead of tens of thousands.
+ * lets a hit-table entry carry a tag and a region in 64 bits.
+ *
+ * Chunks are 2 MiB multiples, aligned, with transparent huge pages: a cache
+ * of a million regions is visited with a few hundred TLB entries instead of
+ * tens of thousands (measured: hits at 100k regions in random order took
+ * ~1.5x longer with 4 KiB pages). The price is that a cache holds at least
+ * one huge page (2 MiB) once it has a region.
  */
 #include "rcache_int.h"
 
@@ -74,25 +77,24 @@ int rcache_pool_init(rcache_pool_t *pool, size_t priv_size)
     pool->free_list    = NULL;
     pool->retired_hits = 0;
     pool->chunk        = calloc(RCACHE_POOL_MAX_CHUNKS, sizeof(*pool->chunk));
-    return (pool->chunk != NULL) ? 0 : -ENOMEM;
+    pool->chunk_mapped = calloc(RCACHE_POOL_MAX_CHUNKS,
+                                sizeof(*pool->chunk_mapped));
+    return (pool->chunk != NULL && pool->chunk_mapped != NULL) ? 0 : -ENOMEM;
 }
 
 static int pool_add_chunk(rcache_pool_t *pool)
 {
+    bool mapped;
     void *p;
 
     if (pool->nchunks == RCACHE_POOL_MAX_CHUNKS) {
         return -ENOSPC;
     }
-    /* Not MAP_POPULATE: pages appear as regions are first used. */
-    p = mmap(NULL, pool->chunk_bytes, PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
+    p = rcache_mem_alloc(pool->chunk_bytes, &mapped);
+    if (p == NULL) {
         return -ENOMEM;
     }
-    if (pool->nchunks > 0) {
-        madvise(p, pool->chunk_bytes, MADV_HUGEPAGE);
-    }
+    pool->chunk_mapped[pool->nchunks] = mapped;
     /* Readers find chunks through indexes published after this store. */
     atomic_store_explicit(&pool->chunk[pool->nchunks], (char*)p,
                           memory_order_release);
@@ -174,14 +176,14 @@ void rcache_pool_destroy(rcache_pool_t *pool)
 {
     unsigned i;
 
-    if (pool->chunk == NULL) {
-        return;
-    }
     for (i = 0; i < pool->nchunks; ++i) {
-        munmap(pool->chunk[i], pool->chunk_bytes);
+        rcache_mem_free(pool->chunk[i], pool->chunk_bytes,
+                        pool->chunk_mapped[i]);
     }
     free(pool->chunk);
-    pool->chunk     = NULL;
+    free(pool->chunk_mapped);
+    pool->chunk        = NULL;
+    pool->chunk_mapped = NULL;
     pool->nchunks   = 0;
     pool->free_list = NULL;
 }

@@ -5,8 +5,8 @@
  *   hit:   ns per get+put of a cached region, regions visited in a random
  *          order, at 1, 1k, 100k and 1M cached regions
  *   miss:  ns per get+put that registers a new region (no-op backend)
- *   inval: ns added to munmap() of a registered page by the cache, including
- *          the deferred work the next get does
+ *   inval: ns that unmapping a registered page costs more than unmapping an
+ *          unregistered one, including the deferred work of the next get
  *
  * Each figure is the median of several rounds; rounds of the two caches
  * alternate so that machine noise hits both alike. Usage:
@@ -287,62 +287,67 @@ static void bench_misses(int rounds, size_t nregions, char *base,
 }
 
 /*
- * Invalidation: nregions separately mapped pages are registered, then each
- * is unmapped and a hot buffer is fetched (which is where a cache applies
- * deferred invalidations). The same loop with no cache is the baseline; the
- * difference is what the cache adds per invalidated region.
+ * Invalidation: pages are mapped in pairs and one of each pair registered.
+ * Each step unmaps the unregistered page and then the registered one, each
+ * followed by a get of a hot buffer (where a cache applies deferred
+ * invalidations), and times both. The difference is what invalidating one
+ * region costs; pairing each registered unmap with an unregistered one next
+ * to it takes munmap's own cost, and its noise, out. Median over all pairs.
  */
-static double bench_inval_round(bench_cache_t *cache, size_t nregions,
+static double bench_inval_round(bench_cache_t *cache, size_t npairs,
                                 char *hot)
 {
-    char **pages = malloc(nregions * sizeof(*pages));
-    double t0, t;
+    double *diff = malloc(npairs * sizeof(*diff));
+    char **pages = malloc(2 * npairs * sizeof(*pages));
+    double t0, t1, t2, result;
     size_t i;
 
-    for (i = 0; i < nregions; ++i) {
+    for (i = 0; i < 2 * npairs; ++i) {
         pages[i] = mmap(NULL, bench_page, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (pages[i] == MAP_FAILED) {
             perror("mmap");
             exit(1);
         }
-        if (cache != NULL) {
+        if (i % 2) {
             bench_get_put(cache, pages[i], 64);
         }
     }
-    t0 = bench_now_ns();
-    for (i = 0; i < nregions; ++i) {
-        munmap(pages[i], bench_page);
-        if (cache != NULL) {
-            bench_get_put(cache, hot, 64);
-        }
+    bench_get_put(cache, hot, 64);
+    for (i = 0; i < npairs; ++i) {
+        t0 = bench_now_ns();
+        munmap(pages[2 * i], bench_page);
+        bench_get_put(cache, hot, 64);
+        t1 = bench_now_ns();
+        munmap(pages[2 * i + 1], bench_page);
+        bench_get_put(cache, hot, 64);
+        t2 = bench_now_ns();
+        diff[i] = (t2 - t1) - (t1 - t0);
     }
-    t = (bench_now_ns() - t0) / nregions;
+    result = bench_median(diff, (int)npairs);
     free(pages);
-    return t;
+    free(diff);
+    return result;
 }
 
-static void bench_invalidation(int rounds, size_t nregions,
-                               double result[BENCH_NCACHES], double *base_ns)
+static void bench_invalidation(int rounds, size_t npairs,
+                               double result[BENCH_NCACHES])
 {
     double samples[BENCH_NCACHES][BENCH_MAX_ROUNDS];
-    double base[BENCH_MAX_ROUNDS];
     char *hot = aligned_alloc(bench_page, bench_page);
     bench_cache_t cache;
     int k, r;
 
     for (r = 0; r < rounds; ++r) {
-        base[r] = bench_inval_round(NULL, nregions, hot);
         for (k = 0; k < BENCH_NCACHES; ++k) {
             /* One cache at a time: both would hook every munmap. */
             bench_cache_create(&cache, (bench_cache_kind_t)k);
-            samples[k][r] = bench_inval_round(&cache, nregions, hot);
+            samples[k][r] = bench_inval_round(&cache, npairs, hot);
             bench_cache_destroy(&cache);
         }
     }
-    *base_ns = bench_median(base, rounds);
     for (k = 0; k < BENCH_NCACHES; ++k) {
-        result[k] = bench_median(samples[k], rounds) - *base_ns;
+        result[k] = bench_median(samples[k], rounds);
     }
     free(hot);
 }
@@ -359,7 +364,6 @@ int main(int argc, char **argv)
     size_t max_regions = 1000000;
     int rounds = 5, opt;
     double hit[BENCH_NCACHES], miss[BENCH_NCACHES], inval[BENCH_NCACHES];
-    double base;
     size_t i, reserve;
     char *base_addr, label[64];
 
@@ -406,10 +410,8 @@ int main(int argc, char **argv)
     bench_misses(rounds, 100000 < max_regions ? 100000 : max_regions,
                  base_addr, miss);
     bench_row("miss get+put (new region)", miss);
-    bench_invalidation(rounds, 10000, inval, &base);
+    bench_invalidation(rounds, 10000, inval);
     bench_row("invalidation per region", inval);
-    printf("(invalidation: ns added to munmap()+next get; munmap alone "
-           "%.0f ns)\n", base);
     munmap(base_addr, reserve);
     return 0;
 }
