@@ -1,0 +1,1095 @@
+/*
+ * The send side of the "NIC": the requester's process does all the work a
+ * network adapter would. A work request is executed when it is posted if
+ * the send queue is empty; otherwise, or when it cannot complete yet (RNR,
+ * no response), it waits in the private send queue, in order, and is
+ * retried by sv_qp_progress (from ibv_poll_cq or the progress thread) at
+ * the deadline the transport timers give.
+ *
+ * Executing a request means, for the responder: validate its state, keys
+ * and access rights in shared memory, take its receive WQE, move the data
+ * with process_vm_writev/readv, and write its receive completion into its
+ * CQ; and for the requester: write the send completion. Errors are those
+ * real RC hardware reports, on both sides: the requester gets REM_* and
+ * the responder a local error completion or an async event, and both
+ * queue pairs go to the error state, flushing their outstanding work.
+ *
+ * Locks: the requester holds its send-queue lock throughout, and the
+ * responder's QP slot lock while it consumes a receive WQE (so receives
+ * complete in the order they are taken). It never holds two QP slot locks:
+ * effects on its own QP are applied after the responder's is released.
+ */
+#include "sv_int.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#define SV_IOV (64 + 2)
+
+enum { SV_X_BLOCKED = 0, SV_X_DONE = 1, SV_X_FAILED = 2 };
+enum { SV_OK, SV_RNR, SV_NORESP, SV_ERR };
+
+struct sv_attempt {
+    int                res;
+    enum ibv_wc_status status;      /* SV_ERR: the requester's completion */
+    uint32_t           byte_len;
+    uint8_t            rnr_timer;   /* SV_RNR: the responder's timer */
+    int32_t            peer_pid;    /* to check for liveness */
+};
+
+/* Inflight references on peers' memory regions, dropped after a copy. */
+struct sv_mrefs {
+    struct sv_mr_shared *m[SV_IOV];
+    int                  n;
+};
+
+static void sv_mrefs_put(struct sv_mrefs *r)
+{
+    int i;
+
+    for (i = 0; i < r->n; ++i) {
+        atomic_fetch_sub_explicit(&r->m[i]->inflight, 1,
+                                  memory_order_release);
+    }
+    r->n = 0;
+}
+
+static int sv_mref(struct sv_mrefs *r, struct sv_mr_shared *m, uint32_t key)
+{
+    atomic_fetch_add_explicit(&m->inflight, 1, memory_order_acq_rel);
+    if (SV_UNLIKELY(atomic_load_explicit(&m->s.handle, memory_order_acquire)
+                    != key)) {
+        atomic_fetch_sub(&m->inflight, 1);
+        return 0; /* deregistered meanwhile */
+    }
+    r->m[r->n++] = m;
+    return 1;
+}
+
+static inline int sv_in_range(const struct sv_mr_shared *m, uint64_t addr,
+                              uint64_t len)
+{
+    return addr >= m->iova && len <= m->length &&
+           addr - m->iova <= m->length - len;
+}
+
+static const uint32_t sv_rnr_us[32] = {
+    655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960,
+    1280, 1920, 2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960,
+    61440, 81920, 122880, 163840, 245760, 327680, 491520,
+};
+
+static enum ibv_wc_opcode sv_wc_opcode(uint32_t op)
+{
+    switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:           return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:  return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    default:                         return IBV_WC_SEND;
+    }
+}
+
+static uint32_t sv_packets(uint64_t len, uint8_t mtu)
+{
+    uint64_t m = 128ULL << mtu;
+
+    return len ? (uint32_t)((len + m - 1) / m) : 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Completions and errors                                              */
+/* ------------------------------------------------------------------ */
+
+static void sv_qp_fatal(struct sv_qp *qp)
+{
+    sv_mutex_lock(&qp->sh->lock);
+    sv_qp_set_error_remote(qp->sh);
+    sv_mutex_unlock(&qp->sh->lock);
+    sv_evq_post(qp->sh->async_evq, IBV_EVENT_QP_FATAL,
+                qp->qpx.qp_base.qp_num);
+}
+
+static void sv_complete(struct sv_qp *qp, const struct sv_swqe *w,
+                        enum ibv_wc_status st, uint32_t byte_len)
+{
+    struct ibv_wc wc;
+
+    if (st == IBV_WC_SUCCESS && !(w->flags & IBV_SEND_SIGNALED) &&
+        !qp->sq_sig_all) {
+        return;
+    }
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id    = w->wr_id;
+    wc.status   = st;
+    wc.opcode   = sv_wc_opcode(w->opcode);
+    wc.byte_len = byte_len;
+    wc.qp_num   = qp->qpx.qp_base.qp_num;
+    if (SV_UNLIKELY(sv_cq_push(qp->scq->handle, &wc, 0) < 0)) {
+        sv_qp_fatal(qp); /* the send CQ overran */
+    }
+}
+
+/* Flush every queued request. sq_lock held. */
+void sv_sq_flush_locked(struct sv_qp *qp)
+{
+    while (qp->sq_head != qp->sq_tail) {
+        struct sv_swqe *w = &qp->sq[qp->sq_head & (qp->sq_size - 1)];
+
+        sv_complete(qp, w, IBV_WC_WR_FLUSH_ERR, 0);
+        qp->sq_head++;
+    }
+    qp->qpx.qp_base.state = IBV_QPS_ERR;
+}
+
+/* The responder detected an error: it goes to the error state (flushing
+ * its receives) and its owner gets the async event. */
+static void sv_responder_error(struct sv_qp_shared *dst, uint32_t dqpn,
+                               int locked, enum ibv_event_type ev)
+{
+    if (!locked) {
+        sv_mutex_lock(&dst->lock);
+    }
+    if (atomic_load(&dst->s.handle) == dqpn) {
+        sv_qp_set_error_remote(dst);
+        if ((int)ev >= 0) {
+            sv_evq_post(dst->async_evq, ev, dqpn);
+        }
+    }
+    if (!locked) {
+        sv_mutex_unlock(&dst->lock);
+    }
+}
+
+static void sv_responder_event_once(struct sv_qp_shared *dst, uint32_t dqpn,
+                                    uint8_t state)
+{
+    if (state == IBV_QPS_RTR &&
+        !atomic_exchange_explicit(&dst->comm_est, 1, memory_order_relaxed)) {
+        sv_evq_post(dst->async_evq, IBV_EVENT_COMM_EST, dqpn);
+    }
+}
+
+static void sv_warn_ptrace(int32_t pid)
+{
+    if (!sv_g.warned_ptrace) {
+        sv_g.warned_ptrace = 1;
+        sv_log("cannot access the memory of process %d (EPERM): the kernel "
+               "forbids process_vm_writev/readv between these processes. "
+               "Run all processes as the same user; with Yama "
+               "(kernel.yama.ptrace_scope) at 2 or 3 softverbs cannot work, "
+               "set it to 0 or 1", (int)pid);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Scatter/gather lists                                                */
+/* ------------------------------------------------------------------ */
+
+static enum ibv_wc_status sv_local_iov(struct sv_qp *qp,
+                                       const struct sv_swqe *w,
+                                       unsigned need, struct iovec *iov,
+                                       int *niov, uint64_t *len)
+{
+    uint64_t total = 0;
+    uint32_t i;
+    int n = 0;
+
+    if (w->inl) {
+        if (w->inl_data != NULL) {
+            iov[0].iov_base = w->inl_data;
+            iov[0].iov_len  = w->inl_len;
+            *niov = w->inl_len ? 1 : 0;
+            *len  = w->inl_len;
+            return IBV_WC_SUCCESS;
+        }
+        for (i = 0; i < w->num_sge; ++i) {
+            if (w->sge[i].length != 0) {
+                iov[n].iov_base = (void *)(uintptr_t)w->sge[i].addr;
+                iov[n].iov_len  = w->sge[i].length;
+                total += w->sge[i].length;
+                ++n;
+            }
+        }
+        *niov = n;
+        *len  = total;
+        return IBV_WC_SUCCESS;
+    }
+    for (i = 0; i < w->num_sge; ++i) {
+        const struct ibv_sge *s = &w->sge[i];
+        struct sv_mr_shared *m;
+
+        if (s->length == 0) {
+            continue;
+        }
+        m = sv_lookup(SV_T_MR, s->lkey);
+        if (SV_UNLIKELY(m == NULL || m->s.proc != sv_g.proc ||
+                        m->pd != qp->sh->pd ||
+                        (need && !(m->access & need)) ||
+                        !sv_in_range(m, s->addr, s->length))) {
+            return IBV_WC_LOC_PROT_ERR;
+        }
+        iov[n].iov_base = (void *)(uintptr_t)(m->vaddr + (s->addr - m->iova));
+        iov[n].iov_len  = s->length;
+        total += s->length;
+        ++n;
+    }
+    if (SV_UNLIKELY(total > SV_MAX_MSG_SIZE)) {
+        return IBV_WC_LOC_LEN_ERR;
+    }
+    *niov = n;
+    *len  = total;
+    return IBV_WC_SUCCESS;
+}
+
+/* The responder's receive buffers for `need` bytes, in its address space.
+ * Returns the responder's completion status on failure. */
+static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
+                                      const struct sv_rwqe *w, uint64_t need,
+                                      struct iovec *iov, int *niov,
+                                      struct sv_mrefs *refs)
+{
+    uint64_t total = 0;
+    uint32_t i;
+    int n = 0;
+
+    for (i = 0; i < w->num_sge && total < need; ++i) {
+        const struct ibv_sge *s = &w->sge[i];
+        struct sv_mr_shared *m;
+        uint64_t take;
+
+        if (s->length == 0) {
+            continue;
+        }
+        m = sv_lookup(SV_T_MR, s->lkey);
+        if (m == NULL || m->s.proc != dst->s.proc || m->pd != dst->pd ||
+            !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
+            !sv_in_range(m, s->addr, s->length) || !sv_mref(refs, m, s->lkey)) {
+            sv_mrefs_put(refs);
+            return IBV_WC_LOC_PROT_ERR;
+        }
+        take = need - total;
+        if (take > s->length) {
+            take = s->length;
+        }
+        iov[n].iov_base = (void *)(uintptr_t)(m->vaddr + (s->addr - m->iova));
+        iov[n].iov_len  = take;
+        total += take;
+        ++n;
+    }
+    if (total < need) {
+        sv_mrefs_put(refs);
+        return IBV_WC_LOC_LEN_ERR;
+    }
+    *niov = n;
+    return IBV_WC_SUCCESS;
+}
+
+/* An rkey-addressed range of the responder, checked for access. */
+static int sv_rkey_iov(const struct sv_qp_shared *dst, uint32_t rkey,
+                       uint64_t addr, uint64_t len, unsigned need,
+                       struct iovec *iov, struct sv_mrefs *refs)
+{
+    struct sv_mr_shared *m = sv_lookup(SV_T_MR, rkey);
+
+    if (m == NULL || m->pd != dst->pd || !(m->access & need) ||
+        !(dst->access & need) || !sv_in_range(m, addr, len) ||
+        !sv_mref(refs, m, rkey)) {
+        return 0;
+    }
+    iov->iov_base = (void *)(uintptr_t)(m->vaddr + (addr - m->iova));
+    iov->iov_len  = len;
+    return 1;
+}
+
+/* Drop the first `skip` bytes of an iovec list in place. */
+static int sv_iov_skip(struct iovec *iov, int n, uint64_t skip)
+{
+    int i, k = 0;
+
+    for (i = 0; i < n; ++i) {
+        if (skip >= iov[i].iov_len) {
+            skip -= iov[i].iov_len;
+            continue;
+        }
+        iov[k].iov_base = (char *)iov[i].iov_base + skip;
+        iov[k].iov_len  = iov[i].iov_len - skip;
+        skip = 0;
+        ++k;
+    }
+    return k;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reliable and unreliable connected                                   */
+/* ------------------------------------------------------------------ */
+
+static int sv_rc_accepts(uint8_t state)
+{
+    return state == IBV_QPS_RTR || state == IBV_QPS_RTS ||
+           state == IBV_QPS_SQD;
+}
+
+/* Map a failed copy to the attempt's outcome. */
+static void sv_copy_failed(struct sv_attempt *a, ssize_t n, int32_t pid,
+                           enum ibv_wc_status fault_status)
+{
+    if (n == -ESRCH) {
+        a->res      = SV_NORESP; /* the responder's process is gone */
+        a->peer_pid = pid;
+    } else if (n == -EPERM) {
+        sv_warn_ptrace(pid);
+        a->res    = SV_ERR;
+        a->status = IBV_WC_GENERAL_ERR;
+    } else {
+        a->res    = SV_ERR;
+        a->status = fault_status;
+    }
+}
+
+/* SEND, SEND_WITH_IMM and RDMA_WRITE_WITH_IMM: consume a receive WQE. */
+static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
+                       struct sv_qp_shared *dst, uint32_t dqpn,
+                       struct iovec *liov, int nl, uint64_t len,
+                       struct sv_attempt *a)
+{
+    union {
+        struct sv_rwqe w;
+        char           space[sizeof(struct sv_rwqe) +
+                             64 * sizeof(struct ibv_sge)];
+    } taken;
+    struct sv_rwqe *rw;
+    struct iovec riov[SV_IOV];
+    struct sv_mrefs refs = { .n = 0 };
+    enum ibv_wc_status rst;
+    struct ibv_wc wc;
+    int nr = 0, uc = (dst->type == IBV_QPT_UC), wimm;
+    uint8_t state;
+    ssize_t n;
+
+    wimm = (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
+    sv_mutex_lock(&dst->lock);
+    state = atomic_load(&dst->state);
+    if (atomic_load(&dst->s.handle) != dqpn || !sv_rc_accepts(state)) {
+        sv_mutex_unlock(&dst->lock);
+        a->res      = SV_NORESP;
+        a->peer_pid = dst->s.pid;
+        return;
+    }
+    if (wimm && len != 0 &&
+        !sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
+                     IBV_ACCESS_REMOTE_WRITE, &riov[0], &refs)) {
+        if (uc) {
+            sv_mutex_unlock(&dst->lock);
+            a->res = SV_OK; /* UC drops what it cannot place */
+            return;
+        }
+        sv_responder_error(dst, dqpn, 1, IBV_EVENT_QP_ACCESS_ERR);
+        sv_mutex_unlock(&dst->lock);
+        a->res    = SV_ERR;
+        a->status = IBV_WC_REM_ACCESS_ERR;
+        return;
+    }
+    nr = (wimm && len != 0) ? 1 : 0;
+
+    /* the receive WQE: from the SRQ, or the head of the QP's ring */
+    if (dst->srq != 0) {
+        int rc = sv_srq_take(dst->srq, &taken.w, 64);
+
+        rw = (rc == 0) ? &taken.w : NULL;
+    } else if (atomic_load(&dst->rq_head) != atomic_load(&dst->rq_tail)) {
+        rw = sv_rwqe_at(dst->rq_off, dst->rq_stride, dst->rq_size,
+                        atomic_load(&dst->rq_head));
+    } else {
+        rw = NULL;
+    }
+    if (rw == NULL) {
+        sv_mrefs_put(&refs);
+        sv_mutex_unlock(&dst->lock);
+        a->res       = uc ? SV_OK : SV_RNR;
+        a->rnr_timer = dst->min_rnr_timer;
+        a->peer_pid  = dst->s.pid;
+        return;
+    }
+
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id  = rw->wr_id;
+    wc.qp_num = dqpn;
+    wc.src_qp = qp->qpx.qp_base.qp_num;
+    wc.slid   = sv_port_lid(qp->sh->dev, qp->sh->port);
+    wc.sl     = qp->attr.ah_attr.sl;
+    wc.opcode = wimm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+
+    if (!wimm) {
+        rst = sv_recv_iov(dst, rw, len, riov, &nr, &refs);
+        if (rst != IBV_WC_SUCCESS) {
+            /* the responder completes this WQE in error */
+            wc.status = rst;
+            sv_cq_push(dst->recv_cq, &wc, 0);
+            if (dst->srq == 0) {
+                atomic_fetch_add(&dst->rq_head, 1);
+            }
+            if (!uc) {
+                sv_responder_error(dst, dqpn, 1, -1);
+            }
+            sv_mutex_unlock(&dst->lock);
+            a->res    = uc ? SV_OK : SV_ERR;
+            a->status = (rst == IBV_WC_LOC_LEN_ERR) ? IBV_WC_REM_INV_REQ_ERR :
+                                                      IBV_WC_REM_OP_ERR;
+            return;
+        }
+    }
+    if (len != 0) {
+        n = sv_write_remote(dst->s.pid, liov, nl, riov, nr);
+        sv_mrefs_put(&refs);
+        if (n < 0) {
+            if (n == -EFAULT && !wimm && !uc) {
+                /* its receive buffer is not mapped any more */
+                wc.status = IBV_WC_LOC_PROT_ERR;
+                sv_cq_push(dst->recv_cq, &wc, 0);
+                if (dst->srq == 0) {
+                    atomic_fetch_add(&dst->rq_head, 1);
+                }
+                sv_responder_error(dst, dqpn, 1, -1);
+            } else if (n == -EFAULT && !uc) {
+                sv_responder_error(dst, dqpn, 1, IBV_EVENT_QP_ACCESS_ERR);
+            }
+            sv_mutex_unlock(&dst->lock);
+            sv_copy_failed(a, n, dst->s.pid,
+                           wimm ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
+            if (uc && a->res == SV_ERR && n == -EFAULT) {
+                a->res = SV_OK;
+            }
+            return;
+        }
+    }
+    wc.status   = IBV_WC_SUCCESS;
+    wc.byte_len = (uint32_t)len;
+    if (w->opcode != IBV_WR_SEND) {
+        wc.imm_data = w->imm;
+        wc.wc_flags = IBV_WC_WITH_IMM;
+    }
+    if (SV_UNLIKELY(sv_cq_push(dst->recv_cq, &wc,
+                               (w->flags & IBV_SEND_SOLICITED) ?
+                               SV_CQE_SOLICITED : 0) < 0)) {
+        /* its CQ overran: the responder cannot continue */
+        sv_responder_error(dst, dqpn, 1, IBV_EVENT_QP_FATAL);
+    }
+    if (dst->srq == 0) {
+        atomic_fetch_add_explicit(&dst->rq_head, 1, memory_order_release);
+    }
+    atomic_fetch_add_explicit(&dst->rq_psn, sv_packets(len, dst->path_mtu),
+                              memory_order_relaxed);
+    sv_responder_event_once(dst, dqpn, state);
+    sv_mutex_unlock(&dst->lock);
+    a->res      = SV_OK;
+    a->byte_len = (uint32_t)len;
+}
+
+static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
+                        struct sv_qp_shared *dst, uint32_t dqpn,
+                        struct iovec *liov, int nl, uint64_t len,
+                        struct sv_attempt *a)
+{
+    struct sv_mrefs refs = { .n = 0 };
+    struct iovec riov;
+    int uc = (dst->type == IBV_QPT_UC);
+    ssize_t n;
+
+    if (len != 0) {
+        if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
+                         IBV_ACCESS_REMOTE_WRITE, &riov, &refs)) {
+            if (uc) {
+                a->res = SV_OK;
+                return;
+            }
+            sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
+            a->res    = SV_ERR;
+            a->status = IBV_WC_REM_ACCESS_ERR;
+            return;
+        }
+        n = sv_write_remote(dst->s.pid, liov, nl, &riov, 1);
+        sv_mrefs_put(&refs);
+        if (n < 0) {
+            if (n == -EFAULT && !uc) {
+                sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
+            }
+            sv_copy_failed(a, n, dst->s.pid, IBV_WC_REM_ACCESS_ERR);
+            if (uc && a->res == SV_ERR && n == -EFAULT) {
+                a->res = SV_OK;
+            }
+            return;
+        }
+    }
+    atomic_fetch_add_explicit(&dst->rq_psn, sv_packets(len, dst->path_mtu),
+                              memory_order_relaxed);
+    sv_responder_event_once(dst, dqpn, atomic_load(&dst->state));
+    a->res = SV_OK;
+}
+
+static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
+                       struct sv_qp_shared *dst, uint32_t dqpn,
+                       struct iovec *liov, int nl, uint64_t len,
+                       struct sv_attempt *a)
+{
+    struct sv_mrefs refs = { .n = 0 };
+    struct iovec riov;
+    ssize_t n;
+
+    if (dst->max_dest_rd_atomic == 0) {
+        sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_REQ_ERR);
+        a->res    = SV_ERR;
+        a->status = IBV_WC_REM_INV_REQ_ERR;
+        return;
+    }
+    if (len != 0) {
+        if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
+                         IBV_ACCESS_REMOTE_READ, &riov, &refs)) {
+            sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
+            a->res    = SV_ERR;
+            a->status = IBV_WC_REM_ACCESS_ERR;
+            return;
+        }
+        n = sv_read_remote(dst->s.pid, liov, nl, &riov, 1);
+        sv_mrefs_put(&refs);
+        if (n < 0) {
+            if (n == -EFAULT) {
+                sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
+            }
+            sv_copy_failed(a, n, dst->s.pid, IBV_WC_REM_ACCESS_ERR);
+            return;
+        }
+    }
+    sv_responder_event_once(dst, dqpn, atomic_load(&dst->state));
+    a->res      = SV_OK;
+    a->byte_len = (uint32_t)len;
+}
+
+static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
+                         struct sv_qp_shared *dst, uint32_t dqpn,
+                         struct iovec *liov, int nl, uint64_t len,
+                         struct sv_attempt *a)
+{
+    struct sv_mrefs refs = { .n = 0 };
+    struct iovec riov, tmp;
+    uint64_t old = 0, val;
+    sv_mutex_t *stripe;
+    ssize_t n;
+
+    if (len < 8) {
+        a->res    = SV_ERR;
+        a->status = IBV_WC_LOC_LEN_ERR;
+        return;
+    }
+    if ((w->remote_addr & 7) || dst->max_dest_rd_atomic == 0) {
+        sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_REQ_ERR);
+        a->res    = SV_ERR;
+        a->status = IBV_WC_REM_INV_REQ_ERR;
+        return;
+    }
+    if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, 8,
+                     IBV_ACCESS_REMOTE_ATOMIC, &riov, &refs)) {
+        sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
+        a->res    = SV_ERR;
+        a->status = IBV_WC_REM_ACCESS_ERR;
+        return;
+    }
+    /* atomic among all softverbs operations on this location */
+    stripe = sv_stripe(((uint64_t)(uint32_t)dst->s.pid << 40) ^
+                       (uint64_t)(uintptr_t)riov.iov_base);
+    sv_mutex_lock(stripe);
+    tmp.iov_base = &old;
+    tmp.iov_len  = 8;
+    n = sv_read_remote(dst->s.pid, &tmp, 1, &riov, 1);
+    if (n == 8) {
+        if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+            val = (old == w->compare_add) ? w->swap : old;
+        } else {
+            val = old + w->compare_add;
+        }
+        if (val != old) {
+            tmp.iov_base = &val;
+            n = sv_write_remote(dst->s.pid, &tmp, 1, &riov, 1);
+        }
+    }
+    sv_mutex_unlock(stripe);
+    sv_mrefs_put(&refs);
+    if (n < 0) {
+        if (n == -EFAULT) {
+            sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
+        }
+        sv_copy_failed(a, n, dst->s.pid, IBV_WC_REM_ACCESS_ERR);
+        return;
+    }
+    /* the original value lands in the local buffer */
+    {
+        const uint8_t *src = (const uint8_t *)&old;
+        uint64_t done = 0;
+        int i;
+
+        for (i = 0; i < nl && done < 8; ++i) {
+            size_t k = liov[i].iov_len < 8 - done ? liov[i].iov_len :
+                                                    8 - done;
+
+            memcpy(liov[i].iov_base, src + done, k);
+            done += k;
+        }
+    }
+    sv_responder_event_once(dst, dqpn, atomic_load(&dst->state));
+    a->res      = SV_OK;
+    a->byte_len = 8;
+}
+
+static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
+                                 struct sv_attempt *a)
+{
+    struct iovec liov[SV_IOV];
+    struct sv_qp_shared *dst;
+    uint32_t dqpn = qp->sh->dest_qpn;
+    unsigned need = 0;
+    enum ibv_wc_status st;
+    uint64_t len;
+    uint8_t state;
+    int nl;
+
+    if (w->opcode == IBV_WR_RDMA_READ ||
+        w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+        w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        need = IBV_ACCESS_LOCAL_WRITE;
+    }
+    st = sv_local_iov(qp, w, need, liov, &nl, &len);
+    if (SV_UNLIKELY(st != IBV_WC_SUCCESS)) {
+        a->res    = SV_ERR;
+        a->status = st;
+        return;
+    }
+    dst = sv_lookup(SV_T_QP, dqpn);
+    if (SV_UNLIKELY(dst == NULL)) {
+        a->res = SV_NORESP; /* nobody answers at that QPN */
+        return;
+    }
+    state = atomic_load_explicit(&dst->state, memory_order_acquire);
+    if (SV_UNLIKELY(!sv_rc_accepts(state) || dst->type != qp->sh->type ||
+                    dst->dest_qpn != qp->qpx.qp_base.qp_num ||
+                    !sv_ah_route(&qp->attr.ah_attr, qp->sh->dev, dst))) {
+        a->res      = SV_NORESP;
+        a->peer_pid = dst->s.pid;
+        return;
+    }
+    switch (w->opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        sv_rc_send(qp, w, dst, dqpn, liov, nl, len, a);
+        break;
+    case IBV_WR_RDMA_WRITE:
+        sv_rc_write(qp, w, dst, dqpn, liov, nl, len, a);
+        break;
+    case IBV_WR_RDMA_READ:
+        sv_rc_read(qp, w, dst, dqpn, liov, nl, len, a);
+        break;
+    default:
+        sv_rc_atomic(qp, w, dst, dqpn, liov, nl, len, a);
+        break;
+    }
+    if (a->res == SV_OK) {
+        qp->sq_psn = (qp->sq_psn + sv_packets(len, qp->sh->path_mtu)) &
+                     0xffffff;
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Unreliable datagram                                                 */
+/* ------------------------------------------------------------------ */
+
+static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
+                          struct sv_attempt *a)
+{
+    union {
+        struct sv_rwqe w;
+        char           space[sizeof(struct sv_rwqe) +
+                             64 * sizeof(struct ibv_sge)];
+    } taken;
+    struct iovec liov[SV_IOV], riov[SV_IOV];
+    struct sv_mrefs refs = { .n = 0 };
+    uint8_t grh[SV_GRH_SIZE];
+    struct sv_qp_shared *dst;
+    struct sv_rwqe *rw;
+    enum ibv_wc_status st;
+    struct ibv_wc wc;
+    uint32_t qkey, dqpn = w->ud_qpn;
+    uint64_t len;
+    int nl, nr, has_grh;
+    uint8_t state;
+    ssize_t n;
+
+    st = sv_local_iov(qp, w, 0, liov + 1, &nl, &len);
+    if (st != IBV_WC_SUCCESS) {
+        a->res    = SV_ERR;
+        a->status = st;
+        return;
+    }
+    if (len > (128ULL << sv_g.hdr->cfg.mtu)) {
+        a->res    = SV_ERR;
+        a->status = IBV_WC_LOC_LEN_ERR;
+        return;
+    }
+    a->res      = SV_OK; /* whatever happens next, UD reports success */
+    a->byte_len = (uint32_t)len;
+    dst = sv_lookup(SV_T_QP, dqpn);
+    if (dst == NULL) {
+        return;
+    }
+    qkey = (w->ud_qkey & 0x80000000u) ? qp->sh->qkey : w->ud_qkey;
+    sv_mutex_lock(&dst->lock);
+    state = atomic_load(&dst->state);
+    if (atomic_load(&dst->s.handle) != dqpn || dst->type != IBV_QPT_UD ||
+        !sv_rc_accepts(state) || dst->qkey != qkey ||
+        !sv_ah_route(&w->ud_ah, w->ud_dev, dst)) {
+        sv_mutex_unlock(&dst->lock);
+        return; /* lost on the wire */
+    }
+    if (dst->srq != 0) {
+        rw = (sv_srq_take(dst->srq, &taken.w, 64) == 0) ? &taken.w : NULL;
+    } else if (atomic_load(&dst->rq_head) != atomic_load(&dst->rq_tail)) {
+        rw = sv_rwqe_at(dst->rq_off, dst->rq_stride, dst->rq_size,
+                        atomic_load(&dst->rq_head));
+    } else {
+        rw = NULL;
+    }
+    if (rw == NULL) {
+        sv_mutex_unlock(&dst->lock);
+        return; /* no receive posted: silently dropped */
+    }
+
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id          = rw->wr_id;
+    wc.opcode         = IBV_WC_RECV;
+    wc.qp_num         = dqpn;
+    wc.src_qp         = qp->qpx.qp_base.qp_num;
+    wc.slid           = sv_port_lid(qp->sh->dev, qp->sh->port);
+    wc.sl             = w->ud_ah.sl;
+    wc.dlid_path_bits = w->ud_ah.src_path_bits;
+    st = sv_recv_iov(dst, rw, SV_GRH_SIZE + len, riov, &nr, &refs);
+    if (st == IBV_WC_SUCCESS) {
+        has_grh = w->ud_ah.is_global ||
+                  sv_g.hdr->cfg.dev[dst->dev].link == SV_LINK_ETH;
+        if (has_grh) {
+            sv_grh_build(grh, &w->ud_ah, qp->sh->dev, qp->sh->port,
+                         (uint32_t)len);
+            liov[0].iov_base = grh;
+            liov[0].iov_len  = SV_GRH_SIZE;
+            n = sv_write_remote(dst->s.pid, liov, nl + 1, riov, nr);
+        } else {
+            /* the first 40 bytes stay as they were */
+            nr = sv_iov_skip(riov, nr, SV_GRH_SIZE);
+            n  = (len != 0) ? sv_write_remote(dst->s.pid, liov + 1, nl, riov,
+                                              nr) : 0;
+        }
+        sv_mrefs_put(&refs);
+        if (n < 0) {
+            sv_mutex_unlock(&dst->lock);
+            if (n == -EPERM) {
+                sv_warn_ptrace(dst->s.pid);
+            }
+            a->peer_pid = dst->s.pid;
+            return;
+        }
+        wc.status   = IBV_WC_SUCCESS;
+        wc.byte_len = (uint32_t)(len + SV_GRH_SIZE);
+        wc.wc_flags = has_grh ? IBV_WC_GRH : 0;
+        if (w->opcode == IBV_WR_SEND_WITH_IMM) {
+            wc.imm_data  = w->imm;
+            wc.wc_flags |= IBV_WC_WITH_IMM;
+        }
+    } else {
+        wc.status = st; /* too small or bad buffer: this WQE fails */
+    }
+    sv_cq_push(dst->recv_cq, &wc,
+               (w->flags & IBV_SEND_SOLICITED) ? SV_CQE_SOLICITED : 0);
+    if (dst->srq == 0) {
+        atomic_fetch_add_explicit(&dst->rq_head, 1, memory_order_release);
+    }
+    sv_mutex_unlock(&dst->lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* Execution                                                           */
+/* ------------------------------------------------------------------ */
+
+static int sv_exec(struct sv_qp *qp, struct sv_swqe *w)
+{
+    struct sv_attempt a = { .res = SV_OK };
+    uint64_t now, t;
+
+    if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
+        sv_ud_attempt(qp, w, &a);
+    } else {
+        sv_connected_attempt(qp, w, &a);
+    }
+    if (SV_UNLIKELY(a.peer_pid != 0) && !sv_pid_alive(a.peer_pid)) {
+        sv_note_dead_pid(a.peer_pid); /* reclaim what it left behind */
+    }
+    if (SV_LIKELY(a.res == SV_OK)) {
+        sv_complete(qp, w, IBV_WC_SUCCESS, a.byte_len);
+        return SV_X_DONE;
+    }
+    if (qp->qpx.qp_base.qp_type != IBV_QPT_RC && a.res != SV_ERR) {
+        sv_complete(qp, w, IBV_WC_SUCCESS, a.byte_len); /* unreliable */
+        return SV_X_DONE;
+    }
+    now = sv_now_ns();
+    switch (a.res) {
+    case SV_RNR:
+        if (qp->attr.rnr_retry != 7) {
+            if (w->rnr_left == 0xff) {
+                w->rnr_left = qp->attr.rnr_retry;
+            }
+            if (w->rnr_left == 0) {
+                a.status = IBV_WC_RNR_RETRY_EXC_ERR;
+                break;
+            }
+            w->rnr_left--;
+        }
+        w->deadline = now + 1000ULL * sv_rnr_us[a.rnr_timer & 31];
+        return SV_X_BLOCKED;
+    case SV_NORESP:
+        if (qp->attr.timeout == 0) {
+            /* an infinite timeout: keep trying, never fail */
+            w->deadline = now + 10000000ULL;
+            return SV_X_BLOCKED;
+        }
+        t = 4096ULL << qp->attr.timeout;
+        if (w->retry_left == 0xff) {
+            w->retry_left = qp->attr.retry_cnt;
+        } else if (w->retry_left == 0) {
+            a.status = IBV_WC_RETRY_EXC_ERR;
+            break;
+        } else {
+            w->retry_left--;
+        }
+        w->deadline = now + t;
+        return SV_X_BLOCKED;
+    default:
+        break;
+    }
+    sv_complete(qp, w, a.status, 0);
+    return SV_X_FAILED;
+}
+
+/* ------------------------------------------------------------------ */
+/* Posting                                                             */
+/* ------------------------------------------------------------------ */
+
+static int sv_wr_check(struct sv_qp *qp, const struct ibv_send_wr *wr)
+{
+    enum ibv_qp_type t = qp->qpx.qp_base.qp_type;
+    uint64_t inl = 0;
+    int i;
+
+    switch (wr->opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+        break;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        if (t == IBV_QPT_UD) {
+            return EINVAL;
+        }
+        break;
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        if (t != IBV_QPT_RC || (wr->send_flags & IBV_SEND_INLINE)) {
+            return EINVAL;
+        }
+        break;
+    default:
+        return EINVAL; /* memory windows, invalidation, TSO */
+    }
+    if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge) {
+        return ENOMEM; /* as ConnectX reports a too long gather list */
+    }
+    if (wr->send_flags & IBV_SEND_INLINE) {
+        for (i = 0; i < wr->num_sge; ++i) {
+            inl += wr->sg_list[i].length;
+        }
+        if (inl > qp->max_inline) {
+            return ENOMEM;
+        }
+    }
+    if (t == IBV_QPT_UD && (wr->wr.ud.ah == NULL ||
+                            wr->wr.ud.ah->context !=
+                            qp->qpx.qp_base.context)) {
+        return EINVAL;
+    }
+    return 0;
+}
+
+static void sv_swqe_from_wr(struct sv_swqe *w, const struct ibv_send_wr *wr,
+                            enum ibv_qp_type t)
+{
+    w->wr_id    = wr->wr_id;
+    w->opcode   = wr->opcode;
+    w->flags    = wr->send_flags;
+    w->imm      = wr->imm_data;
+    w->num_sge  = (uint32_t)wr->num_sge;
+    w->sge      = wr->sg_list;
+    w->inl      = !!(wr->send_flags & IBV_SEND_INLINE);
+    w->inl_data = NULL;
+    w->inl_len  = 0;
+    w->deadline   = 0;
+    w->rnr_left   = 0xff;
+    w->retry_left = 0xff;
+    if (t == IBV_QPT_UD) {
+        const struct sv_ah *ah = (const struct sv_ah *)wr->wr.ud.ah;
+
+        w->ud_ah   = ah->attr;
+        w->ud_dev  = ah->dev;
+        w->ud_qpn  = wr->wr.ud.remote_qpn;
+        w->ud_qkey = wr->wr.ud.remote_qkey;
+    } else if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+               wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        w->remote_addr = wr->wr.atomic.remote_addr;
+        w->rkey        = wr->wr.atomic.rkey;
+        w->compare_add = wr->wr.atomic.compare_add;
+        w->swap        = wr->wr.atomic.swap;
+    } else {
+        w->remote_addr = wr->wr.rdma.remote_addr;
+        w->rkey        = wr->wr.rdma.rkey;
+    }
+}
+
+/* Keep a request in the send queue, copying what the caller may reuse. */
+static void sv_sq_enqueue(struct sv_qp *qp, const struct sv_swqe *src)
+{
+    uint32_t slot = qp->sq_tail & (qp->sq_size - 1);
+    struct sv_swqe *w = &qp->sq[slot];
+    struct ibv_sge *sge = qp->sq_sge + (size_t)slot *
+                          (qp->max_send_sge ? qp->max_send_sge : 1);
+
+    *w = *src;
+    if (src->inl && src->inl_data == NULL) {
+        uint8_t *d = qp->sq_inl + (size_t)slot * qp->max_inline;
+        uint32_t i, off = 0;
+
+        for (i = 0; i < src->num_sge; ++i) {
+            memcpy(d + off, (const void *)(uintptr_t)src->sge[i].addr,
+                   src->sge[i].length);
+            off += src->sge[i].length;
+        }
+        w->inl_data = d;
+        w->inl_len  = off;
+        w->num_sge  = 0;
+        w->sge      = sge;
+    } else if (src->sge != sge) {
+        memcpy(sge, src->sge, sizeof(*sge) * src->num_sge);
+        w->sge = sge;
+    }
+    qp->sq_tail++;
+}
+
+int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
+                 struct ibv_send_wr **bad)
+{
+    struct sv_qp *qp = sv_qp_of(ibqp);
+    enum ibv_qp_type t = ibqp->qp_type;
+    struct sv_swqe w;
+    uint8_t state;
+    int rc = 0, r;
+
+    pthread_mutex_lock(&qp->sq_lock);
+    for (; wr != NULL; wr = wr->next) {
+        state = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
+        if (SV_UNLIKELY(state < IBV_QPS_RTS)) {
+            rc = EINVAL; /* RESET, INIT, RTR: the send queue is not ready */
+            break;
+        }
+        rc = sv_wr_check(qp, wr);
+        if (SV_UNLIKELY(rc)) {
+            break;
+        }
+        if (SV_UNLIKELY(qp->sq_tail - qp->sq_head >= qp->max_send_wr)) {
+            rc = ENOMEM;
+            break;
+        }
+        sv_swqe_from_wr(&w, wr, t);
+        if (SV_UNLIKELY(state == IBV_QPS_ERR)) {
+            sv_sq_flush_locked(qp);
+            sv_complete(qp, &w, IBV_WC_WR_FLUSH_ERR, 0);
+            continue;
+        }
+        if (SV_UNLIKELY(state != IBV_QPS_RTS || qp->sq_head != qp->sq_tail)) {
+            /* behind earlier requests (or drained): keep the order */
+            sv_sq_enqueue(qp, &w);
+            if (state == IBV_QPS_RTS) {
+                sv_progress_add(qp);
+            }
+            continue;
+        }
+        r = sv_exec(qp, &w);
+        if (SV_UNLIKELY(r == SV_X_BLOCKED)) {
+            sv_sq_enqueue(qp, &w);
+            sv_progress_add(qp);
+        } else if (SV_UNLIKELY(r == SV_X_FAILED)) {
+            sv_qp_to_error(qp);
+        }
+    }
+    if (SV_UNLIKELY(rc)) {
+        *bad = wr;
+    }
+    pthread_mutex_unlock(&qp->sq_lock);
+    return rc;
+}
+
+/* Run queued requests that are due. sq_lock held. Returns 1 if requests
+ * are still waiting (the QP stays on the progress list). */
+int sv_qp_progress_locked(struct sv_qp *qp, uint64_t *next)
+{
+    uint64_t now = sv_now_ns();
+
+    while (qp->sq_head != qp->sq_tail) {
+        uint8_t state = atomic_load(&qp->sh->state);
+        struct sv_swqe *w;
+        int r;
+
+        if (state == IBV_QPS_ERR) {
+            sv_sq_flush_locked(qp);
+            break;
+        }
+        if (state != IBV_QPS_RTS) {
+            return 0; /* resumes when the QP returns to RTS */
+        }
+        w = &qp->sq[qp->sq_head & (qp->sq_size - 1)];
+        if (w->deadline > now) {
+            *next = w->deadline;
+            return 1;
+        }
+        r = sv_exec(qp, w);
+        if (r == SV_X_BLOCKED) {
+            *next = w->deadline;
+            return 1;
+        }
+        qp->sq_head++;
+        if (r == SV_X_FAILED) {
+            sv_qp_to_error(qp);
+            break;
+        }
+    }
+    return 0;
+}
+
+void sv_qp_progress(struct sv_qp *qp)
+{
+    uint64_t next;
+
+    pthread_mutex_lock(&qp->sq_lock);
+    if (sv_qp_progress_locked(qp, &next)) {
+        sv_progress_add(qp);
+    } else {
+        sv_progress_remove(qp);
+    }
+    pthread_mutex_unlock(&qp->sq_lock);
+}

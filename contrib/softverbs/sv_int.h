@@ -1,0 +1,662 @@
+/*
+ * softverbs internal definitions: the shared-memory layout every process
+ * maps, and the per-process objects behind the libibverbs handles.
+ *
+ * Shared state uses offsets, never pointers: each process maps the segment
+ * at its own address. Every object slot starts with a handle that is 0 while
+ * the slot is free and is published last when the slot is taken, so a peer
+ * that reads a handle equal to the one it expects sees a complete slot.
+ * Handles carry a generation so that a stale QPN, key or CQ number never
+ * reaches a newer object that reuses the slot.
+ *
+ * Lock order (never take an earlier lock while holding a later one):
+ *   global -> QP slot -> SRQ slot -> CQ slot -> event queue slot
+ * Atomic stripe locks are taken alone. Process-local locks (send queue,
+ * CQ poll lock) may be held while taking shared ones, never the reverse.
+ */
+#ifndef SV_INT_H
+#define SV_INT_H
+
+#include "ib2_config.h"   /* _GNU_SOURCE and friends, before any header */
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#define SV_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define SV_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define SV_EXPORT      __attribute__((visibility("default")))
+#define SV_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define sv_container_of(ptr, type, member) \
+    ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* Bumped whenever any shared structure below changes shape. */
+#define SV_LAYOUT_VERSION 3
+#define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
+
+#define SV_MAX_DEVICES    8
+#define SV_MAX_PORTS      4
+#define SV_NAME_MAX       32
+#define SV_GID_TBL_LEN    16
+#define SV_IB_GIDS        1   /* valid GIDs on an InfiniBand port */
+#define SV_ETH_GIDS       4   /* link-local and IPv4 GIDs, RoCE v1 and v2 */
+#define SV_CHUNK          (64 * 1024)
+#define SV_ATOMIC_STRIPES 256
+#define SV_EVQ_ENTRIES    4096
+#define SV_GRH_SIZE       40
+#define SV_MAX_MSG_SIZE   0x80000000u
+
+/* ------------------------------------------------------------------ */
+/* Configuration (fixed-size, stored in the segment header)            */
+/* ------------------------------------------------------------------ */
+
+enum { SV_LINK_IB = 1, SV_LINK_ETH = 2 };
+
+struct sv_dev_config {
+    char     name[SV_NAME_MAX];
+    uint8_t  link;          /* SV_LINK_IB or SV_LINK_ETH */
+    uint8_t  num_ports;
+};
+
+struct sv_config {
+    uint32_t             num_devices;
+    struct sv_dev_config dev[SV_MAX_DEVICES];
+    uint32_t             mtu;           /* enum ibv_mtu of every port */
+    uint32_t             max_qp;        /* per device */
+    uint32_t             max_cq;
+    uint32_t             max_srq;
+    uint32_t             max_mr;
+    uint32_t             max_pd;
+    uint32_t             max_ah;
+    uint32_t             max_sge;
+    uint32_t             max_inline;
+    uint32_t             max_qp_wr;
+    uint32_t             max_srq_wr;
+    uint32_t             max_cqe;
+    uint32_t             max_rd_atom;
+    uint32_t             vendor_id;
+    uint32_t             vendor_part_id;
+    uint32_t             hw_ver;
+    uint32_t             max_procs;
+    uint64_t             max_mr_size;
+    uint64_t             max_reg;       /* device-wide registered bytes, 0: no limit */
+    uint64_t             heap_size;
+    uint64_t             subnet_prefix; /* host order */
+    char                 fw_ver[64];
+};
+
+/* ------------------------------------------------------------------ */
+/* Shared segment                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    pthread_mutex_t m;
+} sv_mutex_t;
+
+/* Tables of shared objects. XRCD and CONNREQ are reserved for XRC domains
+ * and rdmacm connection requests: laid out, empty in this version. */
+enum {
+    SV_T_QP, SV_T_CQ, SV_T_SRQ, SV_T_MR, SV_T_EVQ, SV_T_XRCD, SV_T_CONNREQ,
+    SV_T_NUM
+};
+
+/* Every table slot starts with this. */
+struct sv_slot {
+    _Atomic uint32_t handle;  /* 0: free; gen << shift | index otherwise */
+    uint32_t         gen;     /* generation of the last allocation */
+    _Atomic uint32_t proc;    /* owner's process slot, SV_NO_PROC if free */
+    int32_t          pid;     /* owner's pid (process_vm_* target) */
+    uint32_t         dev;     /* device the object belongs to */
+    uint32_t         pad;
+};
+
+#define SV_NO_PROC UINT32_MAX
+
+enum { SV_PROC_FREE = 0, SV_PROC_LIVE = 1 };
+
+struct sv_proc {
+    _Atomic uint32_t state;
+    int32_t          pid;
+    uint64_t         start_time; /* /proc/pid/stat field 22: guards pid reuse */
+    /* objects that live only in the process, counted for the limits */
+    _Atomic uint32_t n_pd[SV_MAX_DEVICES];
+    _Atomic uint32_t n_ah[SV_MAX_DEVICES];
+};
+
+struct sv_port_shared {
+    uint16_t lid;
+    uint8_t  dev;
+    uint8_t  port;            /* 1-based */
+    uint32_t pad;
+    union ibv_gid gid[SV_GID_TBL_LEN];
+    uint8_t  gid_type[SV_GID_TBL_LEN]; /* enum ibv_gid_type */
+    uint8_t  num_gids;
+    uint8_t  pad2[7];
+};
+
+struct sv_dev_shared {
+    _Atomic uint32_t n_obj[SV_T_NUM];  /* live objects per table */
+    _Atomic uint64_t reg_bytes;
+    uint64_t         node_guid;   /* host order */
+};
+
+/* A queue pair as peers see it: what a requester needs to deliver to it. */
+struct sv_qp_shared {
+    struct sv_slot   s;
+    sv_mutex_t       lock;       /* receive queue consumption, remote state */
+    uint8_t          type;       /* enum ibv_qp_type */
+    uint8_t          dev;
+    uint8_t          port;       /* 0 until RESET->INIT */
+    _Atomic uint8_t  state;      /* enum ibv_qp_state */
+    uint8_t          min_rnr_timer;
+    uint8_t          path_mtu;
+    _Atomic uint8_t  comm_est;   /* COMM_EST already reported */
+    uint8_t          sq_sig_all;
+    uint32_t         pd;
+    uint32_t         access;     /* qp_access_flags */
+    uint32_t         qkey;
+    uint32_t         dest_qpn;
+    uint32_t         srq;        /* SRQ handle or 0 */
+    uint32_t         recv_cq;    /* CQ handle */
+    uint32_t         async_evq;  /* owner context's async event queue */
+    uint32_t         max_dest_rd_atomic;
+    uint16_t         pkey_index;
+    uint16_t         pad;
+    _Atomic uint32_t rq_psn;
+    uint64_t         rq_off;     /* heap offset of the receive ring */
+    uint32_t         rq_size;    /* ring slots (power of two) */
+    uint32_t         rq_wr;      /* user-visible capacity */
+    uint32_t         rq_max_sge;
+    uint32_t         rq_stride;
+    _Atomic uint32_t rq_head;    /* consumed by requesters */
+    _Atomic uint32_t rq_tail;    /* produced by the owner */
+    uint32_t         xrcd;       /* reserved for XRC targets */
+    uint32_t         pad2;
+};
+
+struct sv_srq_shared {
+    struct sv_slot   s;
+    sv_mutex_t       lock;
+    uint32_t         pd;
+    uint32_t         async_evq;
+    uint64_t         ring_off;
+    uint32_t         size;
+    uint32_t         wr;         /* user-visible capacity */
+    uint32_t         max_sge;
+    uint32_t         stride;
+    _Atomic uint32_t head;
+    _Atomic uint32_t tail;
+    _Atomic uint32_t limit;      /* armed limit, 0: not armed */
+    uint32_t         xrcd;       /* reserved for XRC SRQs */
+    uint32_t         xrc_cq;     /* reserved for XRC SRQs */
+    uint32_t         pad;
+};
+
+struct sv_cqe {
+    struct ibv_wc    wc;
+    uint32_t         flags;      /* SV_CQE_* */
+    uint32_t         pad;
+    _Atomic uint64_t seq;        /* producer index + 1 once published */
+};
+
+enum { SV_CQE_SOLICITED = 1 };
+enum { SV_ARM_NONE = 0, SV_ARM_NEXT = 1, SV_ARM_SOLICITED = 2 };
+
+struct sv_cq_shared {
+    struct sv_slot   s;
+    sv_mutex_t       lock;       /* producers */
+    uint64_t         ring_off;
+    uint32_t         size;       /* power of two */
+    uint32_t         cqe;        /* user-visible capacity */
+    _Atomic uint64_t tail;       /* next producer index */
+    _Atomic uint64_t head;       /* next consumer index (owner only) */
+    _Atomic uint32_t armed;
+    _Atomic uint32_t overrun;
+    uint32_t         evq;        /* completion channel or 0 */
+    uint32_t         async_evq;
+    _Atomic uint32_t deferred;   /* events that found the channel full */
+    uint32_t         ignore_overrun;
+};
+
+struct sv_event {
+    uint32_t type;               /* enum ibv_event_type, or SV_EV_COMP */
+    uint32_t handle;             /* QP, SRQ or CQ handle; port number */
+};
+
+#define SV_EV_COMP 0x10000u
+
+/* A queue of events with a socket that wakes its owner (the fd it polls). */
+struct sv_evq_shared {
+    struct sv_slot   s;
+    sv_mutex_t       lock;
+    uint64_t         ring_off;
+    _Atomic uint64_t head;
+    _Atomic uint64_t tail;
+    _Atomic uint64_t lost;
+    uint32_t         kind;       /* SV_EVQ_COMP or SV_EVQ_ASYNC */
+    uint32_t         pad;
+    char             sockname[64];
+};
+
+enum { SV_EVQ_COMP = 1, SV_EVQ_ASYNC = 2 };
+
+struct sv_mr_shared {
+    struct sv_slot   s;
+    uint32_t         pd;
+    uint32_t         access;
+    uint64_t         iova;
+    uint64_t         length;
+    uint64_t         vaddr;
+    _Atomic uint32_t inflight;   /* transfers using the region right now */
+    uint8_t          dev;
+    uint8_t          pad[3];
+};
+
+/* Reserved: connection requests of a future rdmacm emulation. */
+struct sv_connreq_shared {
+    struct sv_slot   s;
+    uint32_t         listen_port;
+    uint32_t         state;
+    uint32_t         qpn;
+    uint32_t         pad;
+    uint8_t          private_data[64];
+};
+
+struct sv_table {
+    uint64_t off;                /* from the segment base */
+    uint32_t count;              /* power of two */
+    uint32_t shift;              /* log2(count) */
+    uint32_t stride;             /* bytes per slot */
+    uint32_t hint;               /* next slot to try */
+    uint32_t handle_bits;        /* width of the handle (24 for QPNs) */
+    uint32_t pad;
+};
+
+struct sv_hdr {
+    uint64_t             magic;
+    uint32_t             layout_version;
+    _Atomic uint32_t     ready;
+    uint64_t             total_size;
+    uint64_t             config_hash;
+    uint64_t             instance;    /* random id of this incarnation */
+    sv_mutex_t           lock;        /* tables, heap, process table */
+    struct sv_config     cfg;
+    struct sv_dev_shared dev[SV_MAX_DEVICES];
+    struct sv_port_shared port[SV_MAX_DEVICES][SV_MAX_PORTS];
+    uint64_t             procs_off;
+    uint32_t             nprocs;
+    _Atomic uint32_t     next_pd;
+    struct sv_table      table[SV_T_NUM];
+    uint64_t             stripes_off;
+    uint64_t             bitmap_off;
+    uint64_t             heap_off;
+    uint64_t             heap_chunks;
+    uint32_t             heap_hint;
+    uint32_t             pad;
+};
+
+/* ------------------------------------------------------------------ */
+/* Per-process state                                                   */
+/* ------------------------------------------------------------------ */
+
+struct sv_device {
+    struct ibv_device dev;        /* first: verbs_device layout */
+    const void       *ops;        /* where providers look for their ops */
+    uint32_t          index;
+};
+
+struct sv_global {
+    pthread_mutex_t   lock;
+    int               attached;
+    pid_t             pid;
+    struct sv_hdr    *hdr;
+    size_t            map_size;
+    uint32_t          proc;        /* my process slot */
+    int               seg_fd;      /* held with a shared flock while alive */
+    int               wake_fd;     /* datagram socket for wakeups */
+    char              shm_path[256];
+    char              tree[272];   /* private sysfs/dev tree */
+    struct sv_device *devices[SV_MAX_DEVICES];
+    void            **local[SV_T_NUM];  /* slot index -> local object */
+    _Atomic uint32_t  pending;     /* QPs with queued send work */
+    int               warned_ptrace;
+};
+
+extern struct sv_global sv_g;
+
+static inline void *sv_ptr(uint64_t off)
+{
+    return (char *)sv_g.hdr + off;
+}
+
+static inline void *sv_slot_at(int t, uint32_t idx)
+{
+    struct sv_table *tb = &sv_g.hdr->table[t];
+    return (char *)sv_g.hdr + tb->off + (uint64_t)idx * tb->stride;
+}
+
+static inline uint32_t sv_handle_idx(int t, uint32_t handle)
+{
+    return handle & (sv_g.hdr->table[t].count - 1);
+}
+
+/* The slot behind a handle, or NULL if the handle is stale or invalid. */
+static inline void *sv_lookup(int t, uint32_t handle)
+{
+    struct sv_slot *s;
+
+    if (SV_UNLIKELY(handle == 0)) {
+        return NULL;
+    }
+    s = (struct sv_slot *)sv_slot_at(t, sv_handle_idx(t, handle));
+    if (atomic_load_explicit(&s->handle, memory_order_acquire) != handle) {
+        return NULL;
+    }
+    return s;
+}
+
+static inline struct sv_cqe *sv_cq_ring(struct sv_cq_shared *cq)
+{
+    return (struct sv_cqe *)sv_ptr(cq->ring_off);
+}
+
+struct sv_rwqe {
+    uint64_t      wr_id;
+    uint32_t      num_sge;
+    uint32_t      pad;
+    struct ibv_sge sge[];
+};
+
+static inline struct sv_rwqe *sv_rwqe_at(uint64_t ring_off, uint32_t stride,
+                                         uint32_t size, uint32_t idx)
+{
+    return (struct sv_rwqe *)((char *)sv_ptr(ring_off) +
+                              (uint64_t)(idx & (size - 1)) * stride);
+}
+
+/* Local objects */
+
+struct sv_evq;
+
+struct sv_context {
+    struct verbs_context vctx;    /* ends with struct ibv_context */
+    struct sv_device    *dev;
+    struct sv_evq       *async;
+    pthread_mutex_t      lock;
+};
+
+struct sv_pd {
+    struct ibv_pd pd;
+    uint32_t      id;
+};
+
+struct sv_mr {
+    struct ibv_mr mr;
+    uint32_t      idx;
+    int           access;
+    uint64_t      pinned;          /* bytes charged to the limits */
+};
+
+struct sv_evq {
+    uint32_t          handle;
+    uint32_t          idx;
+    int               fd;          /* bound datagram socket: the pollable fd */
+    struct sv_evq_shared *sh;
+    struct sv_event  *ring;
+    pthread_mutex_t   lock;        /* local consumers */
+};
+
+struct sv_channel {
+    struct ibv_comp_channel ch;
+    struct sv_evq     evq;
+    pthread_mutex_t   lock;
+    struct sv_cq     *cqs;         /* CQs bound to this channel */
+};
+
+struct sv_cq {
+    struct ibv_cq_ex  cq;          /* first: also a struct ibv_cq */
+    uint32_t          handle;
+    uint32_t          idx;
+    struct sv_cq_shared *sh;
+    struct sv_cqe    *ring;
+    uint64_t          mask;
+    pthread_spinlock_t poll_lock;
+    struct sv_channel *chan;
+    struct sv_cq     *chan_next;
+    uint64_t          wc_flags;    /* extended CQ: requested fields */
+    struct ibv_wc     cur;         /* extended CQ: entry being read */
+    uint32_t          comp_events; /* delivered through the channel */
+    uint32_t          async_events;
+    _Atomic int       refs;        /* QPs using it */
+    int               single;      /* IBV_CREATE_CQ_ATTR_SINGLE_THREADED */
+};
+
+struct sv_srq {
+    struct ibv_srq    srq;
+    uint32_t          handle;
+    uint32_t          idx;
+    struct sv_srq_shared *sh;
+    uint32_t          async_events;
+};
+
+struct sv_ah {
+    struct ibv_ah      ah;
+    struct ibv_ah_attr attr;
+    uint8_t            dev;
+};
+
+/* One send work request as the engine executes it. */
+struct sv_swqe {
+    uint64_t        wr_id;
+    uint32_t        opcode;          /* enum ibv_wr_opcode */
+    uint32_t        flags;           /* enum ibv_send_flags */
+    uint32_t        imm;             /* network order */
+    uint32_t        num_sge;
+    const struct ibv_sge *sge;
+    uint64_t        remote_addr;
+    uint32_t        rkey;
+    uint32_t        ud_qpn;
+    uint64_t        compare_add;
+    uint64_t        swap;
+    uint32_t        ud_qkey;
+    uint8_t         ud_valid;
+    uint8_t         inl;             /* data lives in inl_data */
+    uint8_t         started;         /* counted against retries */
+    uint8_t         pad;
+    uint32_t        inl_len;
+    uint8_t        *inl_data;
+    struct ibv_ah_attr ud_ah;
+    uint8_t         ud_dev;
+    uint8_t         rnr_left;
+    uint8_t         retry_left;
+    uint8_t         pad2;
+    uint64_t        deadline;        /* ns, CLOCK_MONOTONIC */
+};
+
+struct sv_qp {
+    struct ibv_qp_ex  qpx;           /* first: also a struct ibv_qp */
+    uint32_t          idx;
+    struct sv_qp_shared *sh;
+    struct sv_cq     *scq;
+    struct sv_cq     *rcq;
+    struct sv_srq    *srq;
+    struct sv_context *ctx;
+    pthread_mutex_t   sq_lock;
+    /* send queue: entries not yet completed, in order */
+    struct sv_swqe   *sq;
+    struct ibv_sge   *sq_sge;        /* sq_size * max_send_sge */
+    uint8_t          *sq_inl;        /* sq_size * max_inline */
+    uint32_t          sq_size;       /* power of two */
+    uint32_t          sq_head, sq_tail;
+    uint32_t          max_send_wr, max_send_sge, max_inline;
+    uint32_t          max_recv_wr, max_recv_sge;
+    int               sq_sig_all;
+    int               pending;       /* registered with the progress list */
+    struct sv_qp     *pend_next;
+    /* attributes as last set, for ibv_query_qp */
+    struct ibv_qp_attr attr;
+    uint32_t          sq_psn;
+    uint32_t          async_events;
+    /* extended post interface (ibv_qp_ex) */
+    uint64_t          ex_send_ops;
+    int               ex_err;
+    struct ibv_send_wr *ex_wrs;
+    struct ibv_sge    *ex_sges;
+    uint8_t          *ex_inl;
+    uint32_t          ex_n, ex_cap;
+};
+
+/* ------------------------------------------------------------------ */
+/* Functions                                                           */
+/* ------------------------------------------------------------------ */
+
+/* sv_lock.c */
+void sv_mutex_init(sv_mutex_t *m);
+int  sv_mutex_lock(sv_mutex_t *m);      /* 1 if the previous owner died */
+int  sv_mutex_timedlock(sv_mutex_t *m, int timeout_ms); /* -1 on timeout */
+static inline void sv_mutex_unlock(sv_mutex_t *m)
+{
+    pthread_mutex_unlock(&m->m);
+}
+
+/* sv_log.c */
+void sv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void sv_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t sv_now_ns(void);
+
+/* sv_config.c */
+int  sv_config_load(struct sv_config *cfg, char *err, size_t errlen);
+uint64_t sv_config_hash(const struct sv_config *cfg);
+const char *sv_shm_name(char *buf, size_t len);
+
+/* sv_shm.c */
+int  sv_attach(void);                  /* 0 or errno */
+void sv_reap_dead(void);
+int  sv_pid_alive(int32_t pid);
+void sv_note_dead_pid(int32_t pid);
+/* Take a free slot for an object of device dev (limits enforced); the
+ * caller fills it and then publishes the handle with sv_slot_publish. */
+int  sv_slot_alloc(int t, uint32_t dev, void **slot, uint32_t *handle);
+void sv_slot_publish(void *slot, uint32_t handle);
+/* Make the handle stale; the caller holds the slot's lock if it has one. */
+void sv_slot_unpublish(void *slot);
+/* Return an unpublished slot to the free pool. */
+void sv_slot_release(int t, void *slot);
+int  sv_local_count_ok(int which, uint32_t dev); /* 0: PD, 1: AH limits */
+void sv_local_count_put(int which, uint32_t dev);
+int  sv_heap_alloc(uint64_t bytes, uint64_t *off);
+void sv_heap_free(uint64_t off, uint64_t bytes);
+sv_mutex_t *sv_stripe(uint64_t key);
+void sv_local_set(int t, uint32_t idx, void *obj);
+void *sv_local_get(int t, uint32_t idx);
+uint16_t sv_port_lid(uint32_t dev, uint32_t port);
+
+/* sv_sysfs.c */
+int  sv_tree_build(void);
+const char *sv_tree_root(void);
+
+/* sv_evq.c */
+int  sv_evq_create(struct sv_evq *q, uint32_t kind);
+void sv_evq_destroy(struct sv_evq *q);
+/* Queue an event for another (or this) process and wake the owner;
+ * -1 if the queue was full (the event is counted as lost). */
+int  sv_evq_post(uint32_t evq_handle, uint32_t type, uint32_t handle);
+int  sv_evq_try(struct sv_evq *q, struct sv_event *ev); /* 0 or EAGAIN */
+int  sv_evq_blocking(struct sv_evq *q);
+void sv_evq_wait(struct sv_evq *q);
+uint64_t sv_evq_lost(struct sv_evq *q);
+
+/* sv_cq.c */
+/* Add a completion; called with no QP/SRQ lock order violation. Returns 0,
+ * or -1 if the CQ overran (the caller moves its QP to the error state). */
+int  sv_cq_push(uint32_t cq_handle, const struct ibv_wc *wc, uint32_t flags);
+void sv_cq_progress_hook(void);
+
+/* sv_qp.c */
+void sv_qp_set_error_remote(struct sv_qp_shared *q); /* slot lock held */
+void sv_qp_flush_rq_locked(struct sv_qp_shared *q);
+void sv_qp_to_error(struct sv_qp *qp);
+int  sv_qp_rq_post(struct sv_qp_shared *sh, struct ibv_recv_wr *wr,
+                   struct ibv_recv_wr **bad, uint32_t max_sge);
+
+int  sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
+                  uint32_t max_sge, _Atomic uint32_t *head,
+                  _Atomic uint32_t *tail, struct ibv_recv_wr *wr,
+                  struct ibv_recv_wr **bad);
+
+/* sv_srq.c */
+void sv_srq_get(struct sv_srq *srq);
+void sv_srq_put(struct sv_srq *srq);
+int  sv_srq_take(uint32_t srqn, struct sv_rwqe *w, uint32_t max_sge);
+
+/* sv_exec.c */
+int  sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
+                  struct ibv_send_wr **bad);
+void sv_qp_progress(struct sv_qp *qp);
+int  sv_qp_progress_locked(struct sv_qp *qp, uint64_t *next);
+void sv_sq_flush_locked(struct sv_qp *qp);
+
+/* sv_progress.c */
+void sv_progress_add(struct sv_qp *qp);
+void sv_progress_remove(struct sv_qp *qp);
+void sv_progress_run_due(void);
+void sv_progress_fork_child(void);
+
+/* sv_xfer.c */
+ssize_t sv_write_remote(int32_t pid, const struct iovec *local, int nlocal,
+                        const struct iovec *remote, int nremote);
+ssize_t sv_read_remote(int32_t pid, const struct iovec *local, int nlocal,
+                       const struct iovec *remote, int nremote);
+
+/* sv_ah.c */
+int  sv_ah_route(const struct ibv_ah_attr *ah, uint8_t src_dev,
+                 const struct sv_qp_shared *dst);
+void sv_grh_build(uint8_t *grh, const struct ibv_ah_attr *ah,
+                  uint8_t src_dev, uint8_t src_port, uint32_t paylen);
+int  sv_gid_type(uint32_t dev, uint32_t port, uint32_t index);
+
+/* sv_mr.c */
+void     sv_pd_get(struct ibv_pd *pd);
+void     sv_pd_put(struct ibv_pd *pd);
+uint32_t sv_pd_id(struct ibv_pd *pd);
+
+/* sv_device.c */
+struct sv_context *sv_ctx(struct ibv_context *c);
+int  sv_port_valid(uint32_t dev, uint32_t port);
+int  sv_gid_lookup(uint32_t dev, uint32_t port, const union ibv_gid *gid);
+
+/* sv_qpex.c */
+int  sv_qpex_supported(uint64_t send_ops);
+int  sv_qpex_init(struct sv_qp *qp, uint64_t send_ops);
+void sv_qpex_free(struct sv_qp *qp);
+
+static inline struct sv_qp *sv_qp_of(struct ibv_qp *q)
+{
+    return sv_container_of(q, struct sv_qp, qpx.qp_base);
+}
+
+static inline struct sv_cq *sv_cq_of(struct ibv_cq *c)
+{
+    return (struct sv_cq *)c;
+}
+
+static inline int sv_is_power_of_2(uint64_t v)
+{
+    return v && !(v & (v - 1));
+}
+
+static inline uint64_t sv_roundup_pow2(uint64_t v)
+{
+    uint64_t r = 1;
+
+    while (r < v) {
+        r <<= 1;
+    }
+    return r;
+}
+
+#endif

@@ -1,0 +1,736 @@
+/*
+ * Queue pairs: creation, the state machine with the kernel's required and
+ * optional attribute masks, query, destruction, receive posting and the
+ * flush of outstanding work when a QP enters the error state.
+ *
+ * A QP has a shared slot (what peers need to deliver to it: state, keys,
+ * the receive ring) and a private part (the send queue, which only the
+ * owner executes). Its state lives in the slot because peers move it to
+ * the error state when they detect a responder error.
+ */
+#include "sv_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------ */
+/* State machine                                                       */
+/* ------------------------------------------------------------------ */
+
+enum { SV_RC_I, SV_UC_I, SV_UD_I, SV_NTYPES };
+
+struct sv_trans {
+    uint8_t  valid;
+    uint32_t req[SV_NTYPES];
+    uint32_t opt[SV_NTYPES];
+};
+
+#define M_PKEY   IBV_QP_PKEY_INDEX
+#define M_PORT   IBV_QP_PORT
+#define M_ACC    IBV_QP_ACCESS_FLAGS
+#define M_QKEY   IBV_QP_QKEY
+#define M_AV     IBV_QP_AV
+#define M_MTU    IBV_QP_PATH_MTU
+#define M_DQPN   IBV_QP_DEST_QPN
+#define M_RQPSN  IBV_QP_RQ_PSN
+#define M_DRD    IBV_QP_MAX_DEST_RD_ATOMIC
+#define M_RNRT   IBV_QP_MIN_RNR_TIMER
+#define M_ALT    IBV_QP_ALT_PATH
+#define M_TMO    IBV_QP_TIMEOUT
+#define M_RETRY  IBV_QP_RETRY_CNT
+#define M_RNRR   IBV_QP_RNR_RETRY
+#define M_SQPSN  IBV_QP_SQ_PSN
+#define M_RD     IBV_QP_MAX_QP_RD_ATOMIC
+#define M_CUR    IBV_QP_CUR_STATE
+#define M_MIG    IBV_QP_PATH_MIG_STATE
+#define M_SQD    IBV_QP_EN_SQD_ASYNC_NOTIFY
+
+/* Which attributes each transition requires and allows, per QP type
+ * (RC, UC, UD), as the kernel's verbs core enforces them. */
+static const struct sv_trans sv_trans[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
+    [IBV_QPS_RESET] = {
+        [IBV_QPS_RESET] = { 1, { 0 }, { 0 } },
+        [IBV_QPS_ERR]   = { 1, { 0 }, { 0 } },
+        [IBV_QPS_INIT]  = { 1,
+            { M_PKEY | M_PORT | M_ACC, M_PKEY | M_PORT | M_ACC,
+              M_PKEY | M_PORT | M_QKEY },
+            { 0 } },
+    },
+    [IBV_QPS_INIT] = {
+        [IBV_QPS_RESET] = { 1, { 0 }, { 0 } },
+        [IBV_QPS_ERR]   = { 1, { 0 }, { 0 } },
+        [IBV_QPS_INIT]  = { 1, { 0 },
+            { M_PKEY | M_PORT | M_ACC, M_PKEY | M_PORT | M_ACC,
+              M_PKEY | M_PORT | M_QKEY } },
+        [IBV_QPS_RTR]   = { 1,
+            { M_AV | M_MTU | M_DQPN | M_RQPSN | M_DRD | M_RNRT,
+              M_AV | M_MTU | M_DQPN | M_RQPSN, 0 },
+            { M_ALT | M_ACC | M_PKEY, M_ALT | M_ACC | M_PKEY,
+              M_PKEY | M_QKEY } },
+    },
+    [IBV_QPS_RTR] = {
+        [IBV_QPS_RESET] = { 1, { 0 }, { 0 } },
+        [IBV_QPS_ERR]   = { 1, { 0 }, { 0 } },
+        [IBV_QPS_RTS]   = { 1,
+            { M_TMO | M_RETRY | M_RNRR | M_SQPSN | M_RD, M_SQPSN, M_SQPSN },
+            { M_CUR | M_ALT | M_ACC | M_RNRT | M_MIG,
+              M_CUR | M_ALT | M_ACC | M_MIG, M_CUR | M_QKEY } },
+    },
+    [IBV_QPS_RTS] = {
+        [IBV_QPS_RESET] = { 1, { 0 }, { 0 } },
+        [IBV_QPS_ERR]   = { 1, { 0 }, { 0 } },
+        [IBV_QPS_RTS]   = { 1, { 0 },
+            { M_CUR | M_ACC | M_ALT | M_MIG | M_RNRT,
+              M_CUR | M_ACC | M_ALT | M_MIG, M_CUR | M_QKEY } },
+        [IBV_QPS_SQD]   = { 1, { 0 }, { M_SQD, M_SQD, M_SQD } },
+    },
+    [IBV_QPS_SQD] = {
+        [IBV_QPS_RESET] = { 1, { 0 }, { 0 } },
+        [IBV_QPS_ERR]   = { 1, { 0 }, { 0 } },
+        [IBV_QPS_RTS]   = { 1, { 0 },
+            { M_CUR | M_ALT | M_ACC | M_RNRT | M_MIG,
+              M_CUR | M_ALT | M_ACC | M_MIG, M_CUR | M_QKEY } },
+        [IBV_QPS_SQD]   = { 1, { 0 },
+            { M_PORT | M_AV | M_TMO | M_RETRY | M_RNRR | M_RD | M_DRD |
+              M_ALT | M_ACC | M_PKEY | M_RNRT | M_MIG,
+              M_AV | M_ALT | M_ACC | M_PKEY | M_MIG, M_PKEY | M_QKEY } },
+    },
+    [IBV_QPS_SQE] = {
+        [IBV_QPS_RESET] = { 1, { 0 }, { 0 } },
+        [IBV_QPS_ERR]   = { 1, { 0 }, { 0 } },
+        [IBV_QPS_RTS]   = { 1, { 0 }, { 0, M_CUR | M_ACC, M_CUR | M_QKEY } },
+    },
+    [IBV_QPS_ERR] = {
+        [IBV_QPS_RESET] = { 1, { 0 }, { 0 } },
+        [IBV_QPS_ERR]   = { 1, { 0 }, { 0 } },
+    },
+};
+
+static int sv_type_index(enum ibv_qp_type t)
+{
+    switch (t) {
+    case IBV_QPT_RC: return SV_RC_I;
+    case IBV_QPT_UC: return SV_UC_I;
+    default:         return SV_UD_I;
+    }
+}
+
+static int sv_transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next,
+                            enum ibv_qp_type type, int mask)
+{
+    const struct sv_trans *t;
+    uint32_t req, opt;
+    int ti = sv_type_index(type);
+
+    if (cur > IBV_QPS_ERR || next > IBV_QPS_ERR) {
+        return 0;
+    }
+    if ((mask & IBV_QP_CUR_STATE) && cur != IBV_QPS_RTR &&
+        cur != IBV_QPS_RTS && cur != IBV_QPS_SQD && cur != IBV_QPS_SQE) {
+        return 0;
+    }
+    t = &sv_trans[cur][next];
+    if (!t->valid) {
+        return 0;
+    }
+    req = t->req[ti];
+    opt = t->opt[ti];
+    return ((mask & req) == req) &&
+           !(mask & ~(req | opt | IBV_QP_STATE));
+}
+
+/* ------------------------------------------------------------------ */
+/* Flush and error                                                     */
+/* ------------------------------------------------------------------ */
+
+/* Complete every posted receive with a flush error. Slot lock held. */
+void sv_qp_flush_rq_locked(struct sv_qp_shared *q)
+{
+    uint32_t h = atomic_load(&q->rq_head), t = atomic_load(&q->rq_tail);
+    uint32_t qpn = atomic_load(&q->s.handle);
+
+    for (; h != t; ++h) {
+        struct sv_rwqe *w = sv_rwqe_at(q->rq_off, q->rq_stride, q->rq_size,
+                                       h);
+        struct ibv_wc wc = {
+            .wr_id  = w->wr_id,
+            .status = IBV_WC_WR_FLUSH_ERR,
+            .opcode = IBV_WC_RECV,
+            .qp_num = qpn,
+        };
+
+        sv_cq_push(q->recv_cq, &wc, 0);
+        atomic_store(&q->rq_head, h + 1);
+    }
+}
+
+/* Move a QP to the error state on behalf of its peer (or itself). Slot
+ * lock held. Posts LAST_WQE_REACHED for SRQ users as hardware does. */
+void sv_qp_set_error_remote(struct sv_qp_shared *q)
+{
+    if (atomic_exchange(&q->state, IBV_QPS_ERR) == IBV_QPS_ERR) {
+        return;
+    }
+    if (q->srq == 0) {
+        sv_qp_flush_rq_locked(q);
+    } else {
+        sv_evq_post(q->async_evq, IBV_EVENT_QP_LAST_WQE_REACHED,
+                    atomic_load(&q->s.handle));
+    }
+}
+
+/* The owner's view: error state, receive and send queues flushed. The
+ * caller holds qp->sq_lock. */
+void sv_qp_to_error(struct sv_qp *qp)
+{
+    sv_mutex_lock(&qp->sh->lock);
+    sv_qp_set_error_remote(qp->sh);
+    sv_mutex_unlock(&qp->sh->lock);
+    qp->qpx.qp_base.state = IBV_QPS_ERR;
+    sv_sq_flush_locked(qp);
+}
+
+/* ------------------------------------------------------------------ */
+/* Receive queue                                                       */
+/* ------------------------------------------------------------------ */
+
+/* Append receive WQEs to a ring. The ring's lock is held. */
+int sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
+                 uint32_t max_sge, _Atomic uint32_t *head,
+                 _Atomic uint32_t *tail, struct ibv_recv_wr *wr,
+                 struct ibv_recv_wr **bad)
+{
+    for (; wr != NULL; wr = wr->next) {
+        uint32_t t = atomic_load_explicit(tail, memory_order_relaxed);
+        struct sv_rwqe *w;
+
+        if (SV_UNLIKELY(wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge)) {
+            *bad = wr;
+            return EINVAL;
+        }
+        if (SV_UNLIKELY(t - atomic_load(head) >= cap)) {
+            *bad = wr;
+            return ENOMEM;
+        }
+        w = sv_rwqe_at(off, stride, size, t);
+        w->wr_id   = wr->wr_id;
+        w->num_sge = (uint32_t)wr->num_sge;
+        memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * wr->num_sge);
+        atomic_store_explicit(tail, t + 1, memory_order_release);
+    }
+    return 0;
+}
+
+int sv_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
+                    struct ibv_recv_wr **bad)
+{
+    struct sv_qp *qp = sv_qp_of(ibqp);
+    struct sv_qp_shared *sh = qp->sh;
+    uint8_t state;
+    int rc;
+
+    if (SV_UNLIKELY(qp->srq != NULL)) {
+        *bad = wr;
+        return EINVAL; /* receives go to the SRQ */
+    }
+    sv_mutex_lock(&sh->lock);
+    state = atomic_load(&sh->state);
+    if (SV_UNLIKELY(state == IBV_QPS_RESET)) {
+        sv_mutex_unlock(&sh->lock);
+        *bad = wr;
+        return EINVAL;
+    }
+    rc = sv_ring_post(sh->rq_off, sh->rq_size, sh->rq_stride, sh->rq_wr,
+                      sh->rq_max_sge, &sh->rq_head, &sh->rq_tail, wr, bad);
+    if (SV_UNLIKELY(state == IBV_QPS_ERR)) {
+        sv_qp_flush_rq_locked(sh);
+    }
+    sv_mutex_unlock(&sh->lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Create                                                              */
+/* ------------------------------------------------------------------ */
+
+struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
+                                  struct ibv_qp_init_attr_ex *a)
+{
+    struct sv_context *ctx = sv_ctx(c);
+    const struct sv_config *cfg = &sv_g.hdr->cfg;
+    uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                     IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    struct sv_qp_shared *sh;
+    struct sv_qp *qp;
+    uint32_t qpn, rq_sge = 0, rq_size = 0, stride = 0;
+    uint64_t rq_off = 0;
+    int rc;
+
+    if (a->comp_mask & ~known) {
+        errno = EOPNOTSUPP; /* XRC, TSO, RSS: not in this device */
+        return NULL;
+    }
+    if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || a->pd == NULL ||
+        a->pd->context != c) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+        !sv_qpex_supported(a->send_ops_flags)) {
+        errno = EOPNOTSUPP; /* memory windows, invalidation, TSO */
+        return NULL;
+    }
+    if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC &&
+        a->qp_type != IBV_QPT_UD) {
+        errno = EOPNOTSUPP;
+        return NULL;
+    }
+    if (a->send_cq == NULL || a->recv_cq == NULL ||
+        a->send_cq->context != c || a->recv_cq->context != c ||
+        (a->srq != NULL && a->srq->context != c)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (a->cap.max_send_wr > cfg->max_qp_wr ||
+        a->cap.max_send_sge > cfg->max_sge ||
+        a->cap.max_inline_data > cfg->max_inline ||
+        (a->srq == NULL && (a->cap.max_recv_wr > cfg->max_qp_wr ||
+                            a->cap.max_recv_sge > cfg->max_sge))) {
+        errno = EINVAL;
+        return NULL;
+    }
+
+    qp = calloc(1, sizeof(*qp));
+    if (qp == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    qp->max_send_wr  = a->cap.max_send_wr;
+    qp->max_send_sge = a->cap.max_send_sge;
+    qp->max_inline   = a->cap.max_inline_data;
+    qp->sq_size      = (uint32_t)sv_roundup_pow2(qp->max_send_wr ?
+                                                 qp->max_send_wr : 1);
+    qp->sq     = calloc(qp->sq_size, sizeof(*qp->sq));
+    qp->sq_sge = calloc((size_t)qp->sq_size * (qp->max_send_sge ?
+                                               qp->max_send_sge : 1),
+                        sizeof(struct ibv_sge));
+    qp->sq_inl = calloc((size_t)qp->sq_size, qp->max_inline ?
+                        qp->max_inline : 1);
+    if (qp->sq == NULL || qp->sq_sge == NULL || qp->sq_inl == NULL) {
+        rc = ENOMEM;
+        goto err_free;
+    }
+
+    rc = sv_slot_alloc(SV_T_QP, ctx->dev->index, (void **)&sh, &qpn);
+    if (rc) {
+        goto err_free;
+    }
+    if (a->srq == NULL) {
+        qp->max_recv_wr  = a->cap.max_recv_wr;
+        qp->max_recv_sge = a->cap.max_recv_sge;
+        rq_sge  = qp->max_recv_sge ? qp->max_recv_sge : 1;
+        rq_size = (uint32_t)sv_roundup_pow2(qp->max_recv_wr ?
+                                            qp->max_recv_wr : 1);
+        stride  = (uint32_t)(sizeof(struct sv_rwqe) +
+                             rq_sge * sizeof(struct ibv_sge));
+        rc = sv_heap_alloc((uint64_t)rq_size * stride, &rq_off);
+        if (rc) {
+            sv_slot_release(SV_T_QP, sh);
+            goto err_free;
+        }
+    }
+
+    sh->type       = (uint8_t)a->qp_type;
+    sh->dev        = (uint8_t)ctx->dev->index;
+    sh->port       = 0;
+    sh->sq_sig_all = !!a->sq_sig_all;
+    sh->pd         = sv_pd_id(a->pd);
+    sh->access     = 0;
+    sh->qkey       = 0;
+    sh->dest_qpn   = 0;
+    sh->srq        = (a->srq != NULL) ? ((struct sv_srq *)a->srq)->handle : 0;
+    sh->recv_cq    = sv_cq_of(a->recv_cq)->handle;
+    sh->async_evq  = ctx->async->handle;
+    sh->rq_off     = rq_off;
+    sh->rq_size    = rq_size;
+    sh->rq_wr      = qp->max_recv_wr;
+    sh->rq_max_sge = qp->max_recv_sge;
+    sh->rq_stride  = stride;
+    sh->xrcd       = 0;
+    sh->max_dest_rd_atomic = 0;
+    sh->min_rnr_timer      = 0;
+    sh->path_mtu           = IBV_MTU_256;
+    sh->pkey_index         = 0;
+    atomic_store(&sh->rq_head, 0);
+    atomic_store(&sh->rq_tail, 0);
+    atomic_store(&sh->rq_psn, 0);
+    atomic_store(&sh->comm_est, 0);
+    atomic_store(&sh->state, IBV_QPS_RESET);
+
+    qp->idx        = sv_handle_idx(SV_T_QP, qpn);
+    qp->sh         = sh;
+    qp->ctx        = ctx;
+    qp->scq        = sv_cq_of(a->send_cq);
+    qp->rcq        = sv_cq_of(a->recv_cq);
+    qp->srq        = (struct sv_srq *)a->srq;
+    qp->sq_sig_all = !!a->sq_sig_all;
+    pthread_mutex_init(&qp->sq_lock, NULL);
+
+    qp->qpx.qp_base.context    = c;
+    qp->qpx.qp_base.qp_context = a->qp_context;
+    qp->qpx.qp_base.pd         = a->pd;
+    qp->qpx.qp_base.send_cq    = a->send_cq;
+    qp->qpx.qp_base.recv_cq    = a->recv_cq;
+    qp->qpx.qp_base.srq        = a->srq;
+    qp->qpx.qp_base.handle     = qp->idx;
+    qp->qpx.qp_base.qp_num     = qpn;
+    qp->qpx.qp_base.state      = IBV_QPS_RESET;
+    qp->qpx.qp_base.qp_type    = a->qp_type;
+    pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
+    pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
+    if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+        sv_qpex_init(qp, a->send_ops_flags)) {
+        rc = ENOMEM;
+        if (rq_off != 0) {
+            sv_heap_free(rq_off, (uint64_t)rq_size * stride);
+        }
+        sv_slot_release(SV_T_QP, sh);
+        goto err_free;
+    }
+
+    a->cap.max_send_wr     = qp->max_send_wr;
+    a->cap.max_send_sge    = qp->max_send_sge;
+    a->cap.max_inline_data = qp->max_inline;
+    a->cap.max_recv_wr     = qp->max_recv_wr;
+    a->cap.max_recv_sge    = qp->max_recv_sge;
+    qp->attr.cap           = a->cap;
+
+    atomic_fetch_add(&qp->scq->refs, 1);
+    atomic_fetch_add(&qp->rcq->refs, 1);
+    if (qp->srq != NULL) {
+        sv_srq_get(qp->srq);
+    }
+    sv_pd_get(a->pd);
+    sv_local_set(SV_T_QP, qp->idx, qp);
+    sv_slot_publish(sh, qpn);
+    return &qp->qpx.qp_base;
+
+err_free:
+    free(qp->sq);
+    free(qp->sq_sge);
+    free(qp->sq_inl);
+    free(qp);
+    errno = rc;
+    return NULL;
+}
+
+SV_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
+                                       struct ibv_qp_init_attr *attr)
+{
+    struct ibv_qp_init_attr_ex a;
+    struct ibv_qp *qp;
+
+    memset(&a, 0, sizeof(a));
+    a.qp_context = attr->qp_context;
+    a.send_cq    = attr->send_cq;
+    a.recv_cq    = attr->recv_cq;
+    a.srq        = attr->srq;
+    a.cap        = attr->cap;
+    a.qp_type    = attr->qp_type;
+    a.sq_sig_all = attr->sq_sig_all;
+    a.comp_mask  = IBV_QP_INIT_ATTR_PD;
+    a.pd         = pd;
+    qp = sv_op_create_qp_ex(pd->context, &a);
+    if (qp != NULL) {
+        attr->cap = a.cap;
+    }
+    return qp;
+}
+
+/* ------------------------------------------------------------------ */
+/* Modify / query                                                      */
+/* ------------------------------------------------------------------ */
+
+static int sv_check_av(struct sv_qp *qp, const struct ibv_ah_attr *ah,
+                       uint8_t port)
+{
+    uint32_t d = qp->ctx->dev->index;
+    uint8_t p = ah->port_num ? ah->port_num : port;
+
+    if (!sv_port_valid(d, p)) {
+        return EINVAL;
+    }
+    if (sv_g.hdr->cfg.dev[d].link == SV_LINK_ETH && !ah->is_global) {
+        return EINVAL; /* RoCE needs a GRH */
+    }
+    if (ah->is_global &&
+        sv_gid_type(d, p, ah->grh.sgid_index) < 0) {
+        return EINVAL;
+    }
+    return 0;
+}
+
+static int sv_check_values(struct sv_qp *qp, const struct ibv_qp_attr *a,
+                           int mask)
+{
+    const struct sv_config *cfg = &sv_g.hdr->cfg;
+    uint32_t d = qp->ctx->dev->index;
+    uint8_t port = (mask & IBV_QP_PORT) ? a->port_num : qp->sh->port;
+
+    if ((mask & IBV_QP_PORT) && !sv_port_valid(d, a->port_num)) {
+        return EINVAL;
+    }
+    if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0) {
+        return EINVAL;
+    }
+    if ((mask & IBV_QP_ACCESS_FLAGS) &&
+        (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE |
+                                          IBV_ACCESS_REMOTE_WRITE |
+                                          IBV_ACCESS_REMOTE_READ |
+                                          IBV_ACCESS_REMOTE_ATOMIC))) {
+        return EINVAL;
+    }
+    if ((mask & IBV_QP_AV) && sv_check_av(qp, &a->ah_attr, port)) {
+        return EINVAL;
+    }
+    if ((mask & IBV_QP_PATH_MTU) &&
+        (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096)) {
+        return EINVAL;
+    }
+    if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) &&
+        a->max_rd_atomic > cfg->max_rd_atom) {
+        return EINVAL;
+    }
+    if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) &&
+        a->max_dest_rd_atomic > cfg->max_rd_atom) {
+        return EINVAL;
+    }
+    if (((mask & IBV_QP_TIMEOUT) && a->timeout > 31) ||
+        ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7) ||
+        ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7) ||
+        ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31) ||
+        ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num > 0xffffff)) {
+        return EINVAL;
+    }
+    if (mask & (IBV_QP_ALT_PATH | IBV_QP_RATE_LIMIT)) {
+        return EOPNOTSUPP; /* no automatic path migration, no pacing */
+    }
+    if ((mask & IBV_QP_PATH_MIG_STATE) &&
+        a->path_mig_state != IBV_MIG_MIGRATED) {
+        return EOPNOTSUPP;
+    }
+    return 0;
+}
+
+SV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
+                            int mask)
+{
+    struct sv_qp *qp = sv_qp_of(ibqp);
+    struct sv_qp_shared *sh = qp->sh;
+    enum ibv_qp_state cur, next;
+    int rc, kick = 0, drained = 0;
+
+    pthread_mutex_lock(&qp->sq_lock);
+    sv_mutex_lock(&sh->lock);
+    cur  = (enum ibv_qp_state)atomic_load(&sh->state);
+    next = (mask & IBV_QP_STATE) ? a->qp_state : cur;
+    if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != cur) {
+        rc = EINVAL;
+        goto out;
+    }
+    if (!sv_transition_ok(cur, next, ibqp->qp_type, mask)) {
+        rc = EINVAL;
+        goto out;
+    }
+    rc = sv_check_values(qp, a, mask);
+    if (rc) {
+        goto out;
+    }
+
+    if (mask & IBV_QP_PORT) {
+        sh->port          = a->port_num;
+        qp->attr.port_num = a->port_num;
+    }
+    if (mask & IBV_QP_PKEY_INDEX) {
+        qp->attr.pkey_index = a->pkey_index;
+    }
+    if (mask & IBV_QP_ACCESS_FLAGS) {
+        sh->access               = a->qp_access_flags;
+        qp->attr.qp_access_flags = a->qp_access_flags;
+    }
+    if (mask & IBV_QP_QKEY) {
+        sh->qkey      = a->qkey;
+        qp->attr.qkey = a->qkey;
+    }
+    if (mask & IBV_QP_AV) {
+        qp->attr.ah_attr = a->ah_attr;
+        if (qp->attr.ah_attr.port_num == 0) {
+            qp->attr.ah_attr.port_num = sh->port;
+        }
+    }
+    if (mask & IBV_QP_PATH_MTU) {
+        sh->path_mtu      = (uint8_t)a->path_mtu;
+        qp->attr.path_mtu = a->path_mtu;
+    }
+    if (mask & IBV_QP_DEST_QPN) {
+        sh->dest_qpn         = a->dest_qp_num;
+        qp->attr.dest_qp_num = a->dest_qp_num;
+    }
+    if (mask & IBV_QP_RQ_PSN) {
+        atomic_store(&sh->rq_psn, a->rq_psn & 0xffffff);
+        qp->attr.rq_psn = a->rq_psn & 0xffffff;
+    }
+    if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) {
+        sh->max_dest_rd_atomic      = a->max_dest_rd_atomic;
+        qp->attr.max_dest_rd_atomic = a->max_dest_rd_atomic;
+    }
+    if (mask & IBV_QP_MIN_RNR_TIMER) {
+        sh->min_rnr_timer      = a->min_rnr_timer;
+        qp->attr.min_rnr_timer = a->min_rnr_timer;
+    }
+    if (mask & IBV_QP_TIMEOUT) {
+        qp->attr.timeout = a->timeout;
+    }
+    if (mask & IBV_QP_RETRY_CNT) {
+        qp->attr.retry_cnt = a->retry_cnt;
+    }
+    if (mask & IBV_QP_RNR_RETRY) {
+        qp->attr.rnr_retry = a->rnr_retry;
+    }
+    if (mask & IBV_QP_SQ_PSN) {
+        qp->sq_psn = a->sq_psn & 0xffffff;
+    }
+    if (mask & IBV_QP_MAX_QP_RD_ATOMIC) {
+        qp->attr.max_rd_atomic = a->max_rd_atomic;
+    }
+    if (mask & IBV_QP_PATH_MIG_STATE) {
+        qp->attr.path_mig_state = a->path_mig_state;
+    }
+    if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) {
+        qp->attr.en_sqd_async_notify = a->en_sqd_async_notify;
+    }
+
+    if (next == IBV_QPS_RESET) {
+        /* RESET discards all work without completions */
+        atomic_store(&sh->rq_head, atomic_load(&sh->rq_tail));
+        atomic_store(&sh->comm_est, 0);
+        qp->sq_head = qp->sq_tail;
+        atomic_store(&sh->state, IBV_QPS_RESET);
+    } else if (next == IBV_QPS_ERR) {
+        sv_qp_set_error_remote(sh);
+    } else {
+        atomic_store(&sh->state, (uint8_t)next);
+        kick    = (next == IBV_QPS_RTS && cur == IBV_QPS_SQD);
+        drained = (next == IBV_QPS_SQD && cur == IBV_QPS_RTS &&
+                   (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
+                   a->en_sqd_async_notify);
+    }
+    ibqp->state = next;
+    sv_mutex_unlock(&sh->lock);
+    if (next == IBV_QPS_ERR) {
+        sv_sq_flush_locked(qp);
+    }
+    if (next == IBV_QPS_RESET) {
+        sv_progress_remove(qp);
+    }
+    pthread_mutex_unlock(&qp->sq_lock);
+    if (kick) {
+        sv_qp_progress(qp);
+    }
+    if (drained) {
+        /* every posted request has been executed when SQD is entered */
+        sv_evq_post(sh->async_evq, IBV_EVENT_SQ_DRAINED, ibqp->qp_num);
+    }
+    return 0;
+
+out:
+    sv_mutex_unlock(&sh->lock);
+    pthread_mutex_unlock(&qp->sq_lock);
+    return rc;
+}
+
+SV_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
+                           int mask, struct ibv_qp_init_attr *init)
+{
+    struct sv_qp *qp = sv_qp_of(ibqp);
+    enum ibv_qp_state st = (enum ibv_qp_state)atomic_load(&qp->sh->state);
+
+    *attr = qp->attr;
+    attr->qp_state       = st;
+    attr->cur_qp_state   = st;
+    attr->sq_psn         = qp->sq_psn;
+    attr->rq_psn         = atomic_load(&qp->sh->rq_psn);
+    attr->sq_draining    = 0;
+    attr->path_mig_state = IBV_MIG_MIGRATED;
+    attr->cap.max_send_wr     = qp->max_send_wr;
+    attr->cap.max_send_sge    = qp->max_send_sge;
+    attr->cap.max_inline_data = qp->max_inline;
+    attr->cap.max_recv_wr     = qp->max_recv_wr;
+    attr->cap.max_recv_sge    = qp->max_recv_sge;
+    ibqp->state = st;
+    if (init != NULL) {
+        memset(init, 0, sizeof(*init));
+        init->qp_context = ibqp->qp_context;
+        init->send_cq    = ibqp->send_cq;
+        init->recv_cq    = ibqp->recv_cq;
+        init->srq        = ibqp->srq;
+        init->cap        = attr->cap;
+        init->qp_type    = ibqp->qp_type;
+        init->sq_sig_all = qp->sq_sig_all;
+    }
+    return 0;
+}
+
+SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
+{
+    struct sv_qp *qp = sv_qp_of(ibqp);
+    struct sv_qp_shared *sh = qp->sh;
+    struct timespec ts;
+    int warned = 0;
+
+    /* events delivered for this QP must be acknowledged first */
+    pthread_mutex_lock(&ibqp->mutex);
+    while (ibqp->events_completed != qp->async_events) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 2;
+        if (pthread_cond_timedwait(&ibqp->cond, &ibqp->mutex, &ts) ==
+            ETIMEDOUT && !warned) {
+            sv_log("ibv_destroy_qp waits for unacknowledged async events "
+                   "(call ibv_ack_async_event)");
+            warned = 1;
+        }
+    }
+    pthread_mutex_unlock(&ibqp->mutex);
+
+    sv_progress_remove(qp);
+    sv_local_set(SV_T_QP, qp->idx, NULL);
+    sv_mutex_lock(&sh->lock);
+    atomic_store(&sh->state, IBV_QPS_ERR);
+    sv_slot_unpublish(sh);
+    sv_mutex_unlock(&sh->lock);
+    if (sh->rq_off != 0) {
+        sv_heap_free(sh->rq_off, (uint64_t)sh->rq_size * sh->rq_stride);
+        sh->rq_off = 0;
+    }
+    sv_slot_release(SV_T_QP, sh);
+
+    atomic_fetch_sub(&qp->scq->refs, 1);
+    atomic_fetch_sub(&qp->rcq->refs, 1);
+    if (qp->srq != NULL) {
+        sv_srq_put(qp->srq);
+    }
+    sv_pd_put(ibqp->pd);
+    sv_qpex_free(qp);
+    pthread_mutex_destroy(&qp->sq_lock);
+    free(qp->sq);
+    free(qp->sq_sge);
+    free(qp->sq_inl);
+    free(qp);
+    return 0;
+}
