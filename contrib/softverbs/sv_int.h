@@ -518,6 +518,7 @@ struct sv_qp {
 void sv_mutex_init(sv_mutex_t *m);
 int  sv_mutex_lock(sv_mutex_t *m);      /* 1 if the previous owner died */
 int  sv_mutex_timedlock(sv_mutex_t *m, int timeout_ms); /* -1 on timeout */
+uint64_t sv_lock_recoveries(void);
 static inline void sv_mutex_unlock(sv_mutex_t *m)
 {
     pthread_mutex_unlock(&m->m);

@@ -12,6 +12,13 @@
 #include <string.h>
 #include <time.h>
 
+static _Atomic uint64_t sv_recoveries;
+
+uint64_t sv_lock_recoveries(void)
+{
+    return atomic_load(&sv_recoveries);
+}
+
 void sv_mutex_init(sv_mutex_t *m)
 {
     pthread_mutexattr_t a;
@@ -30,6 +37,7 @@ static int sv_mutex_result(sv_mutex_t *m, int rc)
     }
     if (rc == EOWNERDEAD) {
         pthread_mutex_consistent(&m->m);
+        atomic_fetch_add(&sv_recoveries, 1);
         sv_debug("recovered a lock held by a process that died");
         return 1;
     }

@@ -631,6 +631,8 @@ out:
 
 static void sv_atfork_child(void)
 {
+    int t;
+
     /* The child is a new process: it may attach afresh. Objects of the
      * parent are not usable in the child (as with kernel verbs). */
     if (sv_g.attached) {
@@ -642,6 +644,12 @@ static void sv_atfork_child(void)
         }
         munmap(sv_g.hdr, sv_g.map_size);
     }
+    /* the child may attach to another segment with other devices */
+    for (t = 0; t < SV_T_NUM; ++t) {
+        free(sv_g.local[t]);
+        sv_g.local[t] = NULL;
+    }
+    memset(sv_g.devices, 0, sizeof(sv_g.devices));
     sv_g.attached = 0;
     sv_g.hdr      = NULL;
     sv_g.seg_fd   = -1;

@@ -1,0 +1,353 @@
+/* Error completions, the error state and flushing, RNR and transport
+ * retries, as RC hardware reports them. */
+#include "sv_test.h"
+
+#include <poll.h>
+#include <thread>
+
+using namespace sv;
+
+namespace {
+
+struct ErrPair : public ::testing::Test {
+    Dev     d;
+    ibv_cq *ca = nullptr, *cb = nullptr;
+    ibv_qp *a = nullptr, *b = nullptr;
+
+    void make(const QpOpts &oa, const QpOpts &ob)
+    {
+        ASSERT_TRUE(d.ok());
+        ca = make_cq(d.ctx);
+        cb = make_cq(d.ctx);
+        a  = make_qp(d, IBV_QPT_RC, ca, ca, oa);
+        b  = make_qp(d, IBV_QPT_RC, cb, cb, ob);
+        ASSERT_NE(a, nullptr);
+        ASSERT_NE(b, nullptr);
+        ASSERT_EQ(connect_rc(a, b->qp_num, d.lid, 1, oa), 0);
+        ASSERT_EQ(connect_rc(b, a->qp_num, d.lid, 1, ob), 0);
+    }
+    void SetUp() override {}
+    void TearDown() override
+    {
+        if (a) ibv_destroy_qp(a);
+        if (b) ibv_destroy_qp(b);
+        if (ca) ibv_destroy_cq(ca);
+        if (cb) ibv_destroy_cq(cb);
+    }
+    /* the next async event of the context, within a timeout */
+    bool async_event(ibv_async_event *ev, int timeout_ms = kTimeoutMs)
+    {
+        struct pollfd pf = { d.ctx->async_fd, POLLIN, 0 };
+        if (poll(&pf, 1, timeout_ms) != 1) {
+            return false;
+        }
+        return ibv_get_async_event(d.ctx, ev) == 0;
+    }
+};
+
+} // namespace
+
+TEST_F(ErrPair, ReceiveTooShort)
+{
+    make(QpOpts(), QpOpts());
+    Buf s(d.pd, 4096), r(d.pd, 4096);
+    ASSERT_EQ(post_recv(b, r.p, 100, r.lkey(), 1), 0);
+    ASSERT_EQ(post_recv(b, r.p, 4096, r.lkey(), 2), 0);
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 200, s.lkey(), 10), 0);
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 10, s.lkey(), 11, 0), 0);
+
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR);
+    EXPECT_EQ(wc.wr_id, 1u);
+    ASSERT_TRUE(poll_wc(cb, &wc)); /* the other receive is flushed */
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(wc.wr_id, 2u);
+    EXPECT_EQ(qp_state(b), IBV_QPS_ERR);
+
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR);
+    EXPECT_EQ(wc.wr_id, 10u);
+    /* the unsignaled request behind it is flushed, with a completion */
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(wc.wr_id, 11u);
+    EXPECT_EQ(qp_state(a), IBV_QPS_ERR);
+
+    /* posting to a QP in error completes with a flush */
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 10, s.lkey(), 12, 0), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(wc.wr_id, 12u);
+    ASSERT_EQ(post_recv(a, r.p, 10, r.lkey(), 13), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+}
+
+TEST_F(ErrPair, BadRkeyAndAccessViolations)
+{
+    make(QpOpts(), QpOpts());
+    Buf s(d.pd, 4096);
+    Buf ro(d.pd, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    ibv_wc wc;
+
+    /* a write into a region without remote write access */
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 16, s.lkey(), 1,
+                        IBV_SEND_SIGNALED, ro.addr(), ro.rkey()), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(qp_state(a), IBV_QPS_ERR);
+    EXPECT_EQ(qp_state(b), IBV_QPS_ERR);
+    ibv_async_event ev;
+    ASSERT_TRUE(async_event(&ev));
+    EXPECT_EQ(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
+    EXPECT_EQ(ev.element.qp, b);
+    ibv_ack_async_event(&ev);
+}
+
+TEST_F(ErrPair, RkeyOutOfBoundsAndUnknown)
+{
+    make(QpOpts(), QpOpts());
+    Buf s(d.pd, 8192), t(d.pd, 4096);
+    ibv_wc wc;
+
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_READ, s.p, 8192, s.lkey(), 1,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey()), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+    ibv_async_event ev;
+    ASSERT_TRUE(async_event(&ev));
+    ibv_ack_async_event(&ev);
+}
+
+TEST_F(ErrPair, QpAccessFlagsAreEnforced)
+{
+    QpOpts ob;
+    ob.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE; /* no read */
+    make(QpOpts(), ob);
+    Buf s(d.pd, 4096), t(d.pd, 4096);
+    ibv_wc wc;
+
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 64, s.lkey(), 1,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey()), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_READ, s.p, 64, s.lkey(), 2,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey()), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+    ibv_async_event ev;
+    ASSERT_TRUE(async_event(&ev));
+    ibv_ack_async_event(&ev);
+}
+
+TEST_F(ErrPair, LocalProtectionAndAtomicAlignment)
+{
+    make(QpOpts(), QpOpts());
+    Buf s(d.pd, 4096), t(d.pd, 4096);
+    Buf ro(d.pd, 4096, 0); /* no local write */
+    ibv_wc wc;
+
+    /* a bad lkey */
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 16, s.lkey() ^ 0x100, 1), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
+    EXPECT_EQ(qp_state(a), IBV_QPS_ERR);
+
+    /* reads need a writable local buffer */
+    ibv_qp_attr ra = {};
+    ra.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(ibv_modify_qp(a, &ra, IBV_QP_STATE), 0);
+    ASSERT_EQ(connect_rc(a, b->qp_num, d.lid, 1), 0);
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_READ, ro.p, 16, ro.lkey(), 2,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey()), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
+
+    /* a misaligned atomic is an invalid request */
+    ASSERT_EQ(ibv_modify_qp(a, &ra, IBV_QP_STATE), 0);
+    ASSERT_EQ(connect_rc(a, b->qp_num, d.lid, 1), 0);
+    ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_FETCH_AND_ADD, s.p, s.lkey(),
+                          t.addr() + 4, t.rkey(), 1, 0, 3), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR);
+    ibv_async_event ev;
+    ASSERT_TRUE(async_event(&ev));
+    EXPECT_EQ(ev.event_type, IBV_EVENT_QP_REQ_ERR);
+    ibv_ack_async_event(&ev);
+}
+
+TEST_F(ErrPair, ModifyToErrorFlushesReceives)
+{
+    make(QpOpts(), QpOpts());
+    Buf r(d.pd, 4096);
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(post_recv(b, r.p, 64, r.lkey(), i), 0);
+    }
+    ibv_qp_attr ea = {};
+    ea.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(b, &ea, IBV_QP_STATE), 0);
+    ibv_wc wc;
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(poll_wc(cb, &wc));
+        EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+        EXPECT_EQ(wc.wr_id, (uint64_t)i);
+    }
+    EXPECT_TRUE(cq_stays_empty(cb, 10));
+}
+
+/* RNR: the receiver posts a buffer late; the sender retries and succeeds. */
+TEST_F(ErrPair, RnrRetryThenSuccess)
+{
+    QpOpts oa, ob;
+    oa.rnr_retry     = 7;  /* forever */
+    ob.min_rnr_timer = 12; /* 0.64 ms */
+    make(oa, ob);
+    Buf s(d.pd, 4096), r(d.pd, 4096);
+    s.p[0] = 'x';
+    ibv_wc wc;
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 100, s.lkey(), 1), 0);
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 100, s.lkey(), 2), 0);
+    EXPECT_TRUE(cq_stays_empty(ca, 100)); /* waiting, not failing */
+    ASSERT_EQ(post_recv(b, r.p, 4096, r.lkey(), 7), 0);
+    ASSERT_EQ(post_recv(b, r.p, 4096, r.lkey(), 8), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.wr_id, 1u);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.wr_id, 2u);
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_EQ(wc.wr_id, 7u);
+    EXPECT_EQ(r.p[0], 'x');
+    EXPECT_EQ(qp_state(a), IBV_QPS_RTS);
+}
+
+/* The progress thread retries even while the sender sleeps on its fd. */
+TEST_F(ErrPair, RnrRetryWithoutPolling)
+{
+    QpOpts ob;
+    ob.min_rnr_timer = 1;
+    make(QpOpts(), ob);
+    Buf s(d.pd, 64), r(d.pd, 64);
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), 1), 0);
+    std::thread late([&] {
+        usleep(50000);
+        post_recv(b, r.p, 64, r.lkey(), 1);
+    });
+    /* wait on the receiver's CQ only: the sender's retry must happen by
+     * itself */
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    late.join();
+}
+
+TEST_F(ErrPair, RnrRetryExceeded)
+{
+    QpOpts oa, ob;
+    oa.rnr_retry     = 3;
+    ob.min_rnr_timer = 14; /* 1.28 ms */
+    make(oa, ob);
+    Buf s(d.pd, 64);
+    uint64_t t0 = now_ms();
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), 1), 0);
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), 2), 0);
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    uint64_t dt = now_ms() - t0;
+    EXPECT_EQ(wc.status, IBV_WC_RNR_RETRY_EXC_ERR);
+    EXPECT_EQ(wc.wr_id, 1u);
+    EXPECT_GE(dt, 3u); /* three waits of 1.28 ms */
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(wc.wr_id, 2u);
+    EXPECT_EQ(qp_state(a), IBV_QPS_ERR);
+    /* the responder is not affected by the requester's RNR */
+    EXPECT_EQ(qp_state(b), IBV_QPS_RTS);
+}
+
+/* A responder in the error state does not answer: transport retries run
+ * out after (retry_cnt + 1) x timeout. */
+TEST_F(ErrPair, PeerInErrorGivesRetryExceeded)
+{
+    QpOpts oa;
+    oa.timeout   = 12; /* 16.8 ms */
+    oa.retry_cnt = 2;
+    make(oa, QpOpts());
+    ibv_qp_attr ea = {};
+    ea.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(b, &ea, IBV_QP_STATE), 0);
+    Buf s(d.pd, 64), t(d.pd, 64);
+    uint64_t t0 = now_ms();
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 8, s.lkey(), 1,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey()), 0);
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    uint64_t dt = now_ms() - t0;
+    EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+    EXPECT_GE(dt, 45u);   /* 3 x 16.8 ms */
+    EXPECT_LT(dt, 2000u);
+    EXPECT_EQ(qp_state(a), IBV_QPS_ERR);
+}
+
+TEST_F(ErrPair, DestroyedPeerGivesRetryExceeded)
+{
+    QpOpts oa;
+    oa.timeout   = 8; /* 1 ms */
+    oa.retry_cnt = 3;
+    make(oa, QpOpts());
+    ASSERT_EQ(ibv_destroy_qp(b), 0);
+    b = nullptr;
+    Buf s(d.pd, 64);
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), 1), 0);
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+}
+
+/* A peer process killed mid-conversation. */
+TEST(ErrProcesses, KilledPeerGivesRetryExceeded)
+{
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    ibv_cq *cq = make_cq(d.ctx);
+    QpOpts o;
+    o.timeout   = 10; /* 4.2 ms */
+    o.retry_cnt = 3;
+    ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq, o);
+    Peer p([](Chan &c) {
+        Dev pd;
+        ibv_cq *pcq = make_cq(pd.ctx);
+        ibv_qp *pqp = make_qp(pd, IBV_QPT_RC, pcq, pcq);
+        Buf r(pd.pd, 4096);
+        Ends me = { pqp->qp_num, pd.lid, r.addr(), r.rkey(), 0 }, peer;
+        c.put(me);
+        SV_CHILD_CHECK(c.get(peer), 10);
+        SV_CHILD_CHECK(connect_rc(pqp, peer.qpn, peer.lid, 1) == 0, 11);
+        for (int i = 0; i < 8; ++i) {
+            post_recv(pqp, r.p, 4096, r.lkey(), i);
+        }
+        c.put(me);
+        pause(); /* until killed */
+        return 0;
+    });
+    Ends peer, me = { qp->qp_num, d.lid, 0, 0, 0 };
+    ASSERT_TRUE(p.chan().get(peer));
+    ASSERT_EQ(connect_rc(qp, peer.qpn, peer.lid, 1, o), 0);
+    p.chan().put(me);
+    ASSERT_TRUE(p.chan().get(peer));
+    Buf s(d.pd, 4096);
+    ibv_wc wc;
+    ASSERT_EQ(post_send(qp, IBV_WR_SEND, s.p, 64, s.lkey(), 1), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+
+    p.kill9();
+    ASSERT_EQ(post_send(qp, IBV_WR_SEND, s.p, 64, s.lkey(), 2), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+    EXPECT_EQ(wc.wr_id, 2u);
+    ibv_destroy_qp(qp);
+    ibv_destroy_cq(cq);
+}

@@ -1,0 +1,491 @@
+/* RC data transfer: every operation, in one process and across two. */
+#include "sv_test.h"
+
+#include <arpa/inet.h>
+#include <thread>
+
+using namespace sv;
+
+namespace {
+
+/* Two connected RC QPs in this process, each with its own CQ. */
+struct RcPair : public ::testing::Test {
+    Dev     d;
+    ibv_cq *ca = nullptr, *cb = nullptr;
+    ibv_qp *a = nullptr, *b = nullptr;
+    QpOpts  o;
+
+    void SetUp() override
+    {
+        ASSERT_TRUE(d.ok());
+        ca = make_cq(d.ctx);
+        cb = make_cq(d.ctx);
+        a  = make_qp(d, IBV_QPT_RC, ca, ca, o);
+        b  = make_qp(d, IBV_QPT_RC, cb, cb, o);
+        ASSERT_NE(a, nullptr);
+        ASSERT_NE(b, nullptr);
+        ASSERT_EQ(connect_rc(a, b->qp_num, d.lid, 1, o), 0);
+        ASSERT_EQ(connect_rc(b, a->qp_num, d.lid, 1, o), 0);
+    }
+    void TearDown() override
+    {
+        if (a) ibv_destroy_qp(a);
+        if (b) ibv_destroy_qp(b);
+        if (ca) ibv_destroy_cq(ca);
+        if (cb) ibv_destroy_cq(cb);
+    }
+};
+
+void fill(char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; ++i) {
+        p[i] = (char)(i * 131 + seed);
+    }
+}
+
+} // namespace
+
+TEST_F(RcPair, SendRecv)
+{
+    Buf s(d.pd, 8192), r(d.pd, 8192);
+    fill(s.p, 8192, 7);
+    ASSERT_EQ(post_recv(b, r.p, 8192, r.lkey(), 11), 0);
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 5000, s.lkey(), 22), 0);
+
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.opcode, IBV_WC_SEND);
+    EXPECT_EQ(wc.wr_id, 22u);
+    EXPECT_EQ(wc.qp_num, a->qp_num);
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+    EXPECT_EQ(wc.wr_id, 11u);
+    EXPECT_EQ(wc.byte_len, 5000u);
+    EXPECT_EQ(wc.qp_num, b->qp_num);
+    EXPECT_EQ(wc.src_qp, a->qp_num);
+    EXPECT_EQ(wc.wc_flags & IBV_WC_WITH_IMM, 0u);
+    EXPECT_EQ(memcmp(s.p, r.p, 5000), 0);
+    EXPECT_EQ(r.p[5000], 0);
+}
+
+TEST_F(RcPair, SendWithImmInlineAndZeroLength)
+{
+    Buf r(d.pd, 4096);
+    char msg[] = "inline data";
+    ASSERT_EQ(post_recv(b, r.p, 4096, r.lkey(), 1), 0);
+    ASSERT_EQ(post_recv(b, r.p + 100, 100, r.lkey(), 2), 0);
+    ASSERT_EQ(post_send(a, IBV_WR_SEND_WITH_IMM, msg, sizeof(msg), 0, 3,
+                        IBV_SEND_SIGNALED | IBV_SEND_INLINE, 0, 0, 0xabcd), 0);
+    memset(msg, 0, sizeof(msg)); /* inline: the buffer is free right away */
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, nullptr, 0, 0, 4), 0);
+
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_EQ(wc.wr_id, 1u);
+    EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
+    EXPECT_EQ(ntohl(wc.imm_data), 0xabcdu);
+    EXPECT_STREQ(r.p, "inline data");
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_EQ(wc.wr_id, 2u);
+    EXPECT_EQ(wc.byte_len, 0u);
+    /* inline beyond max_inline_data is refused at post time */
+    std::vector<char> big(65);
+    EXPECT_EQ(post_send(a, IBV_WR_SEND, big.data(), 65, 0, 5,
+                        IBV_SEND_INLINE), ENOMEM);
+}
+
+TEST_F(RcPair, ScatterGatherLists)
+{
+    Buf s(d.pd, 4096), r(d.pd, 4096);
+    fill(s.p, 4096, 3);
+    ibv_sge rs[3] = { { r.addr(), 10, r.lkey() },
+                      { r.addr() + 1000, 20, r.lkey() },
+                      { r.addr() + 2000, 100, r.lkey() } };
+    ibv_recv_wr rw = {}, *rbad;
+    rw.wr_id   = 9;
+    rw.sg_list = rs;
+    rw.num_sge = 3;
+    ASSERT_EQ(ibv_post_recv(b, &rw, &rbad), 0);
+    ibv_sge ss[2] = { { s.addr(), 15, s.lkey() },
+                      { s.addr() + 500, 25, s.lkey() } };
+    ibv_send_wr sw = {}, *sbad;
+    sw.wr_id      = 8;
+    sw.sg_list    = ss;
+    sw.num_sge    = 2;
+    sw.opcode     = IBV_WR_SEND;
+    sw.send_flags = IBV_SEND_SIGNALED;
+    ASSERT_EQ(ibv_post_send(a, &sw, &sbad), 0);
+
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.byte_len, 40u);
+    char expect[40];
+    memcpy(expect, s.p, 15);
+    memcpy(expect + 15, s.p + 500, 25);
+    EXPECT_EQ(memcmp(r.p, expect, 10), 0);
+    EXPECT_EQ(memcmp(r.p + 1000, expect + 10, 20), 0);
+    EXPECT_EQ(memcmp(r.p + 2000, expect + 30, 10), 0);
+    /* too many SGEs for the QP */
+    sw.num_sge = 5;
+    EXPECT_EQ(ibv_post_send(a, &sw, &sbad), ENOMEM);
+    EXPECT_EQ(sbad, &sw);
+}
+
+TEST_F(RcPair, UnsignaledCompletionsAreSilent)
+{
+    Buf s(d.pd, 64), r(d.pd, 64 * 8);
+    for (int i = 0; i < 8; ++i) {
+        ASSERT_EQ(post_recv(b, r.p + 64 * i, 64, r.lkey(), i), 0);
+    }
+    for (int i = 0; i < 8; ++i) {
+        ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), 100 + i,
+                            (i == 7) ? IBV_SEND_SIGNALED : 0), 0);
+    }
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.wr_id, 107u);
+    EXPECT_TRUE(cq_stays_empty(ca, 20));
+    for (int i = 0; i < 8; ++i) {
+        ASSERT_TRUE(poll_wc(cb, &wc));
+        EXPECT_EQ(wc.wr_id, (uint64_t)i); /* receives complete in order */
+    }
+}
+
+TEST_F(RcPair, RdmaWriteReadAndWriteWithImm)
+{
+    Buf s(d.pd, 1 << 20), t(d.pd, 1 << 20), r(d.pd, 64);
+    fill(s.p, 1 << 20, 5);
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 1 << 20, s.lkey(), 1,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey()), 0);
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.opcode, IBV_WC_RDMA_WRITE);
+    EXPECT_EQ(memcmp(s.p, t.p, 1 << 20), 0);
+    EXPECT_TRUE(cq_stays_empty(cb, 10)); /* a write consumes no receive */
+
+    /* read back a part into a fresh buffer */
+    memset(s.p, 0, 4096);
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_READ, s.p, 4096, s.lkey(), 2,
+                        IBV_SEND_SIGNALED, t.addr() + 8192, t.rkey()), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.opcode, IBV_WC_RDMA_READ);
+    EXPECT_EQ(wc.byte_len, 4096u);
+    EXPECT_EQ(memcmp(s.p, t.p + 8192, 4096), 0);
+
+    /* write with immediate: data lands, a receive is consumed */
+    ASSERT_EQ(post_recv(b, r.p, 64, r.lkey(), 77), 0);
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE_WITH_IMM, s.p, 100, s.lkey(), 3,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey(), 42), 0);
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+    EXPECT_EQ(wc.wr_id, 77u);
+    EXPECT_EQ(wc.byte_len, 100u);
+    EXPECT_EQ(ntohl(wc.imm_data), 42u);
+    EXPECT_EQ(memcmp(s.p, t.p, 100), 0);
+    /* zero-length write: no key is checked */
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, nullptr, 0, 0, 4,
+                        IBV_SEND_SIGNALED, 0, 0xdeadbeef), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+}
+
+TEST_F(RcPair, Atomics)
+{
+    Buf t(d.pd, 64), l(d.pd, 64);
+    uint64_t *v = (uint64_t *)t.p, *res = (uint64_t *)l.p;
+    *v = 10;
+    ibv_wc wc;
+
+    ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_FETCH_AND_ADD, res, l.lkey(),
+                          t.addr(), t.rkey(), 5, 0, 1), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.opcode, IBV_WC_FETCH_ADD);
+    EXPECT_EQ(wc.byte_len, 8u);
+    EXPECT_EQ(*res, 10u);
+    EXPECT_EQ(*v, 15u);
+    /* compare-swap that fails, then one that succeeds */
+    ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_CMP_AND_SWP, res, l.lkey(),
+                          t.addr(), t.rkey(), 99, 1, 2), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.opcode, IBV_WC_COMP_SWAP);
+    EXPECT_EQ(*res, 15u);
+    EXPECT_EQ(*v, 15u);
+    ASSERT_EQ(post_atomic(a, IBV_WR_ATOMIC_CMP_AND_SWP, res, l.lkey(),
+                          t.addr(), t.rkey(), 15, 1000, 3), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(*res, 15u);
+    EXPECT_EQ(*v, 1000u);
+}
+
+TEST_F(RcPair, ExecutionIsInOrder)
+{
+    /* a write followed by a send: the data is there when the receive
+     * completes */
+    Buf s(d.pd, 4096), t(d.pd, 4096), r(d.pd, 64);
+    for (int round = 0; round < 50; ++round) {
+        fill(s.p, 4096, round);
+        ASSERT_EQ(post_recv(b, r.p, 64, r.lkey(), round), 0);
+        ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 4096, s.lkey(), 0, 0,
+                            t.addr(), t.rkey()), 0);
+        ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), 1, 0), 0);
+        ibv_wc wc;
+        ASSERT_TRUE(poll_wc(cb, &wc));
+        ASSERT_EQ(memcmp(t.p, s.p, 4096), 0);
+    }
+}
+
+TEST_F(RcPair, ExtendedCqAndPostInterface)
+{
+    /* a QP with the ibv_wr_* interface and an extended CQ */
+    ibv_cq_init_attr_ex ca_attr = {};
+    ca_attr.cqe      = 64;
+    ca_attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM |
+                       IBV_WC_EX_WITH_QP_NUM;
+    ibv_cq_ex *cqx = ibv_create_cq_ex(d.ctx, &ca_attr);
+    ASSERT_NE(cqx, nullptr);
+    ca_attr.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+    EXPECT_EQ(ibv_create_cq_ex(d.ctx, &ca_attr), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+
+    ibv_qp_init_attr_ex qa = {};
+    qa.qp_type   = IBV_QPT_RC;
+    qa.send_cq   = ibv_cq_ex_to_cq(cqx);
+    qa.recv_cq   = ibv_cq_ex_to_cq(cqx);
+    qa.cap       = { 16, 16, 2, 2, 64 };
+    qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    qa.pd        = d.pd;
+    qa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+    ibv_qp *x = ibv_create_qp_ex(d.ctx, &qa);
+    ASSERT_NE(x, nullptr);
+    ibv_qp_ex *qx = ibv_qp_to_qp_ex(x);
+    ASSERT_NE(qx, nullptr);
+    EXPECT_EQ(ibv_qp_to_qp_ex(a), nullptr); /* made without send ops */
+    qa.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+    EXPECT_EQ(ibv_create_qp_ex(d.ctx, &qa), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP);
+
+    ASSERT_EQ(connect_rc(x, b->qp_num, d.lid, 1, o), 0);
+    /* point b at x for this test */
+    ibv_qp_attr ra = {};
+    ra.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(ibv_modify_qp(b, &ra, IBV_QP_STATE), 0);
+    ASSERT_EQ(connect_rc(b, x->qp_num, d.lid, 1, o), 0);
+
+    Buf s(d.pd, 4096), r(d.pd, 4096), t(d.pd, 4096);
+    fill(s.p, 4096, 9);
+    ASSERT_EQ(post_recv(b, r.p, 4096, r.lkey(), 5), 0);
+    ibv_wr_start(qx);
+    qx->wr_id    = 100;
+    qx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_rdma_write(qx, t.rkey(), t.addr());
+    ibv_wr_set_sge(qx, s.lkey(), s.addr(), 2048);
+    qx->wr_id = 101;
+    ibv_wr_send(qx);
+    ibv_wr_set_inline_data(qx, (void *)"hello", 6);
+    ASSERT_EQ(ibv_wr_complete(qx), 0);
+
+    ibv_poll_cq_attr pa = {};
+    int got = 0;
+    uint64_t end = now_ms() + kTimeoutMs;
+    while (got < 2 && now_ms() < end) {
+        if (ibv_start_poll(cqx, &pa) != 0) {
+            continue;
+        }
+        do {
+            EXPECT_EQ(cqx->status, IBV_WC_SUCCESS);
+            EXPECT_EQ(cqx->wr_id, 100u + got);
+            EXPECT_EQ(ibv_wc_read_qp_num(cqx), x->qp_num);
+            ++got;
+        } while (ibv_next_poll(cqx) == 0);
+        ibv_end_poll(cqx);
+    }
+    EXPECT_EQ(got, 2);
+    EXPECT_EQ(memcmp(t.p, s.p, 2048), 0);
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_STREQ(r.p, "hello");
+    EXPECT_EQ(ibv_destroy_qp(x), 0);
+    EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
+}
+
+TEST_F(RcPair, ThreadsPostAndPollConcurrently)
+{
+    Buf s(d.pd, 64), r(d.pd, 64 * 256);
+    const int n = 2000;
+    std::thread rx([&] {
+        int got = 0, posted = 0;
+        ibv_wc wc[16];
+        uint64_t end = now_ms() + 10000;
+        while (posted < 256) {
+            post_recv(b, r.p + 64 * posted, 64, r.lkey(), posted);
+            ++posted;
+        }
+        while (got < n && now_ms() < end) {
+            int k = ibv_poll_cq(cb, 16, wc);
+            for (int i = 0; i < k; ++i) {
+                post_recv(b, r.p + 64 * (wc[i].wr_id % 256), 64, r.lkey(),
+                          wc[i].wr_id);
+            }
+            got += k;
+        }
+        EXPECT_EQ(got, n);
+    });
+    int sent = 0, done = 0;
+    ibv_wc wc[16];
+    uint64_t end = now_ms() + 10000;
+    while (done < n && now_ms() < end) {
+        if (sent < n && sent - done < 32 &&
+            post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), sent) == 0) {
+            ++sent;
+        }
+        int k = ibv_poll_cq(ca, 16, wc);
+        for (int i = 0; i < k; ++i) {
+            EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+        }
+        done += k;
+    }
+    EXPECT_EQ(done, n);
+    rx.join();
+}
+
+/* Two processes: the data really crosses address spaces. */
+TEST(RcProcesses, AllOperationsAcrossProcesses)
+{
+    Peer p([](Chan &c) {
+        Dev d;
+        SV_CHILD_CHECK(d.ok(), 10);
+        ibv_cq *cq = make_cq(d.ctx);
+        ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq);
+        Buf target(d.pd, 1 << 20), rbuf(d.pd, 1 << 16);
+        Ends me = { qp->qp_num, d.lid, target.addr(), target.rkey(), 0 };
+        Ends peer;
+        *(uint64_t *)target.p = 1;
+        SV_CHILD_CHECK(c.put(me) && c.get(peer), 11);
+        SV_CHILD_CHECK(connect_rc(qp, peer.qpn, peer.lid, 1) == 0, 12);
+        for (int i = 0; i < 4; ++i) {
+            post_recv(qp, rbuf.p + i * 16384, 16384, rbuf.lkey(), i);
+        }
+        c.put(me);
+        ibv_wc wc;
+        /* a send of 10000 bytes of pattern, then a write with imm */
+        SV_CHILD_CHECK(poll_wc(cq, &wc) && wc.status == IBV_WC_SUCCESS, 13);
+        SV_CHILD_CHECK(wc.byte_len == 10000, 14);
+        for (int i = 0; i < 10000; ++i) {
+            SV_CHILD_CHECK(rbuf.p[i] == (char)(i * 7), 15);
+        }
+        SV_CHILD_CHECK(poll_wc(cq, &wc) &&
+                       wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM, 16);
+        for (int i = 8; i < (1 << 20); i += 4093) {
+            SV_CHILD_CHECK(target.p[i] == (char)(i * 3), 17);
+        }
+        uint32_t done;
+        SV_CHILD_CHECK(c.get(done, 10000), 18);
+        /* the peer's atomics and read */
+        SV_CHILD_CHECK(*(uint64_t *)target.p == 1 + 100 * 2, 19);
+        ibv_destroy_qp(qp);
+        ibv_destroy_cq(cq);
+        return 0;
+    });
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    ibv_cq *cq = make_cq(d.ctx);
+    ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq);
+    Buf s(d.pd, 1 << 20), l(d.pd, 4096);
+    Ends me = { qp->qp_num, d.lid, 0, 0, 0 }, peer;
+    ASSERT_TRUE(p.chan().get(peer));
+    ASSERT_EQ(connect_rc(qp, peer.qpn, peer.lid, 1), 0);
+    p.chan().put(me);
+    ASSERT_TRUE(p.chan().get(peer)); /* the peer is at RTS */
+
+    for (int i = 0; i < (1 << 20); ++i) {
+        s.p[i] = (char)(i * 7);
+    }
+    ibv_wc wc;
+    ASSERT_EQ(post_send(qp, IBV_WR_SEND, s.p, 10000, s.lkey(), 1), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    for (int i = 0; i < (1 << 20); ++i) {
+        s.p[i] = (char)(i * 3);
+    }
+    ASSERT_EQ(post_send(qp, IBV_WR_RDMA_WRITE_WITH_IMM, s.p + 8, (1 << 20) - 8,
+                        s.lkey(), 2, IBV_SEND_SIGNALED, peer.addr + 8,
+                        peer.rkey, 1), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    /* 100 fetch-adds of 2 from here */
+    for (int i = 0; i < 100; ++i) {
+        ASSERT_EQ(post_atomic(qp, IBV_WR_ATOMIC_FETCH_AND_ADD, l.p, l.lkey(),
+                              peer.addr, peer.rkey, 2, 0, i), 0);
+        ASSERT_TRUE(poll_wc(cq, &wc));
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+        EXPECT_EQ(*(uint64_t *)l.p, 1u + 2 * i);
+    }
+    ASSERT_EQ(post_send(qp, IBV_WR_RDMA_READ, l.p, 4096, l.lkey(), 3,
+                        IBV_SEND_SIGNALED, peer.addr + 4096, peer.rkey), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(memcmp(l.p, s.p + 4096, 4096), 0);
+    uint32_t done = 1;
+    p.chan().put(done);
+    EXPECT_EQ(p.wait(), 0);
+    ibv_destroy_qp(qp);
+    ibv_destroy_cq(cq);
+}
+
+/* Fetch-adds from two processes to one counter never lose an update. */
+TEST(RcProcesses, AtomicsAreAtomicAcrossProcesses)
+{
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    Buf t(d.pd, 64);
+    ibv_cq *cq = make_cq(d.ctx, 1024);
+    const int nproc = 2, iters = 500;
+    std::vector<ibv_qp *> qps;
+    std::vector<std::unique_ptr<Peer>> peers;
+
+    for (int k = 0; k < nproc; ++k) {
+        ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq);
+        ASSERT_NE(qp, nullptr);
+        qps.push_back(qp);
+        peers.emplace_back(new Peer([&, k](Chan &c) {
+            Dev pd;
+            ibv_cq *pcq = make_cq(pd.ctx);
+            ibv_qp *pqp = make_qp(pd, IBV_QPT_RC, pcq, pcq);
+            Buf res(pd.pd, 64);
+            Ends me = { pqp->qp_num, pd.lid, 0, 0, 0 }, peer;
+            c.put(me);
+            SV_CHILD_CHECK(c.get(peer), 10);
+            SV_CHILD_CHECK(connect_rc(pqp, peer.qpn, peer.lid, 1) == 0, 11);
+            ibv_wc wc;
+            for (int i = 0; i < iters; ++i) {
+                post_atomic(pqp, IBV_WR_ATOMIC_FETCH_AND_ADD, res.p,
+                            res.lkey(), peer.addr, peer.rkey, 1, 0, i);
+                SV_CHILD_CHECK(poll_wc(pcq, &wc) &&
+                               wc.status == IBV_WC_SUCCESS, 12);
+            }
+            return 0;
+        }));
+    }
+    for (int k = 0; k < nproc; ++k) {
+        Ends peer, me = { qps[k]->qp_num, d.lid, t.addr(), t.rkey(), 0 };
+        ASSERT_TRUE(peers[k]->chan().get(peer));
+        ASSERT_EQ(connect_rc(qps[k], peer.qpn, peer.lid, 1), 0);
+        peers[k]->chan().put(me);
+    }
+    for (int k = 0; k < nproc; ++k) {
+        EXPECT_EQ(peers[k]->wait(), 0);
+    }
+    EXPECT_EQ(*(uint64_t *)t.p, (uint64_t)nproc * iters);
+    for (ibv_qp *qp : qps) {
+        ibv_destroy_qp(qp);
+    }
+    ibv_destroy_cq(cq);
+}
