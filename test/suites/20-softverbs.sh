@@ -1,0 +1,72 @@
+# softverbs, the software RDMA device: its own tests, then unmodified
+# programs on it (ibverbs-utils, and UCX 1.13's rc_verbs and ud_verbs under
+# ucx_perftest, UCT and UCP). The sanitizer pass runs the gtests only:
+# uninstrumented tools cannot preload an instrumented library.
+# sanitizer: yes
+ib2_gtest softverbs "$BUILD/test/gtest/softverbs/test_softverbs"
+
+if [ -z "${IB2_PREFIX:-}" ]; then
+    SV_RUN=$BUILD/contrib/softverbs/softverbs-run
+    SV_PAIR=$SRC/test/gtest/softverbs/sv_pair.sh
+    # a segment of this run only; removed at the end
+    SV_SHM=softverbs-suite-$$
+    sv_port=$((20000 + $$ % 20000))
+    sv_next_port() { sv_port=$((sv_port + 1)); }
+    sv_cleanup() { rm -rf "/dev/shm/$SV_SHM" "/dev/shm/$SV_SHM".*; }
+    trap sv_cleanup EXIT
+    SVR=("$SV_RUN" --shm "$SV_SHM")
+
+    ib2_check softverbs/ibv_devinfo bash -c '
+        out=$("$@" ibv_devinfo -v) || exit 1
+        echo "$out"
+        echo "$out" | grep -q "hca_id:[[:space:]]*softverbs0" &&
+        echo "$out" | grep -q "state:[[:space:]]*PORT_ACTIVE" &&
+        echo "$out" | grep -q "GID\[  0\]:[[:space:]]*fe80:" &&
+        echo "$out" | grep -q "atomic_cap:[[:space:]]*ATOMIC_HCA"' \
+        sv "${SVR[@]}"
+
+    # -c validates the received data where the tool offers it
+    for t in "ibv_rc_pingpong -c -n 2000" "ibv_rc_pingpong -e -c -n 1000" \
+             "ibv_rc_pingpong -c -s 65536 -n 200" \
+             "ibv_srq_pingpong -c -n 1000 -q 8" \
+             "ibv_srq_pingpong -e -n 500" \
+             "ibv_ud_pingpong -c -n 2000" "ibv_ud_pingpong -e -c -n 500"; do
+        sv_next_port
+        ib2_check "softverbs/${t// /_}" "$SV_PAIR" \
+            --expect 'iters in .* usec/iter' "${SVR[@]}" -- $t -p $sv_port
+    done
+
+    ib2_check softverbs/ucx_info-lists-rc_verbs-ud_verbs bash -c '
+        out=$("$@" ucx_info -d) || exit 1
+        echo "$out"
+        for tl in rc_verbs ud_verbs; do
+            echo "$out" | grep -A1 "Transport: $tl\$" |
+                grep -q "Device: softverbs0:1" ||
+                { echo "$tl is not listed on softverbs0:1"; exit 1; }
+        done' sv "${SVR[@]}"
+
+    # UCT over UCX's own verbs transports
+    for t in "-x rc_verbs -t am_lat" "-x rc_verbs -t put_lat" \
+             "-x rc_verbs -t get -D zcopy -s 65536" \
+             "-x rc_verbs -t am_bw" "-x rc_verbs -t am_bw -D bcopy -s 4096" \
+             "-x rc_verbs -t put_bw -D zcopy -s 1048576 -n 2000" \
+             "-x rc_verbs -t fadd" "-x rc_verbs -t cswap" \
+             "-x rc_verbs -t add_lat" "-x ud_verbs -t am_lat"; do
+        sv_next_port
+        ib2_check "softverbs/ucx_perftest${t// /_}" "$SV_PAIR" \
+            --expect '^Final:' "${SVR[@]}" -- ucx_perftest -d softverbs0:1 \
+            -n 20000 -w 1000 -p $sv_port $t
+    done
+
+    # UCP tag matching with only the verbs transports
+    for t in "-t tag_lat" "-t tag_bw -s 1048576 -n 2000" "-t tag_bw -s 8"; do
+        sv_next_port
+        ib2_check "softverbs/ucp${t// /_}" "$SV_PAIR" --expect '^Final:' \
+            "${SVR[@]}" env UCX_TLS=rc_verbs,ud_verbs UCX_LOG_LEVEL=info -- \
+            ucx_perftest -n 20000 -w 1000 -p $sv_port $t
+        # and the endpoints really used rc_verbs on the software device
+        ib2_check "softverbs/ucp${t// /_}-uses-rc_verbs" bash -c \
+            'grep -q "ep_cfg\[.*rc_verbs/softverbs0:1" \
+                "$0"/softverbs_ucp*"${1// /_}".log' "$LOGDIR" "$t"
+    done
+fi
