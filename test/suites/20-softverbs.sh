@@ -70,3 +70,10 @@ if [ -z "${IB2_PREFIX:-}" ]; then
                 "$0"/softverbs_ucp*"${1// /_}".log' "$LOGDIR" "$t"
     done
 fi
+
+if [ -z "${IB2_PREFIX:-}" ]; then
+    # a short run of the benchmark (it must complete; the numbers of a full
+    # run are in docs/softverbs.md)
+    ib2_check softverbs/benchmark-runs \
+        "$BUILD/contrib/bench/softverbs/sv_bench" -r 3 -n 50 -l 3000
+fi
