@@ -472,13 +472,11 @@ static int sv_flock_timeout(int fd, int op, int timeout_ms)
     return 0;
 }
 
+/* For the message about a segment in use: one of its users. */
 static uint32_t sv_some_live_pid(const struct sv_hdr *h)
 {
     uint32_t i;
 
-    if (h->magic != SV_MAGIC || h->layout_version != SV_LAYOUT_VERSION) {
-        return 0;
-    }
     for (i = 0; i < h->nprocs; ++i) {
         struct sv_proc *p = (struct sv_proc *)((char *)h + h->procs_off) + i;
 
@@ -575,18 +573,18 @@ static int sv_attach_segment(const struct sv_config *cfg)
                    "SOFTVERBS_SHM to another name", sv_g.shm_path);
             goto out;
         }
-        rc = sv_map(fd, sizeof(struct sv_hdr), &h);
+        rc = sv_map(fd, st.st_size, &h);
         if (rc) {
+            h = NULL;
             goto out;
         }
         if (h->magic != SV_MAGIC || h->layout_version != SV_LAYOUT_VERSION ||
             !atomic_load(&h->ready) || h->total_size != (uint64_t)st.st_size) {
             rc = EPROTO;
             sv_log("the segment %s is in use by a different softverbs "
-                   "version (pid %u); run all processes with the same "
-                   "libsoftverbs or set SOFTVERBS_SHM to another name",
-                   sv_g.shm_path, sv_some_live_pid(h));
-            munmap(h, sizeof(struct sv_hdr));
+                   "version; run all processes with the same libsoftverbs "
+                   "or set SOFTVERBS_SHM to another name", sv_g.shm_path);
+            munmap(h, st.st_size);
             h = NULL;
             goto out;
         }
@@ -596,13 +594,7 @@ static int sv_attach_segment(const struct sv_config *cfg)
                    "device configuration; give every process the same "
                    "SOFTVERBS_* settings, or set SOFTVERBS_SHM to another "
                    "name", sv_g.shm_path, sv_some_live_pid(h));
-            munmap(h, sizeof(struct sv_hdr));
-            h = NULL;
-            goto out;
-        }
-        munmap(h, sizeof(struct sv_hdr));
-        rc = sv_map(fd, st.st_size, &h);
-        if (rc) {
+            munmap(h, st.st_size);
             h = NULL;
             goto out;
         }
