@@ -704,6 +704,25 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
 /* Unreliable datagram                                                 */
 /* ------------------------------------------------------------------ */
 
+/* On RoCE, ConnectX reports in the SL of a UD receive completion what the
+ * packet was (bit 3: UDP, i.e. RoCE v2; bits 2-0: 0 GRH, 1 IPv6, 2 IPv4);
+ * UCX's ud_verbs reads the GRH according to it. On InfiniBand it is the SL. */
+static uint8_t sv_ud_wc_sl(const struct ibv_ah_attr *ah, uint8_t dev,
+                           uint8_t port)
+{
+    const union ibv_gid *g;
+
+    if (sv_g.hdr->cfg.dev[dev].link != SV_LINK_ETH) {
+        return ah->sl;
+    }
+    if (sv_gid_type(dev, port, ah->grh.sgid_index) != IBV_GID_TYPE_ROCE_V2) {
+        return 0x0;
+    }
+    g = &sv_g.hdr->port[dev][port - 1].gid[ah->grh.sgid_index];
+    return (g->raw[10] == 0xff && g->raw[11] == 0xff &&
+            !memcmp(g->raw, "\0\0\0\0\0\0\0\0\0\0", 10)) ? 0xa : 0x9;
+}
+
 static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
                           struct sv_attempt *a)
 {
@@ -770,7 +789,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
     wc.qp_num         = dqpn;
     wc.src_qp         = qp->qpx.qp_base.qp_num;
     wc.slid           = sv_port_lid(qp->sh->dev, qp->sh->port);
-    wc.sl             = w->ud_ah.sl;
+    wc.sl             = sv_ud_wc_sl(&w->ud_ah, w->ud_dev, qp->sh->port);
     wc.dlid_path_bits = w->ud_ah.src_path_bits;
     st = sv_recv_iov(dst, rw, SV_GRH_SIZE + len, riov, &nr, &refs);
     if (st == IBV_WC_SUCCESS) {

@@ -12,7 +12,8 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     SV_SHM=softverbs-suite-$$
     sv_port=$((20000 + $$ % 20000))
     sv_next_port() { sv_port=$((sv_port + 1)); }
-    sv_cleanup() { rm -rf "/dev/shm/$SV_SHM" "/dev/shm/$SV_SHM".*; }
+    sv_cleanup() { rm -rf "/dev/shm/$SV_SHM" "/dev/shm/$SV_SHM".* \
+                          "/dev/shm/$SV_SHM"-*; }
     trap sv_cleanup EXIT
     SVR=("$SV_RUN" --shm "$SV_SHM")
 
@@ -72,6 +73,24 @@ if [ -z "${IB2_PREFIX:-}" ]; then
 fi
 
 if [ -z "${IB2_PREFIX:-}" ]; then
+    # RoCE: an Ethernet device, GIDs of the loopback addresses, GRH always
+    SVE=("$SV_RUN" --shm "$SV_SHM-roce" --devices roce0:eth:1)
+    for t in "ibv_rc_pingpong -g 3 -c -n 1000" "ibv_ud_pingpong -g 1 -c -n 1000"; do
+        sv_next_port
+        ib2_check "softverbs/roce/${t// /_}" "$SV_PAIR" \
+            --expect 'iters in .* usec/iter' "${SVE[@]}" -- $t -p $sv_port
+    done
+    for t in "-x rc_verbs -t am_lat" "-x ud_verbs -t am_lat"; do
+        sv_next_port
+        ib2_check "softverbs/roce/ucx_perftest${t// /_}" "$SV_PAIR" \
+            --expect '^Final:' "${SVE[@]}" -- ucx_perftest -d roce0:1 \
+            -n 20000 -w 1000 -p $sv_port $t
+    done
+    sv_next_port
+    ib2_check softverbs/roce/ucp-t_tag_lat "$SV_PAIR" --expect '^Final:' \
+        "${SVE[@]}" env UCX_TLS=rc_verbs,ud_verbs -- \
+        ucx_perftest -n 20000 -w 1000 -p $sv_port -t tag_lat
+
     # a short run of the benchmark (it must complete; the numbers of a full
     # run are in docs/softverbs.md)
     ib2_check softverbs/benchmark-runs \

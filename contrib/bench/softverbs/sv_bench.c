@@ -48,6 +48,25 @@ struct bench_side {
     uint16_t            lid;
 };
 
+static char  bench_shm[64];
+static pid_t bench_parent;
+
+/* The segment of this run goes away however the run ends. */
+static void bench_cleanup(void)
+{
+    char cmd[200];
+
+    if (getpid() != bench_parent || bench_shm[0] == '\0') {
+        return;
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf /dev/shm/%s /dev/shm/%s.*", bench_shm,
+             bench_shm);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "sv_bench: could not remove /dev/shm/%s\n",
+                bench_shm);
+    }
+}
+
 static double bench_now(void)
 {
     struct timespec ts;
@@ -336,7 +355,6 @@ int main(int argc, char **argv)
     size_t size = 1 << 20;
     int iters = 200, rounds = 11, lat_iters = 20000, opt, r;
     double threshold = 0, *raw, *sv, *lat;
-    char shm[64];
     int to[2], from[2], st, cmd;
     struct bench_side s;
     struct bench_ends me, peer;
@@ -359,8 +377,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "sv_bench: sizes and counts must be positive\n");
         return 2;
     }
-    snprintf(shm, sizeof(shm), "softverbs-bench-%d", (int)getpid());
-    setenv("SOFTVERBS_SHM", shm, 1);
+    bench_parent = getpid();
+    snprintf(bench_shm, sizeof(bench_shm), "softverbs-bench-%d",
+             (int)bench_parent);
+    setenv("SOFTVERBS_SHM", bench_shm, 1);
+    atexit(bench_cleanup);
     if (pipe(to) || pipe(from)) {
         die("pipe");
     }
@@ -413,16 +434,10 @@ int main(int argc, char **argv)
     {
         double mr = median(raw, rounds), ms = median(sv, rounds);
         double ml = median(lat, rounds);
-        char path[160];
 
         printf("median: raw process_vm_writev %.0f MB/s, softverbs RDMA WRITE "
                "%.0f MB/s, ratio %.3f; 8-byte send latency %.3f us\n",
                mr / 1e6, ms / 1e6, ms / mr, ml);
-        snprintf(path, sizeof(path), "rm -rf /dev/shm/%s /dev/shm/%s.*", shm,
-                 shm);
-        if (system(path) != 0) {
-            fprintf(stderr, "sv_bench: could not remove /dev/shm/%s\n", shm);
-        }
         if (threshold > 0 && ms / mr < threshold) {
             printf("ratio %.3f is below the target %.3f\n", ms / mr,
                    threshold);

@@ -246,6 +246,8 @@ TEST(UdRoce, Ipv4GrhOnRoceV2)
         uint8_t *ip = (uint8_t *)r.p + 20;
         SV_CHILD_CHECK(ip[0] == 0x45 && ip[9] == 17 && ip[8] == 64, 17);
         SV_CHILD_CHECK(!memcmp(ip + 16, g.raw + 12, 4), 18);
+        /* as ConnectX: the SL says RoCE v2 (UDP) over IPv4 */
+        SV_CHILD_CHECK(wc.sl == 0xa, 25);
         /* RoCE v1 from the IPv4 GID of type v1: an IB-style GRH */
         aa.grh.sgid_index = 2;
         ibv_ah *v1 = ibv_create_ah(d.pd, &aa);
@@ -261,6 +263,7 @@ TEST(UdRoce, Ipv4GrhOnRoceV2)
         SV_CHILD_CHECK(ntohl(grh->version_tclass_flow) >> 28 == 6 &&
                        grh->next_hdr == 0x1b, 23);
         SV_CHILD_CHECK(!memcmp(grh->sgid.raw, g.raw, 16), 24);
+        SV_CHILD_CHECK(wc.sl == 0, 26); /* a RoCE v1 packet */
         ibv_destroy_ah(v1);
         ibv_destroy_ah(ah);
         return 0;
