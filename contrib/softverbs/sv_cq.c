@@ -41,6 +41,13 @@ static int sv_cq_lock(struct sv_cq_shared *cq)
 
 int sv_cq_push(uint32_t cq_handle, const struct ibv_wc *wc, uint32_t flags)
 {
+    return sv_cq_push_data(cq_handle, wc, flags, NULL, 0, 0);
+}
+
+int sv_cq_push_data(uint32_t cq_handle, const struct ibv_wc *wc,
+                    uint32_t flags, const void *data, uint32_t len,
+                    uint64_t addr)
+{
     struct sv_cq_shared *cq = sv_lookup(SV_T_CQ, cq_handle);
     struct sv_cqe *e;
     uint32_t armed, evq = 0;
@@ -71,8 +78,13 @@ int sv_cq_push(uint32_t cq_handle, const struct ibv_wc *wc, uint32_t flags)
         return -1;
     }
     e = &sv_cq_ring(cq)[t & (cq->size - 1)];
-    e->wc    = *wc;
-    e->flags = flags;
+    e->wc       = *wc;
+    e->flags    = flags;
+    e->inl_len  = len;
+    e->inl_addr = addr;
+    if (len != 0) {
+        memcpy(e->inl, data, len);
+    }
     atomic_store_explicit(&e->seq, t + 1, memory_order_release);
     atomic_store_explicit(&cq->tail, t + 1, memory_order_relaxed);
     armed = atomic_load_explicit(&cq->armed, memory_order_relaxed);
@@ -98,6 +110,10 @@ static inline int sv_cq_take(struct sv_cq *cq, struct ibv_wc *wc)
 
     if (atomic_load_explicit(&e->seq, memory_order_acquire) != h + 1) {
         return 0;
+    }
+    if (e->inl_len != 0) {
+        /* the data arrives now, before the completion is seen */
+        memcpy((void *)(uintptr_t)e->inl_addr, e->inl, e->inl_len);
     }
     *wc = e->wc;
     atomic_store_explicit(&cq->sh->head, h + 1, memory_order_release);
@@ -482,8 +498,11 @@ SV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int ncqe)
     for (i = h; i < t; ++i) {
         struct sv_cqe *o = &cq->ring[i & cq->mask];
 
-        nr[i & (size - 1)].wc    = o->wc;
-        nr[i & (size - 1)].flags = o->flags;
+        nr[i & (size - 1)].wc       = o->wc;
+        nr[i & (size - 1)].flags    = o->flags;
+        nr[i & (size - 1)].inl_len  = o->inl_len;
+        nr[i & (size - 1)].inl_addr = o->inl_addr;
+        memcpy(nr[i & (size - 1)].inl, o->inl, o->inl_len);
         atomic_store(&nr[i & (size - 1)].seq, i + 1);
     }
     old_off      = sh->ring_off;

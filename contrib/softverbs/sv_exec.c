@@ -38,35 +38,6 @@ struct sv_attempt {
     int32_t            peer_pid;    /* to check for liveness */
 };
 
-/* Inflight references on peers' memory regions, dropped after a copy. */
-struct sv_mrefs {
-    struct sv_mr_shared *m[SV_IOV];
-    int                  n;
-};
-
-static void sv_mrefs_put(struct sv_mrefs *r)
-{
-    int i;
-
-    for (i = 0; i < r->n; ++i) {
-        atomic_fetch_sub_explicit(&r->m[i]->inflight, 1,
-                                  memory_order_release);
-    }
-    r->n = 0;
-}
-
-static int sv_mref(struct sv_mrefs *r, struct sv_mr_shared *m, uint32_t key)
-{
-    atomic_fetch_add_explicit(&m->inflight, 1, memory_order_acq_rel);
-    if (SV_UNLIKELY(atomic_load_explicit(&m->s.handle, memory_order_acquire)
-                    != key)) {
-        atomic_fetch_sub(&m->inflight, 1);
-        return 0; /* deregistered meanwhile */
-    }
-    r->m[r->n++] = m;
-    return 1;
-}
-
 static inline int sv_in_range(const struct sv_mr_shared *m, uint64_t addr,
                               uint64_t len)
 {
@@ -248,8 +219,7 @@ static enum ibv_wc_status sv_local_iov(struct sv_qp *qp,
  * Returns the responder's completion status on failure. */
 static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
                                       const struct sv_rwqe *w, uint64_t need,
-                                      struct iovec *iov, int *niov,
-                                      struct sv_mrefs *refs)
+                                      struct iovec *iov, int *niov)
 {
     uint64_t total = 0;
     uint32_t i;
@@ -266,8 +236,7 @@ static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
         m = sv_lookup(SV_T_MR, s->lkey);
         if (m == NULL || m->s.proc != dst->s.proc || m->pd != dst->pd ||
             !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
-            !sv_in_range(m, s->addr, s->length) || !sv_mref(refs, m, s->lkey)) {
-            sv_mrefs_put(refs);
+            !sv_in_range(m, s->addr, s->length)) {
             return IBV_WC_LOC_PROT_ERR;
         }
         take = need - total;
@@ -280,7 +249,6 @@ static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
         ++n;
     }
     if (total < need) {
-        sv_mrefs_put(refs);
         return IBV_WC_LOC_LEN_ERR;
     }
     *niov = n;
@@ -290,18 +258,37 @@ static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
 /* An rkey-addressed range of the responder, checked for access. */
 static int sv_rkey_iov(const struct sv_qp_shared *dst, uint32_t rkey,
                        uint64_t addr, uint64_t len, unsigned need,
-                       struct iovec *iov, struct sv_mrefs *refs)
+                       struct iovec *iov)
 {
     struct sv_mr_shared *m = sv_lookup(SV_T_MR, rkey);
 
     if (m == NULL || m->pd != dst->pd || !(m->access & need) ||
-        !(dst->access & need) || !sv_in_range(m, addr, len) ||
-        !sv_mref(refs, m, rkey)) {
+        !(dst->access & need) || !sv_in_range(m, addr, len)) {
         return 0;
     }
     iov->iov_base = (void *)(uintptr_t)(m->vaddr + (addr - m->iova));
     iov->iov_len  = len;
     return 1;
+}
+
+/* Can len bytes for the responder travel inside its completion? Only if
+ * they land in one piece of its memory, and it is another process (for
+ * this one a copy costs no more than that). */
+static inline int sv_cqe_inline_ok(const struct sv_qp_shared *dst,
+                                   uint64_t len, int nr)
+{
+    return sv_g.cqe_inline && len != 0 && len <= SV_CQE_INLINE && nr == 1 &&
+           dst->s.pid != sv_g.pid;
+}
+
+static void sv_gather(uint8_t *out, const struct iovec *iov, int n)
+{
+    int i;
+
+    for (i = 0; i < n; ++i) {
+        memcpy(out, iov[i].iov_base, iov[i].iov_len);
+        out += iov[i].iov_len;
+    }
 }
 
 /* Drop the first `skip` bytes of an iovec list in place. */
@@ -362,7 +349,9 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
     } taken;
     struct sv_rwqe *rw;
     struct iovec riov[SV_IOV];
-    struct sv_mrefs refs = { .n = 0 };
+    uint8_t inl[SV_CQE_INLINE];
+    uint32_t inl_len = 0;
+    uint64_t inl_addr = 0;
     enum ibv_wc_status rst;
     struct ibv_wc wc;
     int nr = 0, uc = (dst->type == IBV_QPT_UC), wimm;
@@ -380,7 +369,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
     }
     if (wimm && len != 0 &&
         !sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
-                     IBV_ACCESS_REMOTE_WRITE, &riov[0], &refs)) {
+                     IBV_ACCESS_REMOTE_WRITE, &riov[0])) {
         if (uc) {
             sv_mutex_unlock(&dst->lock);
             a->res = SV_OK; /* UC drops what it cannot place */
@@ -406,7 +395,6 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         rw = NULL;
     }
     if (rw == NULL) {
-        sv_mrefs_put(&refs);
         sv_mutex_unlock(&dst->lock);
         a->res       = uc ? SV_OK : SV_RNR;
         a->rnr_timer = dst->min_rnr_timer;
@@ -423,7 +411,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
     wc.opcode = wimm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
 
     if (!wimm) {
-        rst = sv_recv_iov(dst, rw, len, riov, &nr, &refs);
+        rst = sv_recv_iov(dst, rw, len, riov, &nr);
         if (rst != IBV_WC_SUCCESS) {
             /* the responder completes this WQE in error */
             wc.status = rst;
@@ -441,9 +429,12 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
             return;
         }
     }
-    if (len != 0) {
+    if (!wimm && sv_cqe_inline_ok(dst, len, nr)) {
+        sv_gather(inl, liov, nl);
+        inl_len  = (uint32_t)len;
+        inl_addr = (uintptr_t)riov[0].iov_base;
+    } else if (len != 0) {
         n = sv_write_remote(dst->s.pid, liov, nl, riov, nr);
-        sv_mrefs_put(&refs);
         if (n < 0) {
             if (n == -EFAULT && !wimm && !uc) {
                 /* its receive buffer is not mapped any more */
@@ -471,9 +462,10 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         wc.imm_data = w->imm;
         wc.wc_flags = IBV_WC_WITH_IMM;
     }
-    if (SV_UNLIKELY(sv_cq_push(dst->recv_cq, &wc,
-                               (w->flags & IBV_SEND_SOLICITED) ?
-                               SV_CQE_SOLICITED : 0) < 0)) {
+    if (SV_UNLIKELY(sv_cq_push_data(dst->recv_cq, &wc,
+                                    (w->flags & IBV_SEND_SOLICITED) ?
+                                    SV_CQE_SOLICITED : 0,
+                                    inl, inl_len, inl_addr) < 0)) {
         /* its CQ overran: the responder cannot continue */
         sv_responder_error(dst, dqpn, 1, IBV_EVENT_QP_FATAL);
     }
@@ -493,14 +485,13 @@ static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
                         struct iovec *liov, int nl, uint64_t len,
                         struct sv_attempt *a)
 {
-    struct sv_mrefs refs = { .n = 0 };
     struct iovec riov;
     int uc = (dst->type == IBV_QPT_UC);
     ssize_t n;
 
     if (len != 0) {
         if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
-                         IBV_ACCESS_REMOTE_WRITE, &riov, &refs)) {
+                         IBV_ACCESS_REMOTE_WRITE, &riov)) {
             if (uc) {
                 a->res = SV_OK;
                 return;
@@ -511,7 +502,6 @@ static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
             return;
         }
         n = sv_write_remote(dst->s.pid, liov, nl, &riov, 1);
-        sv_mrefs_put(&refs);
         if (n < 0) {
             if (n == -EFAULT && !uc) {
                 sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
@@ -534,7 +524,6 @@ static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
                        struct iovec *liov, int nl, uint64_t len,
                        struct sv_attempt *a)
 {
-    struct sv_mrefs refs = { .n = 0 };
     struct iovec riov;
     ssize_t n;
 
@@ -546,14 +535,13 @@ static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
     }
     if (len != 0) {
         if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
-                         IBV_ACCESS_REMOTE_READ, &riov, &refs)) {
+                         IBV_ACCESS_REMOTE_READ, &riov)) {
             sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
             a->res    = SV_ERR;
             a->status = IBV_WC_REM_ACCESS_ERR;
             return;
         }
         n = sv_read_remote(dst->s.pid, liov, nl, &riov, 1);
-        sv_mrefs_put(&refs);
         if (n < 0) {
             if (n == -EFAULT) {
                 sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
@@ -572,7 +560,6 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
                          struct iovec *liov, int nl, uint64_t len,
                          struct sv_attempt *a)
 {
-    struct sv_mrefs refs = { .n = 0 };
     struct iovec riov, tmp;
     uint64_t old = 0, val;
     sv_mutex_t *stripe;
@@ -590,7 +577,7 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
         return;
     }
     if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, 8,
-                     IBV_ACCESS_REMOTE_ATOMIC, &riov, &refs)) {
+                     IBV_ACCESS_REMOTE_ATOMIC, &riov)) {
         sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
         a->res    = SV_ERR;
         a->status = IBV_WC_REM_ACCESS_ERR;
@@ -615,7 +602,6 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
         }
     }
     sv_mutex_unlock(stripe);
-    sv_mrefs_put(&refs);
     if (n < 0) {
         if (n == -EFAULT) {
             sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
@@ -732,8 +718,10 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
                              64 * sizeof(struct ibv_sge)];
     } taken;
     struct iovec liov[SV_IOV], riov[SV_IOV];
-    struct sv_mrefs refs = { .n = 0 };
-    uint8_t grh[SV_GRH_SIZE];
+    uint8_t grh[SV_GRH_SIZE], inl[SV_CQE_INLINE];
+    uint32_t inl_len = 0;
+    uint64_t inl_addr = 0, tot;
+    struct iovec *lv;
     struct sv_qp_shared *dst;
     struct sv_rwqe *rw;
     enum ibv_wc_status st;
@@ -791,7 +779,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
     wc.slid           = sv_port_lid(qp->sh->dev, qp->sh->port);
     wc.sl             = sv_ud_wc_sl(&w->ud_ah, w->ud_dev, qp->sh->port);
     wc.dlid_path_bits = w->ud_ah.src_path_bits;
-    st = sv_recv_iov(dst, rw, SV_GRH_SIZE + len, riov, &nr, &refs);
+    st = sv_recv_iov(dst, rw, SV_GRH_SIZE + len, riov, &nr);
     if (st == IBV_WC_SUCCESS) {
         has_grh = w->ud_ah.is_global ||
                   sv_g.hdr->cfg.dev[dst->dev].link == SV_LINK_ETH;
@@ -800,14 +788,21 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
                          (uint32_t)len);
             liov[0].iov_base = grh;
             liov[0].iov_len  = SV_GRH_SIZE;
-            n = sv_write_remote(dst->s.pid, liov, nl + 1, riov, nr);
+            ++nl;
         } else {
             /* the first 40 bytes stay as they were */
             nr = sv_iov_skip(riov, nr, SV_GRH_SIZE);
-            n  = (len != 0) ? sv_write_remote(dst->s.pid, liov + 1, nl, riov,
-                                              nr) : 0;
         }
-        sv_mrefs_put(&refs);
+        tot = has_grh ? SV_GRH_SIZE + len : len;
+        lv  = has_grh ? liov : liov + 1;
+        if (sv_cqe_inline_ok(dst, tot, nr)) {
+            sv_gather(inl, lv, nl);
+            inl_len  = (uint32_t)tot;
+            inl_addr = (uintptr_t)riov[0].iov_base;
+            n        = 0;
+        } else {
+            n = tot ? sv_write_remote(dst->s.pid, lv, nl, riov, nr) : 0;
+        }
         if (n < 0) {
             sv_mutex_unlock(&dst->lock);
             if (n == -EPERM) {
@@ -826,8 +821,9 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
     } else {
         wc.status = st; /* too small or bad buffer: this WQE fails */
     }
-    sv_cq_push(dst->recv_cq, &wc,
-               (w->flags & IBV_SEND_SOLICITED) ? SV_CQE_SOLICITED : 0);
+    sv_cq_push_data(dst->recv_cq, &wc,
+                    (w->flags & IBV_SEND_SOLICITED) ? SV_CQE_SOLICITED : 0,
+                    inl, inl_len, inl_addr);
     if (dst->srq == 0) {
         atomic_fetch_add_explicit(&dst->rq_head, 1, memory_order_release);
     }
@@ -843,11 +839,14 @@ static int sv_exec(struct sv_qp *qp, struct sv_swqe *w)
     struct sv_attempt a = { .res = SV_OK };
     uint64_t now, t;
 
+    /* regions of peers may not go away during the attempt */
+    sv_xfer_begin();
     if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
         sv_ud_attempt(qp, w, &a);
     } else {
         sv_connected_attempt(qp, w, &a);
     }
+    sv_xfer_end();
     if (SV_UNLIKELY(a.peer_pid != 0) && !sv_pid_alive(a.peer_pid)) {
         sv_note_dead_pid(a.peer_pid); /* reclaim what it left behind */
     }

@@ -35,7 +35,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 3
+#define SV_LAYOUT_VERSION 5
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -118,6 +118,8 @@ struct sv_slot {
 
 enum { SV_PROC_FREE = 0, SV_PROC_LIVE = 1 };
 
+#define SV_XFER_SLOTS 31
+
 struct sv_proc {
     _Atomic uint32_t state;
     int32_t          pid;
@@ -125,6 +127,13 @@ struct sv_proc {
     /* objects that live only in the process, counted for the limits */
     _Atomic uint32_t n_pd[SV_MAX_DEVICES];
     _Atomic uint32_t n_ah[SV_MAX_DEVICES];
+    /* Transfer epochs, one per thread: odd while the thread moves data
+     * to or from peers' memory regions. Deregistration waits for odd
+     * epochs it sees to change (or their process to die). Threads beyond
+     * the slots share a count of active transfers. */
+    _Atomic uint64_t xfer[SV_XFER_SLOTS];
+    _Atomic uint32_t xfer_shared;
+    uint32_t         pad;
 };
 
 struct sv_port_shared {
@@ -196,11 +205,18 @@ struct sv_srq_shared {
     uint32_t         pad;
 };
 
+/* Small receives travel inside the completion (like ConnectX's scatter
+ * to CQE): the consumer copies inl[] to inl_addr, in its own address space,
+ * before it returns the completion. */
+#define SV_CQE_INLINE 56
+
 struct sv_cqe {
-    struct ibv_wc    wc;
-    uint32_t         flags;      /* SV_CQE_* */
-    uint32_t         pad;
     _Atomic uint64_t seq;        /* producer index + 1 once published */
+    uint32_t         flags;      /* SV_CQE_* */
+    uint32_t         inl_len;    /* bytes of inl[] to deliver, or 0 */
+    uint64_t         inl_addr;
+    struct ibv_wc    wc;
+    uint8_t          inl[SV_CQE_INLINE];
 };
 
 enum { SV_CQE_SOLICITED = 1 };
@@ -251,9 +267,8 @@ struct sv_mr_shared {
     uint64_t         iova;
     uint64_t         length;
     uint64_t         vaddr;
-    _Atomic uint32_t inflight;   /* transfers using the region right now */
     uint8_t          dev;
-    uint8_t          pad[3];
+    uint8_t          pad[7];
 };
 
 /* Reserved: connection requests of a future rdmacm emulation. */
@@ -323,6 +338,8 @@ struct sv_global {
     struct sv_device *devices[SV_MAX_DEVICES];
     void            **local[SV_T_NUM];  /* slot index -> local object */
     _Atomic uint32_t  pending;     /* QPs with queued send work */
+    int               cqe_inline;  /* deliver small receives in the CQE */
+    _Atomic uint32_t  next_tslot;  /* transfer epoch slots handed out */
     int               warned_ptrace;
 };
 
@@ -575,6 +592,10 @@ uint64_t sv_evq_lost(struct sv_evq *q);
 /* Add a completion; called with no QP/SRQ lock order violation. Returns 0,
  * or -1 if the CQ overran (the caller moves its QP to the error state). */
 int  sv_cq_push(uint32_t cq_handle, const struct ibv_wc *wc, uint32_t flags);
+/* The same, with data for the consumer to place at addr (its memory). */
+int  sv_cq_push_data(uint32_t cq_handle, const struct ibv_wc *wc,
+                     uint32_t flags, const void *data, uint32_t len,
+                     uint64_t addr);
 void sv_cq_progress_hook(void);
 
 /* sv_qp.c */
@@ -606,6 +627,41 @@ void sv_progress_add(struct sv_qp *qp);
 void sv_progress_remove(struct sv_qp *qp);
 void sv_progress_run_due(void);
 void sv_progress_fork_child(void);
+
+/* Transfer epochs (see struct sv_proc). begin is a full barrier before
+ * any memory region of a peer is looked up. */
+extern __thread int sv_tslot;
+int sv_tslot_get(void);
+
+static inline void sv_xfer_begin(void)
+{
+    struct sv_proc *p = (struct sv_proc *)sv_ptr(sv_g.hdr->procs_off) +
+                        sv_g.proc;
+    int i = SV_LIKELY(sv_tslot >= 0) ? sv_tslot : sv_tslot_get();
+
+    if (SV_LIKELY(i < SV_XFER_SLOTS)) {
+        atomic_fetch_add(&p->xfer[i], 1);
+    } else {
+        atomic_fetch_add(&p->xfer_shared, 1);
+    }
+}
+
+static inline void sv_xfer_end(void)
+{
+    struct sv_proc *p = (struct sv_proc *)sv_ptr(sv_g.hdr->procs_off) +
+                        sv_g.proc;
+
+    if (SV_LIKELY(sv_tslot < SV_XFER_SLOTS)) {
+        atomic_fetch_add_explicit(&p->xfer[sv_tslot], 1,
+                                  memory_order_release);
+    } else {
+        atomic_fetch_sub_explicit(&p->xfer_shared, 1, memory_order_release);
+    }
+}
+
+/* Wait until no transfer that could have seen a region (unpublished
+ * before the call) is still running. */
+void sv_xfer_quiesce(void);
 
 /* sv_xfer.c */
 ssize_t sv_write_remote(int32_t pid, const struct iovec *local, int nlocal,

@@ -16,12 +16,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 static _Atomic uint64_t sv_pinned;   /* bytes this process registered */
@@ -260,7 +258,6 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
     m->length = length;
     m->vaddr  = (uintptr_t)addr;
     m->dev    = (uint8_t)dev;
-    atomic_store(&m->inflight, 0);
     sv_slot_publish(m, key);
 
     mr->idx        = sv_handle_idx(SV_T_MR, key);
@@ -301,24 +298,6 @@ SV_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off,
     return NULL;
 }
 
-/* Wait until no peer transfer uses the region any more: after this the
- * memory may be freed without a late write landing in it. */
-static void sv_mr_quiesce(struct sv_mr_shared *m)
-{
-    uint64_t start = sv_now_ns();
-    struct timespec ts = { 0, 50000 };
-
-    while (atomic_load(&m->inflight) != 0) {
-        if (sv_now_ns() - start > 5000000000ULL) {
-            /* a peer died in the middle of a transfer */
-            sv_debug("deregistration gave up waiting for a transfer");
-            atomic_store(&m->inflight, 0);
-            break;
-        }
-        nanosleep(&ts, NULL);
-    }
-}
-
 SV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
 {
     struct sv_mr *mr = (struct sv_mr *)ibmr;
@@ -329,7 +308,8 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
         return EINVAL;
     }
     sv_slot_unpublish(m);
-    sv_mr_quiesce(m);
+    /* no late write may land in the memory after we return */
+    sv_xfer_quiesce();
     sv_uncharge(dev, m->length, mr->pinned);
     sv_slot_release(SV_T_MR, m);
     sv_pd_put(ibmr->pd);
@@ -382,7 +362,7 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd,
     }
     /* hide the region while it changes, as hardware does */
     sv_slot_unpublish(m);
-    sv_mr_quiesce(m);
+    sv_xfer_quiesce();
     m->pd     = sv_pd_id(new_pd);
     m->access = new_access & SV_ACCESS_KNOWN;
     m->iova   = (uintptr_t)new_addr;

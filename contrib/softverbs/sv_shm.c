@@ -440,6 +440,12 @@ static int sv_register_proc(void)
         struct sv_proc *p = sv_proc_at(i);
 
         if (atomic_load(&p->state) == SV_PROC_FREE) {
+            uint32_t k;
+
+            for (k = 0; k < SV_XFER_SLOTS; ++k) {
+                atomic_store(&p->xfer[k], 0);
+            }
+            atomic_store(&p->xfer_shared, 0);
             p->pid        = pid;
             p->start_time = sv_pid_start_time(pid);
             atomic_store(&p->state, SV_PROC_LIVE);
@@ -644,6 +650,8 @@ static void sv_atfork_child(void)
     memset(sv_g.devices, 0, sizeof(sv_g.devices));
     sv_g.attached = 0;
     sv_g.hdr      = NULL;
+    atomic_store(&sv_g.next_tslot, 0);
+    sv_tslot = -1;
     sv_g.seg_fd   = -1;
     sv_g.wake_fd  = -1;
     pthread_mutex_init(&sv_g.lock, NULL);
@@ -690,6 +698,11 @@ int sv_attach(void)
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     sv_g.wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
                           0);
+    {
+        const char *e = getenv("SOFTVERBS_CQE_INLINE");
+
+        sv_g.cqe_inline = (e == NULL || *e == '\0') ? 1 : (atoi(e) != 0);
+    }
     sv_g.pid      = getpid();
     sv_g.attached = 1;
     sv_debug("attached to %s as process slot %u", sv_g.shm_path, sv_g.proc);
@@ -836,6 +849,61 @@ sv_mutex_t *sv_stripe(uint64_t key)
 uint16_t sv_port_lid(uint32_t dev, uint32_t port)
 {
     return sv_g.hdr->port[dev][port - 1].lid;
+}
+
+/* ------------------------------------------------------------------ */
+/* Transfer epochs                                                     */
+/* ------------------------------------------------------------------ */
+
+__thread int sv_tslot = -1;
+
+int sv_tslot_get(void)
+{
+    uint32_t i = atomic_fetch_add(&sv_g.next_tslot, 1);
+
+    sv_tslot = (i < SV_XFER_SLOTS) ? (int)i : SV_XFER_SLOTS;
+    return sv_tslot;
+}
+
+void sv_xfer_quiesce(void)
+{
+    struct timespec ts = { 0, 20000 };
+    uint64_t start = sv_now_ns();
+    uint32_t i, k;
+    int warned = 0;
+
+    atomic_thread_fence(memory_order_seq_cst);
+    for (i = 0; i < sv_g.hdr->nprocs; ++i) {
+        struct sv_proc *p = sv_proc_at(i);
+
+        if (atomic_load(&p->state) != SV_PROC_LIVE) {
+            continue;
+        }
+        for (k = 0; k < SV_XFER_SLOTS; ++k) {
+            uint64_t e = atomic_load(&p->xfer[k]);
+
+            /* an odd epoch: that thread may still use the region */
+            while ((e & 1) && atomic_load(&p->xfer[k]) == e) {
+                if (!sv_pid_alive(p->pid)) {
+                    break; /* died in the middle: nothing will land */
+                }
+                nanosleep(&ts, NULL);
+            }
+        }
+        while (atomic_load(&p->xfer_shared) != 0 && sv_pid_alive(p->pid)) {
+            /* many-threaded peers share one count; it may not fall to zero
+             * under constant traffic, so this wait is bounded */
+            if (sv_now_ns() - start > 2000000000ULL) {
+                if (!warned) {
+                    sv_debug("deregistration stopped waiting for process "
+                             "%d", (int)p->pid);
+                    warned = 1;
+                }
+                break;
+            }
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ */

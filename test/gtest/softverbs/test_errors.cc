@@ -351,3 +351,96 @@ TEST(ErrProcesses, KilledPeerGivesRetryExceeded)
     ibv_destroy_qp(qp);
     ibv_destroy_cq(cq);
 }
+
+/* Deregistration fences remote writes: once ibv_dereg_mr returns, no write
+ * of a peer lands in the memory any more, and the peer gets an error. */
+TEST(ErrProcesses, DeregFencesRemoteWrites)
+{
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    ibv_cq *cq = make_cq(d.ctx);
+    ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq);
+    const size_t n = 1 << 20;
+    char *mem = (char *)aligned_alloc(4096, n);
+    ASSERT_NE(mem, nullptr);
+    ibv_mr *mr = ibv_reg_mr(d.pd, mem, n, IBV_ACCESS_LOCAL_WRITE |
+                            IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_NE(mr, nullptr);
+    Peer p([](Chan &c) {
+        Dev pd;
+        ibv_cq *pcq = make_cq(pd.ctx, 1024);
+        ibv_qp *pqp = make_qp(pd, IBV_QPT_RC, pcq, pcq);
+        Buf s(pd.pd, 1 << 20);
+        memset(s.p, 0x11, 1 << 20);
+        Ends me = { pqp->qp_num, pd.lid, 0, 0, 0 }, peer;
+        c.put(me);
+        SV_CHILD_CHECK(c.get(peer), 10);
+        SV_CHILD_CHECK(connect_rc(pqp, peer.qpn, peer.lid, 1) == 0, 11);
+        c.put(me);
+        ibv_wc wc;
+        for (;;) {
+            post_send(pqp, IBV_WR_RDMA_WRITE, s.p, 1 << 20, s.lkey(), 0,
+                      IBV_SEND_SIGNALED, peer.addr, peer.rkey);
+            SV_CHILD_CHECK(poll_wc(pcq, &wc), 12);
+            if (wc.status != IBV_WC_SUCCESS) {
+                /* the region went away under a write in flight */
+                return wc.status == IBV_WC_REM_ACCESS_ERR ? 0 : 13;
+            }
+        }
+    });
+    Ends peer, me = { qp->qp_num, d.lid, (uintptr_t)mem, mr->rkey, 0 };
+    ASSERT_TRUE(p.chan().get(peer));
+    ASSERT_EQ(connect_rc(qp, peer.qpn, peer.lid, 1), 0);
+    p.chan().put(me);
+    ASSERT_TRUE(p.chan().get(peer));
+    usleep(20000); /* writes are flowing */
+    ASSERT_EQ(ibv_dereg_mr(mr), 0);
+    memset(mem, 0x22, n);
+    EXPECT_EQ(p.wait(), 0);
+    for (size_t i = 0; i < n; i += 512) {
+        ASSERT_EQ(mem[i], 0x22) << "a write landed after deregistration";
+    }
+    free(mem);
+    ibv_destroy_qp(qp);
+    ibv_destroy_cq(cq);
+}
+
+/* A writer killed in the middle of a transfer does not hold up the
+ * deregistration of the memory it was writing. */
+TEST(ErrProcesses, DeregAfterWriterKilledIsPrompt)
+{
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    ibv_cq *cq = make_cq(d.ctx);
+    ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq);
+    Buf *t = new Buf(d.pd, 4 << 20);
+    Peer p([](Chan &c) {
+        Dev pd;
+        ibv_cq *pcq = make_cq(pd.ctx, 1024);
+        ibv_qp *pqp = make_qp(pd, IBV_QPT_RC, pcq, pcq);
+        Buf s(pd.pd, 4 << 20);
+        Ends me = { pqp->qp_num, pd.lid, 0, 0, 0 }, peer;
+        c.put(me);
+        SV_CHILD_CHECK(c.get(peer), 10);
+        SV_CHILD_CHECK(connect_rc(pqp, peer.qpn, peer.lid, 1) == 0, 11);
+        c.put(me);
+        ibv_wc wc[16];
+        for (;;) {
+            post_send(pqp, IBV_WR_RDMA_WRITE, s.p, 4 << 20, s.lkey(), 0, 0,
+                      peer.addr, peer.rkey);
+            ibv_poll_cq(pcq, 16, wc);
+        }
+    });
+    Ends peer, me = { qp->qp_num, d.lid, t->addr(), t->rkey(), 0 };
+    ASSERT_TRUE(p.chan().get(peer));
+    ASSERT_EQ(connect_rc(qp, peer.qpn, peer.lid, 1), 0);
+    p.chan().put(me);
+    ASSERT_TRUE(p.chan().get(peer));
+    usleep(20000); /* it is almost always inside a 4 MiB copy */
+    p.kill9();
+    uint64_t t0 = now_ms();
+    delete t; /* deregisters */
+    EXPECT_LT(now_ms() - t0, 500u);
+    ibv_destroy_qp(qp);
+    ibv_destroy_cq(cq);
+}
