@@ -190,10 +190,12 @@ int to_rtr(ibv_qp *qp, uint32_t dqpn, uint16_t dlid, uint8_t port,
     a.min_rnr_timer      = o.min_rnr_timer;
     a.ah_attr.dlid       = dlid;
     a.ah_attr.port_num   = port;
+    /* UC has no reads, atomics or RNR */
     return ibv_modify_qp(qp, &a,
                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
                          IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+                         ((qp->qp_type == IBV_QPT_UC) ? 0 :
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
 }
 
 int to_rts(ibv_qp *qp, const QpOpts &o)
@@ -207,6 +209,9 @@ int to_rts(ibv_qp *qp, const QpOpts &o)
     a.rnr_retry     = o.rnr_retry;
     a.sq_psn        = 0;
     a.max_rd_atomic = o.rd_atomic;
+    if (qp->qp_type == IBV_QPT_UC) {
+        return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    }
     return ibv_modify_qp(qp, &a,
                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                          IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
