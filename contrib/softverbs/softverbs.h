@@ -27,6 +27,12 @@ const char *softverbs_segment_path(void);
  * and recovered. */
 uint64_t softverbs_lock_recoveries(void);
 
+/* Whether this process delivers small receives (up to 56 bytes) of other
+ * processes inside their completion entries, placed when they poll, rather
+ * than with a process_vm_writev call. On by default; SOFTVERBS_CQE_INLINE=0
+ * turns it off at start. Returns the previous setting. */
+int softverbs_cqe_inline(int on);
+
 /* Test support: take the shared lock of the queue pair with this QPN
  * (of any process) and return holding it, so that a test can kill the
  * caller while the lock is held. Returns 0, or ENOENT. */

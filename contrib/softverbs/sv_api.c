@@ -22,6 +22,18 @@ SV_EXPORT uint64_t softverbs_lock_recoveries(void)
     return sv_lock_recoveries();
 }
 
+SV_EXPORT int softverbs_cqe_inline(int on)
+{
+    int was;
+
+    if (sv_attach() != 0) {
+        return -1;
+    }
+    was = sv_g.cqe_inline;
+    sv_g.cqe_inline = !!on;
+    return was;
+}
+
 SV_EXPORT int softverbs_test_hold_qp_lock(uint32_t qpn)
 {
     struct sv_qp_shared *q;

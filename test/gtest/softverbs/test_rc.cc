@@ -1,5 +1,6 @@
 /* RC data transfer: every operation, in one process and across two. */
 #include "sv_test.h"
+#include "softverbs.h"
 
 #include <arpa/inet.h>
 #include <thread>
@@ -488,4 +489,58 @@ TEST(RcProcesses, AtomicsAreAtomicAcrossProcesses)
         ibv_destroy_qp(qp);
     }
     ibv_destroy_cq(cq);
+}
+
+/* Small receives of another process: carried in the completion entry or
+ * written directly, the data is in place when the completion is seen. */
+TEST(RcProcesses, SmallMessagesBothDeliveries)
+{
+    for (int mode = 0; mode < 2; ++mode) {
+        Peer p([mode](Chan &c) {
+            softverbs_cqe_inline(mode);
+            Dev pd;
+            ibv_cq *cq = make_cq(pd.ctx);
+            ibv_qp *qp = make_qp(pd, IBV_QPT_RC, cq, cq);
+            Buf s(pd.pd, 64);
+            Ends me = { qp->qp_num, pd.lid, 0, 0, 0 }, peer;
+            c.put(me);
+            SV_CHILD_CHECK(c.get(peer), 10);
+            SV_CHILD_CHECK(connect_rc(qp, peer.qpn, peer.lid, 1) == 0, 11);
+            ibv_wc wc;
+            for (int i = 0; i < 100; ++i) {
+                uint32_t len = 1 + i % 56;
+                memset(s.p, i, len);
+                post_send(qp, IBV_WR_SEND, s.p, len, s.lkey(), i);
+                SV_CHILD_CHECK(poll_wc(cq, &wc) &&
+                               wc.status == IBV_WC_SUCCESS, 12);
+            }
+            return 0;
+        });
+        Dev d;
+        ibv_cq *cq = make_cq(d.ctx, 256);
+        ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq, QpOpts());
+        Buf r(d.pd, 64 * 100);
+        Ends peer, me = { qp->qp_num, d.lid, 0, 0, 0 };
+        ASSERT_TRUE(p.chan().get(peer));
+        ASSERT_EQ(connect_rc(qp, peer.qpn, peer.lid, 1), 0);
+        for (int i = 0; i < 64; ++i) {
+            ASSERT_EQ(post_recv(qp, r.p + 64 * i, 64, r.lkey(), i), 0);
+        }
+        p.chan().put(me);
+        ibv_wc wc;
+        for (int i = 0; i < 100; ++i) {
+            ASSERT_TRUE(poll_wc(cq, &wc));
+            ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+            uint32_t len = 1 + i % 56;
+            ASSERT_EQ(wc.byte_len, len);
+            char *m = r.p + 64 * wc.wr_id;
+            for (uint32_t k = 0; k < len; ++k) {
+                ASSERT_EQ(m[k], (char)i) << "mode " << mode;
+            }
+            ASSERT_EQ(post_recv(qp, m, 64, r.lkey(), wc.wr_id), 0);
+        }
+        EXPECT_EQ(p.wait(), 0);
+        ibv_destroy_qp(qp);
+        ibv_destroy_cq(cq);
+    }
 }
