@@ -104,6 +104,12 @@ enum {
     SV_T_NUM
 };
 
+/* Receive rings (QP and SRQ) have one producer side, the owner process,
+ * serialised by a lock of its own, and many consumers (requesters of any
+ * process) serialised by the slot's shared lock. They meet only in the
+ * head and tail indices, so posting never waits for a peer in the middle
+ * of a delivery. */
+
 /* Every table slot starts with this. */
 struct sv_slot {
     _Atomic uint32_t handle;  /* 0: free; gen << shift | index otherwise */
@@ -458,6 +464,7 @@ struct sv_srq {
     uint32_t          idx;
     struct sv_srq_shared *sh;
     uint32_t          async_events;
+    pthread_mutex_t   post_lock;     /* this process's posters */
 };
 
 struct sv_ah {
@@ -503,6 +510,7 @@ struct sv_qp {
     struct sv_srq    *srq;
     struct sv_context *ctx;
     pthread_mutex_t   sq_lock;
+    pthread_mutex_t   rq_lock;       /* this process's receive posters */
     /* send queue: entries not yet completed, in order */
     struct sv_swqe   *sq;
     struct ibv_sge   *sq_sge;        /* sq_size * max_send_sge */

@@ -196,7 +196,7 @@ void sv_qp_to_error(struct sv_qp *qp)
 /* Receive queue                                                       */
 /* ------------------------------------------------------------------ */
 
-/* Append receive WQEs to a ring. The ring's lock is held. */
+/* Append receive WQEs to a ring. The owner's posting lock is held. */
 int sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
                  uint32_t max_sge, _Atomic uint32_t *head,
                  _Atomic uint32_t *tail, struct ibv_recv_wr *wr,
@@ -218,7 +218,7 @@ int sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
         w->wr_id   = wr->wr_id;
         w->num_sge = (uint32_t)wr->num_sge;
         memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * wr->num_sge);
-        atomic_store_explicit(tail, t + 1, memory_order_release);
+        atomic_store(tail, t + 1); /* seq_cst: see sv_op_post_recv */
     }
     return 0;
 }
@@ -228,26 +228,28 @@ int sv_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 {
     struct sv_qp *qp = sv_qp_of(ibqp);
     struct sv_qp_shared *sh = qp->sh;
-    uint8_t state;
     int rc;
 
     if (SV_UNLIKELY(qp->srq != NULL)) {
         *bad = wr;
         return EINVAL; /* receives go to the SRQ */
     }
-    sv_mutex_lock(&sh->lock);
-    state = atomic_load(&sh->state);
-    if (SV_UNLIKELY(state == IBV_QPS_RESET)) {
-        sv_mutex_unlock(&sh->lock);
+    pthread_mutex_lock(&qp->rq_lock);
+    if (SV_UNLIKELY(atomic_load(&sh->state) == IBV_QPS_RESET)) {
+        pthread_mutex_unlock(&qp->rq_lock);
         *bad = wr;
         return EINVAL;
     }
     rc = sv_ring_post(sh->rq_off, sh->rq_size, sh->rq_stride, sh->rq_wr,
                       sh->rq_max_sge, &sh->rq_head, &sh->rq_tail, wr, bad);
-    if (SV_UNLIKELY(state == IBV_QPS_ERR)) {
+    /* Checked after publishing: a peer that moved the QP to the error
+     * state either flushed these WQEs already or we see its state now. */
+    if (SV_UNLIKELY(atomic_load(&sh->state) == IBV_QPS_ERR)) {
+        sv_mutex_lock(&sh->lock);
         sv_qp_flush_rq_locked(sh);
+        sv_mutex_unlock(&sh->lock);
     }
-    sv_mutex_unlock(&sh->lock);
+    pthread_mutex_unlock(&qp->rq_lock);
     return rc;
 }
 
@@ -381,6 +383,7 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     qp->srq        = (struct sv_srq *)a->srq;
     qp->sq_sig_all = !!a->sq_sig_all;
     pthread_mutex_init(&qp->sq_lock, NULL);
+    pthread_mutex_init(&qp->rq_lock, NULL);
 
     qp->qpx.qp_base.context    = c;
     qp->qpx.qp_base.qp_context = a->qp_context;
@@ -537,6 +540,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
     int rc, kick = 0, drained = 0;
 
     pthread_mutex_lock(&qp->sq_lock);
+    pthread_mutex_lock(&qp->rq_lock);
     sv_mutex_lock(&sh->lock);
     cur  = (enum ibv_qp_state)atomic_load(&sh->state);
     next = (mask & IBV_QP_STATE) ? a->qp_state : cur;
@@ -633,6 +637,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
     }
     ibqp->state = next;
     sv_mutex_unlock(&sh->lock);
+    pthread_mutex_unlock(&qp->rq_lock);
     if (next == IBV_QPS_ERR) {
         sv_sq_flush_locked(qp);
     }
@@ -651,6 +656,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
 
 out:
     sv_mutex_unlock(&sh->lock);
+    pthread_mutex_unlock(&qp->rq_lock);
     pthread_mutex_unlock(&qp->sq_lock);
     return rc;
 }
@@ -728,6 +734,7 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     sv_pd_put(ibqp->pd);
     sv_qpex_free(qp);
     pthread_mutex_destroy(&qp->sq_lock);
+    pthread_mutex_destroy(&qp->rq_lock);
     free(qp->sq);
     free(qp->sq_sge);
     free(qp->sq_inl);

@@ -90,6 +90,7 @@ static struct ibv_srq *sv_srq_create(struct ibv_context *c,
     r->srq.srq.pd          = pd;
     r->srq.srq.handle      = r->srq.idx;
     pthread_mutex_init(&r->srq.srq.mutex, NULL);
+    pthread_mutex_init(&r->srq.post_lock, NULL);
     pthread_cond_init(&r->srq.srq.cond, NULL);
     sv_pd_get(pd);
     sv_local_set(SV_T_SRQ, r->srq.idx, &r->srq);
@@ -140,13 +141,14 @@ int sv_op_get_srq_num(struct ibv_srq *srq, uint32_t *num)
 int sv_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
                         struct ibv_recv_wr **bad)
 {
-    struct sv_srq_shared *sh = ((struct sv_srq *)ibsrq)->sh;
+    struct sv_srq *srq = (struct sv_srq *)ibsrq;
+    struct sv_srq_shared *sh = srq->sh;
     int rc;
 
-    sv_mutex_lock(&sh->lock);
+    pthread_mutex_lock(&srq->post_lock);
     rc = sv_ring_post(sh->ring_off, sh->size, sh->stride, sh->wr,
                       sh->max_sge, &sh->head, &sh->tail, wr, bad);
-    sv_mutex_unlock(&sh->lock);
+    pthread_mutex_unlock(&srq->post_lock);
     return rc;
 }
 
@@ -197,8 +199,9 @@ uint32_t sv_srq_max_sge(uint32_t srqn)
     return (sh != NULL) ? (sh->max_sge ? sh->max_sge : 1) : 1;
 }
 
-static int sv_srq_resize(struct sv_srq_shared *sh, uint32_t max_wr)
+static int sv_srq_resize(struct sv_srq *srq, uint32_t max_wr)
 {
+    struct sv_srq_shared *sh = srq->sh;
     uint32_t size = (uint32_t)sv_roundup_pow2(max_wr), h, t, i;
     uint64_t off, old_off = sh->ring_off, old_bytes;
     int rc;
@@ -207,11 +210,13 @@ static int sv_srq_resize(struct sv_srq_shared *sh, uint32_t max_wr)
     if (rc) {
         return rc;
     }
+    pthread_mutex_lock(&srq->post_lock);
     sv_mutex_lock(&sh->lock);
     h = atomic_load(&sh->head);
     t = atomic_load(&sh->tail);
     if (t - h > max_wr) {
         sv_mutex_unlock(&sh->lock);
+        pthread_mutex_unlock(&srq->post_lock);
         sv_heap_free(off, (uint64_t)size * sh->stride);
         return EINVAL;
     }
@@ -224,6 +229,7 @@ static int sv_srq_resize(struct sv_srq_shared *sh, uint32_t max_wr)
     sh->size     = size;
     sh->wr       = max_wr;
     sv_mutex_unlock(&sh->lock);
+    pthread_mutex_unlock(&srq->post_lock);
     sv_heap_free(old_off, old_bytes);
     return 0;
 }
@@ -241,7 +247,7 @@ SV_EXPORT int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *a,
         if (a->max_wr < 1 || a->max_wr > sv_g.hdr->cfg.max_srq_wr) {
             return EINVAL;
         }
-        rc = sv_srq_resize(sh, a->max_wr);
+        rc = sv_srq_resize((struct sv_srq *)ibsrq, a->max_wr);
         if (rc) {
             return rc;
         }
