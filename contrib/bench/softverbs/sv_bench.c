@@ -362,7 +362,7 @@ static double median(double *v, int n)
 int main(int argc, char **argv)
 {
     size_t size = 1 << 20;
-    int iters = 200, rounds = 11, lat_iters = 20000, opt, r;
+    int iters = 200, rounds = 11, lat_iters = 200000, opt, r;
     double threshold = 0, *raw, *sv, *lat, *lat0;
     int to[2], from[2], st, cmd;
     struct bench_side s;
