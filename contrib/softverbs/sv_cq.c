@@ -87,6 +87,9 @@ int sv_cq_push_data(uint32_t cq_handle, const struct ibv_wc *wc,
     }
     atomic_store_explicit(&e->seq, t + 1, memory_order_release);
     atomic_store_explicit(&cq->tail, t + 1, memory_order_relaxed);
+    /* The entry must be visible before the arm state is read: an owner that
+     * arms and then polls either sees this entry or is seen armed. */
+    atomic_thread_fence(memory_order_seq_cst);
     armed = atomic_load_explicit(&cq->armed, memory_order_relaxed);
     if (armed != SV_ARM_NONE &&
         (armed == SV_ARM_NEXT || (flags & SV_CQE_SOLICITED) ||
@@ -146,6 +149,9 @@ int sv_op_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
     while (cur != SV_ARM_NEXT &&
            !atomic_compare_exchange_weak(&sh->armed, &cur, want)) {
     }
+    /* pairs with the fence in sv_cq_push_data: the poll that follows sees
+     * every entry whose producer did not see the arm */
+    atomic_thread_fence(memory_order_seq_cst);
     return 0;
 }
 

@@ -333,6 +333,7 @@ struct sv_device {
 struct sv_global {
     pthread_mutex_t   lock;
     int               attached;
+    int               attach_err;  /* a failed attach, not retried */
     pid_t             pid;
     struct sv_hdr    *hdr;
     size_t            map_size;

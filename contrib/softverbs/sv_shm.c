@@ -648,14 +648,44 @@ static void sv_atfork_child(void)
         sv_g.local[t] = NULL;
     }
     memset(sv_g.devices, 0, sizeof(sv_g.devices));
-    sv_g.attached = 0;
-    sv_g.hdr      = NULL;
+    sv_g.attached   = 0;
+    sv_g.attach_err = 0;
+    sv_g.hdr        = NULL;
     atomic_store(&sv_g.next_tslot, 0);
     sv_tslot = -1;
     sv_g.seg_fd   = -1;
     sv_g.wake_fd  = -1;
     pthread_mutex_init(&sv_g.lock, NULL);
     sv_progress_fork_child();
+}
+
+/* The last process to leave gives the segment's memory back (tmpfs keeps
+ * it otherwise); the next one to attach initialises it anew anyway. */
+__attribute__((destructor)) static void sv_detach_at_exit(void)
+{
+    char lockpath[300];
+    int lockfd;
+
+    if (!sv_g.attached || sv_g.pid != getpid() || sv_g.seg_fd < 0) {
+        return;
+    }
+    snprintf(lockpath, sizeof(lockpath), "%s.lock", sv_g.shm_path);
+    lockfd = open(lockpath, O_RDWR | O_CLOEXEC);
+    if (lockfd < 0) {
+        return;
+    }
+    if (sv_flock_timeout(lockfd, LOCK_EX, 100) == 0 &&
+        flock(sv_g.seg_fd, LOCK_EX | LOCK_NB) == 0) {
+        /* Nobody else holds it. Punch the pages out rather than truncate:
+         * a thread of ours still running while the process exits reads
+         * zeros (objects gone) instead of faulting. */
+        if (fallocate(sv_g.seg_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      0, (off_t)sv_g.map_size) != 0) {
+            sv_debug("could not release %s: %s", sv_g.shm_path,
+                     strerror(errno));
+        }
+    }
+    close(lockfd); /* drops the attach lock */
 }
 
 int sv_attach(void)
@@ -669,9 +699,11 @@ int sv_attach(void)
         return 0;
     }
     pthread_mutex_lock(&sv_g.lock);
-    if (sv_g.attached) {
+    if (sv_g.attached || sv_g.attach_err) {
+        /* a failure was reported once; it does not go away by itself */
+        rc = sv_g.attach_err;
         pthread_mutex_unlock(&sv_g.lock);
-        return 0;
+        return rc;
     }
     if (!atfork_done) {
         pthread_atfork(NULL, NULL, sv_atfork_child);
@@ -707,6 +739,7 @@ int sv_attach(void)
     sv_g.attached = 1;
     sv_debug("attached to %s as process slot %u", sv_g.shm_path, sv_g.proc);
 out:
+    sv_g.attach_err = rc;
     pthread_mutex_unlock(&sv_g.lock);
     return rc;
 }
