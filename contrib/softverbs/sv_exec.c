@@ -76,7 +76,7 @@ static uint32_t sv_packets(uint64_t len, uint8_t mtu)
 
 static void sv_qp_fatal(struct sv_qp *qp)
 {
-    sv_mutex_lock(&qp->sh->lock);
+    sv_qp_lock(qp->sh);
     sv_qp_set_error_remote(qp->sh);
     sv_mutex_unlock(&qp->sh->lock);
     sv_evq_post(qp->sh->async_evq, IBV_EVENT_QP_FATAL,
@@ -121,7 +121,7 @@ static void sv_responder_error(struct sv_qp_shared *dst, uint32_t dqpn,
                                int locked, enum ibv_event_type ev)
 {
     if (!locked) {
-        sv_mutex_lock(&dst->lock);
+        sv_qp_lock(dst);
     }
     if (atomic_load(&dst->s.handle) == dqpn) {
         sv_qp_set_error_remote(dst);
@@ -310,6 +310,50 @@ static int sv_iov_skip(struct iovec *iov, int n, uint64_t skip)
 }
 
 /* ------------------------------------------------------------------ */
+/* Consuming the responder's receive WQEs (its QP slot lock held)       */
+/* ------------------------------------------------------------------ */
+
+/* The WQE at the head of the responder's queue, or NULL: from its SRQ
+ * (copied out into *buf, and already taken) or its own ring (in place). */
+static struct sv_rwqe *sv_rwqe_peek(struct sv_qp_shared *dst,
+                                    struct sv_rwqe *buf)
+{
+    uint32_t h;
+
+    if (dst->srq != 0) {
+        atomic_store(&dst->dlv_state, SV_DLV_TAKING);
+        if (sv_srq_take(dst->srq, buf, 64, dst) == 0) {
+            return buf;
+        }
+        atomic_store(&dst->dlv_state, SV_DLV_NONE);
+        return NULL;
+    }
+    h = atomic_load(&dst->rq_head);
+    if (h == atomic_load_explicit(&dst->rq_tail, memory_order_acquire)) {
+        return NULL;
+    }
+    return sv_rwqe_at(dst->rq_off, dst->rq_stride, dst->rq_size, h);
+}
+
+/* The WQE is about to complete: its ring slot is freed first (the owner may
+ * post again as soon as it sees the completion), and it is remembered until
+ * the completion is written (see sv_qp_lock). */
+static inline void sv_rwqe_consume(struct sv_qp_shared *dst,
+                                   const struct sv_rwqe *rw)
+{
+    if (dst->srq == 0) {
+        dst->dlv_wr_id = rw->wr_id;
+        atomic_store(&dst->dlv_state, SV_DLV_TAKEN);
+        atomic_fetch_add_explicit(&dst->rq_head, 1, memory_order_release);
+    }
+}
+
+static inline void sv_rwqe_done(struct sv_qp_shared *dst)
+{
+    atomic_store_explicit(&dst->dlv_state, SV_DLV_NONE, memory_order_release);
+}
+
+/* ------------------------------------------------------------------ */
 /* Reliable and unreliable connected                                   */
 /* ------------------------------------------------------------------ */
 
@@ -359,7 +403,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
     ssize_t n;
 
     wimm = (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
-    sv_mutex_lock(&dst->lock);
+    sv_qp_lock(dst);
     state = atomic_load(&dst->state);
     if (atomic_load(&dst->s.handle) != dqpn || !sv_rc_accepts(state)) {
         sv_mutex_unlock(&dst->lock);
@@ -384,16 +428,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
     nr = (wimm && len != 0) ? 1 : 0;
 
     /* the receive WQE: from the SRQ, or the head of the QP's ring */
-    if (dst->srq != 0) {
-        int rc = sv_srq_take(dst->srq, &taken.w, 64);
-
-        rw = (rc == 0) ? &taken.w : NULL;
-    } else if (atomic_load(&dst->rq_head) != atomic_load(&dst->rq_tail)) {
-        rw = sv_rwqe_at(dst->rq_off, dst->rq_stride, dst->rq_size,
-                        atomic_load(&dst->rq_head));
-    } else {
-        rw = NULL;
-    }
+    rw = sv_rwqe_peek(dst, &taken.w);
     if (rw == NULL) {
         sv_mutex_unlock(&dst->lock);
         a->res       = uc ? SV_OK : SV_RNR;
@@ -415,10 +450,9 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         if (rst != IBV_WC_SUCCESS) {
             /* the responder completes this WQE in error */
             wc.status = rst;
+            sv_rwqe_consume(dst, rw);
             sv_cq_push(dst->recv_cq, &wc, 0);
-            if (dst->srq == 0) {
-                atomic_fetch_add(&dst->rq_head, 1);
-            }
+            sv_rwqe_done(dst);
             if (!uc) {
                 sv_responder_error(dst, dqpn, 1, -1);
             }
@@ -439,14 +473,15 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
             if (n == -EFAULT && !wimm && !uc) {
                 /* its receive buffer is not mapped any more */
                 wc.status = IBV_WC_LOC_PROT_ERR;
+                sv_rwqe_consume(dst, rw);
                 sv_cq_push(dst->recv_cq, &wc, 0);
-                if (dst->srq == 0) {
-                    atomic_fetch_add(&dst->rq_head, 1);
-                }
                 sv_responder_error(dst, dqpn, 1, -1);
             } else if (n == -EFAULT && !uc) {
                 sv_responder_error(dst, dqpn, 1, IBV_EVENT_QP_ACCESS_ERR);
             }
+            /* an SRQ WQE taken for a message that did not arrive is lost
+             * with its owner (ESRCH) or reported above */
+            sv_rwqe_done(dst);
             sv_mutex_unlock(&dst->lock);
             sv_copy_failed(a, n, dst->s.pid,
                            wimm ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
@@ -462,6 +497,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         wc.imm_data = w->imm;
         wc.wc_flags = IBV_WC_WITH_IMM;
     }
+    sv_rwqe_consume(dst, rw);
     if (SV_UNLIKELY(sv_cq_push_data(dst->recv_cq, &wc,
                                     (w->flags & IBV_SEND_SOLICITED) ?
                                     SV_CQE_SOLICITED : 0,
@@ -469,9 +505,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         /* its CQ overran: the responder cannot continue */
         sv_responder_error(dst, dqpn, 1, IBV_EVENT_QP_FATAL);
     }
-    if (dst->srq == 0) {
-        atomic_fetch_add_explicit(&dst->rq_head, 1, memory_order_release);
-    }
+    sv_rwqe_done(dst);
     atomic_fetch_add_explicit(&dst->rq_psn, sv_packets(len, dst->path_mtu),
                               memory_order_relaxed);
     sv_responder_event_once(dst, dqpn, state);
@@ -750,7 +784,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
         return;
     }
     qkey = (w->ud_qkey & 0x80000000u) ? qp->sh->qkey : w->ud_qkey;
-    sv_mutex_lock(&dst->lock);
+    sv_qp_lock(dst);
     state = atomic_load(&dst->state);
     if (atomic_load(&dst->s.handle) != dqpn || dst->type != IBV_QPT_UD ||
         !sv_rc_accepts(state) || dst->qkey != qkey ||
@@ -758,14 +792,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
         sv_mutex_unlock(&dst->lock);
         return; /* lost on the wire */
     }
-    if (dst->srq != 0) {
-        rw = (sv_srq_take(dst->srq, &taken.w, 64) == 0) ? &taken.w : NULL;
-    } else if (atomic_load(&dst->rq_head) != atomic_load(&dst->rq_tail)) {
-        rw = sv_rwqe_at(dst->rq_off, dst->rq_stride, dst->rq_size,
-                        atomic_load(&dst->rq_head));
-    } else {
-        rw = NULL;
-    }
+    rw = sv_rwqe_peek(dst, &taken.w);
     if (rw == NULL) {
         sv_mutex_unlock(&dst->lock);
         return; /* no receive posted: silently dropped */
@@ -804,6 +831,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
             n = tot ? sv_write_remote(dst->s.pid, lv, nl, riov, nr) : 0;
         }
         if (n < 0) {
+            sv_rwqe_done(dst);
             sv_mutex_unlock(&dst->lock);
             if (n == -EPERM) {
                 sv_warn_ptrace(dst->s.pid);
@@ -821,12 +849,11 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
     } else {
         wc.status = st; /* too small or bad buffer: this WQE fails */
     }
+    sv_rwqe_consume(dst, rw);
     sv_cq_push_data(dst->recv_cq, &wc,
                     (w->flags & IBV_SEND_SOLICITED) ? SV_CQE_SOLICITED : 0,
                     inl, inl_len, inl_addr);
-    if (dst->srq == 0) {
-        atomic_fetch_add_explicit(&dst->rq_head, 1, memory_order_release);
-    }
+    sv_rwqe_done(dst);
     sv_mutex_unlock(&dst->lock);
 }
 

@@ -35,7 +35,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 5
+#define SV_LAYOUT_VERSION 6
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -190,8 +190,14 @@ struct sv_qp_shared {
     _Atomic uint32_t rq_head;    /* consumed by requesters */
     _Atomic uint32_t rq_tail;    /* produced by the owner */
     uint32_t         xrcd;       /* reserved for XRC targets */
-    uint32_t         pad2;
+    /* A receive WQE a requester has consumed but not completed yet: if the
+     * requester dies in between, the next taker of the lock completes it
+     * in error instead of losing it (see sv_qp_lock). */
+    _Atomic uint32_t dlv_state;  /* SV_DLV_* */
+    uint64_t         dlv_wr_id;
 };
+
+enum { SV_DLV_NONE = 0, SV_DLV_TAKING = 1, SV_DLV_TAKEN = 2 };
 
 struct sv_srq_shared {
     struct sv_slot   s;
@@ -608,6 +614,9 @@ int  sv_cq_push_data(uint32_t cq_handle, const struct ibv_wc *wc,
 void sv_cq_progress_hook(void);
 
 /* sv_qp.c */
+/* Lock a QP slot, completing in error a receive its last holder consumed
+ * but died before completing. */
+void sv_qp_lock(struct sv_qp_shared *q);
 void sv_qp_set_error_remote(struct sv_qp_shared *q); /* slot lock held */
 void sv_qp_flush_rq_locked(struct sv_qp_shared *q);
 void sv_qp_to_error(struct sv_qp *qp);
@@ -622,7 +631,8 @@ int  sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
 /* sv_srq.c */
 void sv_srq_get(struct sv_srq *srq);
 void sv_srq_put(struct sv_srq *srq);
-int  sv_srq_take(uint32_t srqn, struct sv_rwqe *w, uint32_t max_sge);
+int  sv_srq_take(uint32_t srqn, struct sv_rwqe *w, uint32_t max_sge,
+                 struct sv_qp_shared *taker);
 
 /* sv_exec.c */
 int  sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,

@@ -145,6 +145,30 @@ static int sv_transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next,
 /* Flush and error                                                     */
 /* ------------------------------------------------------------------ */
 
+void sv_qp_lock(struct sv_qp_shared *q)
+{
+    uint32_t st;
+
+    if (!sv_mutex_lock(&q->lock)) {
+        return;
+    }
+    st = atomic_exchange(&q->dlv_state, SV_DLV_NONE);
+    if (st == SV_DLV_TAKEN && atomic_load(&q->s.handle) != 0) {
+        /* its requester died between taking the WQE and completing it */
+        struct ibv_wc wc = {
+            .wr_id  = q->dlv_wr_id,
+            .status = IBV_WC_GENERAL_ERR,
+            .opcode = IBV_WC_RECV,
+            .qp_num = atomic_load(&q->s.handle),
+        };
+
+        sv_debug("completing receive %llu of QP 0x%x in error: its sender "
+                 "died while delivering", (unsigned long long)wc.wr_id,
+                 wc.qp_num);
+        sv_cq_push(q->recv_cq, &wc, 0);
+    }
+}
+
 /* Complete every posted receive with a flush error. Slot lock held. */
 void sv_qp_flush_rq_locked(struct sv_qp_shared *q)
 {
@@ -161,8 +185,8 @@ void sv_qp_flush_rq_locked(struct sv_qp_shared *q)
             .qp_num = qpn,
         };
 
-        sv_cq_push(q->recv_cq, &wc, 0);
         atomic_store(&q->rq_head, h + 1);
+        sv_cq_push(q->recv_cq, &wc, 0);
     }
 }
 
@@ -185,7 +209,7 @@ void sv_qp_set_error_remote(struct sv_qp_shared *q)
  * caller holds qp->sq_lock. */
 void sv_qp_to_error(struct sv_qp *qp)
 {
-    sv_mutex_lock(&qp->sh->lock);
+    sv_qp_lock(qp->sh);
     sv_qp_set_error_remote(qp->sh);
     sv_mutex_unlock(&qp->sh->lock);
     qp->qpx.qp_base.state = IBV_QPS_ERR;
@@ -245,7 +269,7 @@ int sv_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
     /* Checked after publishing: a peer that moved the QP to the error
      * state either flushed these WQEs already or we see its state now. */
     if (SV_UNLIKELY(atomic_load(&sh->state) == IBV_QPS_ERR)) {
-        sv_mutex_lock(&sh->lock);
+        sv_qp_lock(sh);
         sv_qp_flush_rq_locked(sh);
         sv_mutex_unlock(&sh->lock);
     }
@@ -373,6 +397,7 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     atomic_store(&sh->rq_tail, 0);
     atomic_store(&sh->rq_psn, 0);
     atomic_store(&sh->comm_est, 0);
+    atomic_store(&sh->dlv_state, SV_DLV_NONE);
     atomic_store(&sh->state, IBV_QPS_RESET);
 
     qp->idx        = sv_handle_idx(SV_T_QP, qpn);
@@ -541,7 +566,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
 
     pthread_mutex_lock(&qp->sq_lock);
     pthread_mutex_lock(&qp->rq_lock);
-    sv_mutex_lock(&sh->lock);
+    sv_qp_lock(sh);
     cur  = (enum ibv_qp_state)atomic_load(&sh->state);
     next = (mask & IBV_QP_STATE) ? a->qp_state : cur;
     if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != cur) {
@@ -716,7 +741,7 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 
     sv_progress_remove(qp);
     sv_local_set(SV_T_QP, qp->idx, NULL);
-    sv_mutex_lock(&sh->lock);
+    sv_qp_lock(sh);
     atomic_store(&sh->state, IBV_QPS_ERR);
     sv_slot_unpublish(sh);
     sv_mutex_unlock(&sh->lock);

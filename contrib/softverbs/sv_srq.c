@@ -152,10 +152,12 @@ int sv_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
     return rc;
 }
 
-/* Take the next WQE of an SRQ into *w (room for max_sge SGEs).
- * Returns 0, or ENOENT when empty, ENODEV when the SRQ is gone. Called
- * with the taker's QP slot lock held (QP -> SRQ lock order). */
-int sv_srq_take(uint32_t srqn, struct sv_rwqe *w, uint32_t max_sge)
+/* Take the next WQE of an SRQ into *w (room for max_sge SGEs), recording
+ * it in the taker QP's delivery marker. Returns 0, or ENOENT when empty,
+ * ENODEV when the SRQ is gone. Called with the taker's QP slot lock held
+ * (QP -> SRQ lock order). */
+int sv_srq_take(uint32_t srqn, struct sv_rwqe *w, uint32_t max_sge,
+                struct sv_qp_shared *taker)
 {
     struct sv_srq_shared *sh = sv_lookup(SV_T_SRQ, srqn);
     struct sv_rwqe *src;
@@ -179,6 +181,9 @@ int sv_srq_take(uint32_t srqn, struct sv_rwqe *w, uint32_t max_sge)
     w->wr_id   = src->wr_id;
     w->num_sge = (src->num_sge < max_sge) ? src->num_sge : max_sge;
     memcpy(w->sge, src->sge, sizeof(struct ibv_sge) * w->num_sge);
+    /* recorded before it leaves the SRQ: see sv_qp_lock */
+    taker->dlv_wr_id = w->wr_id;
+    atomic_store(&taker->dlv_state, SV_DLV_TAKEN);
     atomic_store(&sh->head, h + 1);
     limit = atomic_load(&sh->limit);
     if (limit != 0 && t - (h + 1) < limit) {

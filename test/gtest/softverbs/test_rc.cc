@@ -544,3 +544,59 @@ TEST(RcProcesses, SmallMessagesBothDeliveries)
         ibv_destroy_cq(cq);
     }
 }
+
+/* A receive slot is free once its completion is visible: a receiver with
+ * a one-entry queue reposts right after each completion, never ENOMEM. */
+TEST(RcProcesses, SlotFreeWhenCompletionSeen)
+{
+    const int n = 20000;
+    Peer p([n](Chan &c) {
+        Dev pd;
+        ibv_cq *cq = make_cq(pd.ctx, 1024);
+        ibv_qp *qp = make_qp(pd, IBV_QPT_RC, cq, cq);
+        Buf s(pd.pd, 64);
+        Ends me = { qp->qp_num, pd.lid, 0, 0, 0 }, peer;
+        c.put(me);
+        SV_CHILD_CHECK(c.get(peer), 10);
+        SV_CHILD_CHECK(connect_rc(qp, peer.qpn, peer.lid, 1) == 0, 11);
+        ibv_wc wc[16];
+        int done = 0, posted = 0;
+        while (done < n) {
+            if (posted < n && posted - done < 32 &&
+                post_send(qp, IBV_WR_SEND, s.p, 8, s.lkey(), posted) == 0) {
+                ++posted;
+            }
+            int k = ibv_poll_cq(cq, 16, wc);
+            for (int i = 0; i < k; ++i) {
+                SV_CHILD_CHECK(wc[i].status == IBV_WC_SUCCESS, 12);
+            }
+            done += k;
+        }
+        return 0;
+    });
+    Dev d;
+    ibv_cq *cq = make_cq(d.ctx, 64);
+    QpOpts o;
+    o.recv_wr = 1;
+    ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq, o);
+    Buf r(d.pd, 64);
+    Ends peer, me = { qp->qp_num, d.lid, 0, 0, 0 };
+    ASSERT_TRUE(p.chan().get(peer));
+    ASSERT_EQ(connect_rc(qp, peer.qpn, peer.lid, 1), 0);
+    ASSERT_EQ(post_recv(qp, r.p, 64, r.lkey(), 0), 0);
+    p.chan().put(me);
+    ibv_wc wc;
+    uint64_t end = now_ms() + 20000;
+    for (int i = 0; i < n; ++i) {
+        /* busy polling: repost the moment the completion shows */
+        int k;
+        while ((k = ibv_poll_cq(cq, 1, &wc)) == 0 && now_ms() < end) {
+        }
+        ASSERT_EQ(k, 1) << "timed out at " << i;
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+        ASSERT_EQ(post_recv(qp, r.p, 64, r.lkey(), i + 1), 0) << "at " << i;
+    }
+    EXPECT_EQ(p.wait(), 0);
+    ibv_destroy_qp(qp);
+    ibv_destroy_cq(cq);
+}
