@@ -223,3 +223,52 @@ TEST(Device, BadConfigurationIsReported)
         return ibv_get_device_list(nullptr) == nullptr ? 0 : 1;
     }), 0);
 }
+
+/* Traffic between ports and devices is routed by LID (or GID): it arrives
+ * where the address says, and nowhere else. */
+TEST(Device, TrafficAcrossPortsAndDevices)
+{
+    std::vector<std::string> env = {
+        "SOFTVERBS_SHM=" + seg_name("ports"),
+        "SOFTVERBS_DEVICES=a0:ib:2,b0:ib:1,e0:eth:1",
+    };
+    int rc = run_child_env(env, [] {
+        Dev a(0), b(1);
+        SV_CHILD_CHECK(a.ok() && b.ok(), 10);
+        ibv_port_attr p2;
+        SV_CHILD_CHECK(ibv_query_port(a.ctx, 2, &p2) == 0, 11);
+        ibv_cq *ca = make_cq(a.ctx), *cb = make_cq(b.ctx);
+        QpOpts o;
+        o.timeout = 8;
+        o.retry_cnt = 1;
+        /* a0 port 2 <-> b0 port 1 */
+        ibv_qp *qa = make_qp(a, IBV_QPT_RC, ca, ca, o);
+        ibv_qp *qb = make_qp(b, IBV_QPT_RC, cb, cb, o);
+        SV_CHILD_CHECK(connect_rc(qa, qb->qp_num, b.lid, 2, o) == 0, 12);
+        SV_CHILD_CHECK(connect_rc(qb, qa->qp_num, p2.lid, 1, o) == 0, 13);
+        Buf sa(a.pd, 64), rb(b.pd, 64);
+        strcpy(sa.p, "across");
+        post_recv(qb, rb.p, 64, rb.lkey(), 1);
+        post_send(qa, IBV_WR_SEND, sa.p, 7, sa.lkey(), 2);
+        ibv_wc wc;
+        SV_CHILD_CHECK(poll_wc(cb, &wc) && wc.status == IBV_WC_SUCCESS, 14);
+        SV_CHILD_CHECK(!strcmp(rb.p, "across") && wc.slid == p2.lid, 15);
+        SV_CHILD_CHECK(poll_wc(ca, &wc) && wc.status == IBV_WC_SUCCESS, 16);
+        /* a key of another device's PD is a protection error */
+        Buf sb(b.pd, 64);
+        post_send(qa, IBV_WR_SEND, sb.p, 8, sb.lkey(), 3);
+        SV_CHILD_CHECK(poll_wc(ca, &wc) && wc.status == IBV_WC_LOC_PROT_ERR,
+                       17);
+        /* a QP addressed to the wrong LID never gets an answer */
+        ibv_qp *qx = make_qp(a, IBV_QPT_RC, ca, ca, o);
+        ibv_qp *qy = make_qp(b, IBV_QPT_RC, cb, cb, o);
+        SV_CHILD_CHECK(connect_rc(qx, qy->qp_num, a.lid, 1, o) == 0, 18);
+        SV_CHILD_CHECK(connect_rc(qy, qx->qp_num, a.lid, 1, o) == 0, 19);
+        post_recv(qy, rb.p, 64, rb.lkey(), 4);
+        post_send(qx, IBV_WR_SEND, sa.p, 7, sa.lkey(), 5);
+        SV_CHILD_CHECK(poll_wc(ca, &wc) &&
+                       wc.status == IBV_WC_RETRY_EXC_ERR, 20);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
