@@ -31,10 +31,20 @@ if [ -z "${IB2_PREFIX:-}" ]; then
              "ibv_rc_pingpong -c -s 65536 -n 200" \
              "ibv_srq_pingpong -c -n 1000 -q 8" \
              "ibv_srq_pingpong -e -n 500" \
+             "ibv_rc_pingpong -N -c -n 1000" \
              "ibv_ud_pingpong -c -n 2000" "ibv_ud_pingpong -e -c -n 500"; do
         sv_next_port
         ib2_check "softverbs/${t// /_}" "$SV_PAIR" \
             --expect 'iters in .* usec/iter' "${SVR[@]}" -- $t -p $sv_port
+    done
+
+    # perftest's verbs benchmarks, unmodified
+    for t in "ib_write_bw" "ib_read_bw" "ib_send_lat" "ib_read_lat" \
+             "ib_atomic_lat"; do
+        sv_next_port
+        ib2_check "softverbs/perftest/$t" "$SV_PAIR" \
+            --expect '^ *[0-9]+ +1000 ' "${SVR[@]}" -- \
+            $t -d softverbs0 -n 1000 -p $sv_port
     done
 
     ib2_check softverbs/ucx_info-lists-rc_verbs-ud_verbs bash -c '
