@@ -83,7 +83,7 @@ struct sv_config {
     uint32_t             hw_ver;
     uint32_t             max_procs;
     uint64_t             max_mr_size;
-    uint64_t             max_reg;       /* device-wide registered bytes, 0: no limit */
+    uint64_t             max_reg;       /* registered bytes, 0: no limit */
     uint64_t             heap_size;
     uint64_t             subnet_prefix; /* host order */
     char                 fw_ver[64];

@@ -85,7 +85,8 @@ fi
 if [ -z "${IB2_PREFIX:-}" ]; then
     # RoCE: an Ethernet device, GIDs of the loopback addresses, GRH always
     SVE=("$SV_RUN" --shm "$SV_SHM-roce" --devices roce0:eth:1)
-    for t in "ibv_rc_pingpong -g 3 -c -n 1000" "ibv_ud_pingpong -g 1 -c -n 1000"; do
+    for t in "ibv_rc_pingpong -g 3 -c -n 1000" \
+             "ibv_ud_pingpong -g 1 -c -n 1000"; do
         sv_next_port
         ib2_check "softverbs/roce/${t// /_}" "$SV_PAIR" \
             --expect 'iters in .* usec/iter' "${SVE[@]}" -- $t -p $sv_port
