@@ -476,11 +476,17 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
                 sv_rwqe_consume(dst, rw);
                 sv_cq_push(dst->recv_cq, &wc, 0);
                 sv_responder_error(dst, dqpn, 1, -1);
-            } else if (n == -EFAULT && !uc) {
-                sv_responder_error(dst, dqpn, 1, IBV_EVENT_QP_ACCESS_ERR);
+            } else {
+                if (n == -EFAULT && !uc) {
+                    sv_responder_error(dst, dqpn, 1,
+                                       IBV_EVENT_QP_ACCESS_ERR);
+                }
+                if (dst->srq != 0 && n != -ESRCH) {
+                    /* it left the SRQ: it must complete, if in error */
+                    wc.status = IBV_WC_GENERAL_ERR;
+                    sv_cq_push(dst->recv_cq, &wc, 0);
+                }
             }
-            /* an SRQ WQE taken for a message that did not arrive is lost
-             * with its owner (ESRCH) or reported above */
             sv_rwqe_done(dst);
             sv_mutex_unlock(&dst->lock);
             sv_copy_failed(a, n, dst->s.pid,
@@ -831,6 +837,11 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
             n = tot ? sv_write_remote(dst->s.pid, lv, nl, riov, nr) : 0;
         }
         if (n < 0) {
+            if (dst->srq != 0 && n != -ESRCH) {
+                /* it left the SRQ: it must complete, if in error */
+                wc.status = IBV_WC_GENERAL_ERR;
+                sv_cq_push(dst->recv_cq, &wc, 0);
+            }
             sv_rwqe_done(dst);
             sv_mutex_unlock(&dst->lock);
             if (n == -EPERM) {
