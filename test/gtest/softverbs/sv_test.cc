@@ -27,6 +27,18 @@ struct Setup {
         Dl_info info;
 
         pid = getpid();
+        /* the tests expect the default device configuration */
+        for (bool again = true; again;) {
+            again = false;
+            for (char **e = environ; *e != nullptr; ++e) {
+                if (!strncmp(*e, "SOFTVERBS_", 10)) {
+                    std::string k(*e, strcspn(*e, "="));
+                    unsetenv(k.c_str());
+                    again = true;
+                    break;
+                }
+            }
+        }
         snprintf(name, sizeof(name), "softverbs-gtest-%d", (int)pid);
         setenv("SOFTVERBS_SHM", name, 1);
         if (!dladdr((void *)&ibv_get_device_list, &info) ||
