@@ -493,6 +493,20 @@ static uint32_t sv_some_live_pid(const struct sv_hdr *h)
     return 0;
 }
 
+/* Does the file hold an initialised segment of this layout? */
+static int sv_segment_valid(int fd)
+{
+    struct sv_hdr h;
+    struct stat st;
+
+    if (fstat(fd, &st) || (size_t)st.st_size < sizeof(h) ||
+        pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+        return 0;
+    }
+    return h.magic == SV_MAGIC && h.layout_version == SV_LAYOUT_VERSION &&
+           h.ready && h.total_size == (uint64_t)st.st_size;
+}
+
 static int sv_map(int fd, size_t size, struct sv_hdr **h)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
@@ -544,6 +558,15 @@ static int sv_attach_segment(const struct sv_config *cfg)
     }
 
     first = (flock(fd, LOCK_EX | LOCK_NB) == 0);
+    if (!first) {
+        /* In use, or held by a process that is leaving and giving the
+         * memory back (see sv_detach_at_exit). Once we share it, a segment
+         * that is not valid and nobody else holds is ours to initialise. */
+        flock(fd, LOCK_SH);
+        if (!sv_segment_valid(fd)) {
+            first = (flock(fd, LOCK_EX | LOCK_NB) == 0);
+        }
+    }
     if (first) {
         /* Nobody uses it: whatever it holds is stale. Start from zero. */
         memset(&tmp, 0, sizeof(tmp));
@@ -571,7 +594,6 @@ static int sv_attach_segment(const struct sv_config *cfg)
         atomic_store(&h->ready, 1);
         flock(fd, LOCK_SH);
     } else {
-        flock(fd, LOCK_SH);
         if (fstat(fd, &st) || (size_t)st.st_size < sizeof(struct sv_hdr)) {
             rc = EPROTO;
             sv_log("the segment %s is in use but too small to be a softverbs "
@@ -684,6 +706,9 @@ __attribute__((destructor)) static void sv_detach_at_exit(void)
             sv_debug("could not release %s: %s", sv_g.shm_path,
                      strerror(errno));
         }
+        /* The exclusive lock stays until the process is gone: a thread of
+         * ours may still touch the mapping, so nobody may initialise the
+         * segment before that (the next attacher waits for it). */
     }
     close(lockfd); /* drops the attach lock */
 }

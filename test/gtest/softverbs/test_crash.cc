@@ -263,3 +263,26 @@ TEST(Crash, ConfigMismatchWithLiveUsersIsReported)
         return 0;
     }), 0);
 }
+
+/* Processes that come and go back to back: one arriving while the last
+ * user is leaving (and giving the memory back) still attaches. */
+TEST(Crash, AttachWhileTheLastUserLeaves)
+{
+    std::string shm = "SOFTVERBS_SHM=" + seg_name("churn");
+    std::vector<std::unique_ptr<Peer>> peers;
+
+    for (int i = 0; i < 40; ++i) {
+        peers.emplace_back(new Peer([&](Chan &) {
+            setenv("SOFTVERBS_SHM", shm.c_str() + 14, 1);
+            int n = 0;
+            ibv_device **l = ibv_get_device_list(&n);
+            SV_CHILD_CHECK(l != nullptr && n == 1, 10);
+            ibv_free_device_list(l);
+            exit(0); /* a normal exit: destructors run */
+        }));
+        usleep(i % 4 * 300);
+    }
+    for (auto &p : peers) {
+        EXPECT_EQ(p->wait(), 0);
+    }
+}
