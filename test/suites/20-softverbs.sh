@@ -58,6 +58,19 @@ if [ -z "${IB2_PREFIX:-}" ]; then
                 { echo "$tl is not listed on softverbs0:1"; exit 1; }
         done' sv "${SVR[@]}"
 
+    # presenting itself as a ConnectX-6 (for device-parameter code), the
+    # device still offers UCX only its verbs transports, which work
+    ib2_check softverbs/looks-like-connectx6 bash -c '
+        out=$(SOFTVERBS_VENDOR_ID=0x02c9 SOFTVERBS_VENDOR_PART_ID=4123 \
+              "$@" ibv_devinfo; SOFTVERBS_VENDOR_ID=0x02c9 \
+              SOFTVERBS_VENDOR_PART_ID=4123 "$@" ucx_info -d) || exit 1
+        echo "$out"
+        echo "$out" | grep -q "vendor_id:[[:space:]]*0x02c9" &&
+        echo "$out" | grep -q "vendor_part_id:[[:space:]]*4123" &&
+        echo "$out" | grep -q "Transport: rc_verbs" &&
+        ! echo "$out" | grep -qE "Transport: (rc_mlx5|dc_mlx5|ud_mlx5)"' \
+        sv "$SV_RUN" --shm "$SV_SHM-cx6"
+
     # UCT over UCX's own verbs transports
     for t in "-x rc_verbs -t am_lat" "-x rc_verbs -t put_lat" \
              "-x rc_verbs -t get -D zcopy -s 65536" \
