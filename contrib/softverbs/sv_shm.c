@@ -664,12 +664,16 @@ static void sv_atfork_child(void)
         }
         munmap(sv_g.hdr, sv_g.map_size);
     }
-    /* the child may attach to another segment with other devices */
+    /* the child may attach to another segment with other devices; the
+     * parent's device handles it inherited are refused (sv_device_of) */
     for (t = 0; t < SV_T_NUM; ++t) {
         free(sv_g.local[t]);
         sv_g.local[t] = NULL;
     }
-    memset(sv_g.devices, 0, sizeof(sv_g.devices));
+    for (t = 0; t < SV_MAX_DEVICES; ++t) {
+        free(sv_g.devices[t]);
+        sv_g.devices[t] = NULL;
+    }
     sv_g.attached   = 0;
     sv_g.attach_err = 0;
     sv_g.hdr        = NULL;
