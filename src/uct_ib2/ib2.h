@@ -1,0 +1,396 @@
+/*
+ * ib2: a UCT transport for InfiniBand, RoCE and iWARP on libibverbs.
+ *
+ * Component "ib2": one memory domain per verbs device. Transport "rc_ib2":
+ * one interface per active port. An endpoint is one reliable-connected QP
+ * per configured receive queue (the openib model, see ib2_rqspec.h):
+ * a message goes on the QP of the smallest queue its size fits, so per-peer
+ * (P) queues give credit flow control without RNR and shared (S) queues
+ * share buffers among all peers. Messages carry an endpoint sequence number
+ * so that the receiver delivers them in the order they were sent even when
+ * they travel on different QPs (UCT promises per-endpoint order; UCP's tag
+ * matching depends on it).
+ *
+ * This header holds the structures shared by the files of the transport;
+ * docs/uct_ib2.md describes the data flow and the invariants.
+ */
+#ifndef IB2_H
+#define IB2_H
+
+#include "ib2_rqspec.h"
+
+#include <uct/base/uct_iface.h>
+#include <uct/base/uct_iov.inl>
+#include <uct/base/uct_md.h>
+#include <ucs/datastruct/khash.h>
+#include <ucs/datastruct/mpool.h>
+#include <ucs/datastruct/queue.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/debug/log.h>
+#include <ucs/sys/math.h>
+#include <ucs/type/class.h>
+
+#include <infiniband/verbs.h>
+
+#include "rcache.h"
+
+#define IB2_COMPONENT_NAME   "ib2"
+#define IB2_TL_NAME          "rc_ib2"
+#define IB2_CONFIG_PREFIX    "IB2_"
+#define IB2_MAX_PORTS        16
+#define IB2_RKEY_SIZE        sizeof(uint32_t)
+#define IB2_PORT_NAME_MAX    (UCT_DEVICE_NAME_MAX)
+
+extern uct_component_t ib2_component;
+extern uct_tl_t        uct_rc_ib2_tl;
+
+
+/* ---- wire formats -------------------------------------------------------- */
+
+/* Header of every message on an ib2 QP (4 bytes). */
+typedef struct ib2_hdr {
+    uint8_t  am_id;    /* AM id in the low bits, IB2_HDR_F_* in the top */
+    uint8_t  credits;  /* P queue buffers reposted for the sender (returned
+                          credits) of the queue this message travels on */
+    uint16_t seq;      /* endpoint order (not used by credit messages) */
+} UCS_S_PACKED ib2_hdr_t;
+
+#define IB2_HDR_AM_MASK   0x1f
+#define IB2_HDR_F_CM_RET  0x40  /* returns one credit-message buffer */
+#define IB2_HDR_F_CTRL    0x80  /* an explicit credit message, not an AM */
+
+/* Device address: how to reach the port. */
+typedef struct ib2_dev_addr {
+    uint8_t  flags;         /* IB2_DEV_ADDR_F_* */
+    uint8_t  mtu;           /* enum ibv_mtu of the port */
+    uint16_t lid;
+    uint8_t  gid[16];
+} UCS_S_PACKED ib2_dev_addr_t;
+
+#define IB2_DEV_ADDR_F_ETH    0x01  /* RoCE: route by GID */
+
+/* Endpoint address: the QPs, one per queue, and what they expect. */
+typedef struct ib2_ep_addr {
+    uint32_t rq_hash;                     /* receive queue specification */
+    uint8_t  qpn[IB2_MAX_QUEUES][3];      /* 24-bit QP numbers */
+} UCS_S_PACKED ib2_ep_addr_t;
+
+
+/* ---- memory domain -------------------------------------------------------- */
+
+typedef struct ib2_md_config {
+    uct_md_config_t super;
+    int             rcache_enable;         /* leave pinned */
+    size_t          rcache_max_regions;
+    size_t          rcache_max_pinned;
+    int             fork_safe;             /* MADV_DONTFORK */
+    double          reg_overhead;          /* registration cost estimate */
+    double          reg_growth;
+} ib2_md_config_t;
+
+typedef struct ib2_md {
+    uct_md_t               super;
+    struct ibv_context     *ctx;
+    struct ibv_pd          *pd;
+    struct ibv_device_attr dev_attr;
+    char                   name[UCT_MD_NAME_MAX];
+    rcache_t               *rcache;        /* NULL: register directly */
+    int                    access;         /* what every MR is given */
+    double                 reg_overhead;
+    double                 reg_growth;
+} ib2_md_t;
+
+/* A memory handle: an rcache region (its priv holds the MR) or, without
+ * the cache, this. */
+typedef struct ib2_memh {
+    struct ibv_mr *mr;
+} ib2_memh_t;
+
+ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
+                         const uct_md_config_t *config, uct_md_h *md_p);
+
+/* The MR behind a memory handle from ib2_md mem_reg. */
+static UCS_F_ALWAYS_INLINE struct ibv_mr *ib2_memh_mr(ib2_md_t *md,
+                                                      uct_mem_h memh)
+{
+    if (md->rcache != NULL) {
+        return ((ib2_memh_t*)((rcache_region_t*)memh)->priv)->mr;
+    }
+    return ((ib2_memh_t*)memh)->mr;
+}
+
+/* Registration error message with what to do about it (memlock, MTT). */
+void ib2_md_reg_error(ib2_md_t *md, void *address, size_t length, int err,
+                      char *buf, size_t max);
+
+
+/* ---- interface ------------------------------------------------------------- */
+
+typedef struct ib2_iface_config {
+    uct_iface_config_t        super;
+    char                      *receive_queues;   /* "auto" or a spec */
+    char                      *device_params;    /* ini file path */
+    unsigned                  tx_qp_len;         /* send queue per QP */
+    unsigned                  tx_cq_len;
+    unsigned                  rx_cq_len;
+    unsigned                  tx_moderation;     /* signal every N sends */
+    unsigned long             max_inline;        /* UCS_ULUNITS_AUTO: auto */
+    unsigned long             mtu;               /* UCS_ULUNITS_AUTO: auto */
+    unsigned                  sl;
+    unsigned long             gid_index;         /* UCS_ULUNITS_AUTO: auto */
+    double                    timeout;           /* seconds per retry */
+    unsigned                  retry_count;
+    double                    rnr_timeout;       /* S queues */
+    unsigned                  rx_poll_batch;
+    uct_iface_mpool_config_t  tx_mp;
+} ib2_iface_config_t;
+
+struct ib2_ep;
+
+/* QP number -> endpoint (uintptr_t of ib2_ep_t*). */
+KHASH_INIT(ib2_qp_ep, uint32_t, uintptr_t, 1, kh_int_hash_func,
+           kh_int_hash_equal)
+
+/* A receive buffer. Lives in its queue's memory pool. */
+typedef struct ib2_rx_desc {
+    struct ib2_ep *ep;         /* P queues: whose QP it is posted to */
+    uint32_t      lkey;
+    uint8_t       queue;
+} ib2_rx_desc_t;
+
+
+/* Per queue, per interface. */
+typedef struct ib2_iface_rxq {
+    ib2_rq_spec_t spec;
+    ucs_mpool_t   mp;             /* receive buffers of spec.size */
+    struct ibv_srq *srq;          /* S queues */
+    unsigned      srq_posted;     /* S: buffers posted to the SRQ */
+} ib2_iface_rxq_t;
+
+/* Something to do when a send completes (or is flushed). */
+typedef struct ib2_op {
+    ucs_queue_elem_t      queue;
+    uint16_t              sn;       /* the send it completes with */
+    uint8_t               kind;     /* IB2_OP_* */
+    uct_completion_t      *comp;
+    uct_unpack_callback_t unpack;   /* get_bcopy */
+    void                  *arg;
+    size_t                length;
+    uint64_t              *result;  /* fetching atomics */
+} ib2_op_t;
+
+enum {
+    IB2_OP_DESC,          /* give back the bounce buffer */
+    IB2_OP_DESC_COMP,     /* that, and call comp (if any) */
+    IB2_OP_COMP,          /* call comp (an op from op_mp) */
+    IB2_OP_GET_BCOPY,     /* unpack the bounce buffer, comp, give it back */
+    IB2_OP_ATOMIC_FETCH   /* copy the old value out, comp, give it back */
+};
+
+/* A send bounce buffer (bcopy, zcopy headers, get and atomic landing
+ * zones); it carries its own op so that it can wait for its send. */
+typedef struct ib2_tx_desc {
+    ib2_op_t      op;
+    uint32_t      lkey;
+} UCS_V_ALIGNED(8) ib2_tx_desc_t;
+
+typedef struct ib2_iface {
+    uct_base_iface_t       super;
+    ib2_md_t               *md;
+    uint8_t                port;
+    struct ibv_port_attr   port_attr;
+    uint8_t                gid_index;
+    union ibv_gid          gid;
+    int                    is_eth;
+    struct ibv_comp_channel *channel;
+    struct ibv_cq          *send_cq;
+    struct ibv_cq          *recv_cq;
+    ib2_rq_config_t        rq;
+    uint32_t               rq_hash;
+    ib2_iface_rxq_t        rxq[IB2_MAX_QUEUES];
+    ucs_mpool_t            tx_mp;          /* bounce buffers */
+    ucs_mpool_t            op_mp;          /* ib2_op_t */
+    size_t                 tx_buf_size;    /* bcopy buffer payload */
+    int                    tx_cq_avail;    /* CQEs we may still cause */
+    int                    rx_cq_needed;   /* receive buffers that could
+                                              complete at once */
+    unsigned               num_srqs;
+    khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep */
+    ucs_list_link_t        eps;            /* open endpoints */
+    ucs_list_link_t        zombies;        /* destroyed, buffers pending */
+    ucs_list_link_t        ctrl_pending;   /* eps owing credit messages */
+    uct_recv_desc_t        release_desc;
+    struct {
+        unsigned           rx_data_offset; /* payload from element start */
+        unsigned           rx_headroom;
+        unsigned           tx_qp_len;
+        unsigned           tx_moderation;
+        unsigned           max_inline;
+        unsigned           rx_poll_batch;
+        unsigned           mtu_enum;
+        unsigned           sl;
+        uint8_t            timeout;
+        uint8_t            retry_count;
+        uint8_t            rnr_timer;
+        uint8_t            max_rd_atomic;
+        size_t             max_am;         /* payload + user header */
+        size_t             max_get_put;
+    } config;
+} ib2_iface_t;
+
+/* The offsets of a receive buffer. */
+static UCS_F_ALWAYS_INLINE void *ib2_rx_data(ib2_iface_t *iface,
+                                             ib2_rx_desc_t *desc)
+{
+    return UCS_PTR_BYTE_OFFSET(desc, iface->config.rx_data_offset);
+}
+
+static UCS_F_ALWAYS_INLINE ib2_hdr_t *ib2_rx_hdr(ib2_iface_t *iface,
+                                                 ib2_rx_desc_t *desc)
+{
+    return (ib2_hdr_t*)ib2_rx_data(iface, desc) - 1;
+}
+
+static UCS_F_ALWAYS_INLINE void *ib2_tx_data(ib2_tx_desc_t *desc)
+{
+    return desc + 1;
+}
+
+/* Posts `count` fresh buffers to queue's SRQ (qp NULL) or to a P queue's
+ * QP; returns how many went (fewer on failure, logged). */
+unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
+                      struct ib2_ep *ep, unsigned count);
+ucs_status_t ib2_rxq_init(ib2_iface_t *iface);
+void ib2_rxq_cleanup(ib2_iface_t *iface);
+unsigned ib2_rx_progress(ib2_iface_t *iface);
+void ib2_rx_release_desc(ib2_iface_t *iface, ib2_rx_desc_t *desc);
+
+unsigned ib2_tx_progress(ib2_iface_t *iface);
+
+
+/* ---- endpoint --------------------------------------------------------------- */
+
+/* Send side of one queue of an endpoint. */
+typedef struct ib2_ep_txq {
+    struct ibv_qp *qp;
+    uint16_t      sn;           /* sends posted */
+    uint16_t      acked;        /* sends completed */
+    uint16_t      signaled_sn;  /* last signaled */
+    int16_t       sq_avail;     /* free send WQEs */
+    int16_t       credits;      /* P: peer buffers we may fill */
+    int16_t       cm_credits;   /* P: peer buffers for credit messages */
+    uint16_t      pending;      /* S: sends not completed */
+    ucs_queue_head_t ops;       /* ib2_op_t by sn */
+} ib2_ep_txq_t;
+
+/* Receive side of one queue of an endpoint (P queues). */
+typedef struct ib2_ep_rxq {
+    uint16_t posted;           /* buffers on the QP's receive queue */
+    uint16_t consumed;         /* data buffers delivered, not replaced */
+    uint16_t credits_owed;     /* replaced, not yet told the peer */
+    uint16_t cm_owed;          /* credit messages received, not returned */
+} ib2_ep_rxq_t;
+
+/* A message that arrived ahead of its turn. */
+typedef struct ib2_rx_hold {
+    ib2_rx_desc_t *desc;
+    unsigned      length;
+} ib2_rx_hold_t;
+
+typedef struct ib2_ep {
+    uct_base_ep_t     super;
+    ib2_iface_t       *iface;
+    ucs_list_link_t   list;             /* iface->eps */
+    ucs_list_link_t   ctrl_list;        /* iface->ctrl_pending */
+    ucs_status_t      failed;           /* UCS_OK, or why it failed */
+    uint8_t           ctrl_queued;
+    uint8_t           nq;
+    uint8_t           connected;
+    uint8_t           destroyed;        /* a zombie (ib2_ep_conn.c) */
+    uint8_t           fence;            /* wait for all before the next */
+    uint16_t          tx_seq;
+    uint16_t          rx_seq;           /* next to deliver */
+    ib2_rx_hold_t     *ooo;             /* reorder ring, by seq */
+    uint16_t          ooo_mask;
+    ucs_queue_head_t  pending;          /* uct_pending_req_t */
+    ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
+    ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
+} ib2_ep_t;
+
+UCS_CLASS_DECLARE(ib2_ep_t, const uct_ep_params_t*);
+UCS_CLASS_DECLARE_NEW_FUNC(ib2_ep_t, uct_ep_t, const uct_ep_params_t*);
+UCS_CLASS_DECLARE_DELETE_FUNC(ib2_ep_t, uct_ep_t);
+void ib2_ep_destroy(uct_ep_h tl_ep);
+void ib2_ep_zombie_progress(ib2_ep_t *ep);
+ucs_status_t ib2_ep_post_raw(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                             struct ibv_send_wr *wr);
+
+ucs_status_t ib2_ep_get_address(uct_ep_h tl_ep, uct_ep_addr_t *addr);
+ucs_status_t ib2_ep_connect_to_ep(uct_ep_h tl_ep,
+                                  const uct_device_addr_t *dev_addr,
+                                  const uct_ep_addr_t *ep_addr);
+
+ucs_status_t ib2_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                             const void *payload, unsigned length);
+ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
+                        void *arg, unsigned flags);
+ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
+                             unsigned header_length, const uct_iov_t *iov,
+                             size_t iovcnt, unsigned flags,
+                             uct_completion_t *comp);
+ucs_status_t ib2_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                              unsigned length, uint64_t remote_addr,
+                              uct_rkey_t rkey);
+ssize_t ib2_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack, void *arg,
+                         uint64_t remote_addr, uct_rkey_t rkey);
+ucs_status_t ib2_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                              size_t iovcnt, uint64_t remote_addr,
+                              uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t ib2_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t unpack,
+                              void *arg, size_t length, uint64_t remote_addr,
+                              uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t ib2_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                              size_t iovcnt, uint64_t remote_addr,
+                              uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t ib2_ep_atomic64_post(uct_ep_h tl_ep, unsigned opcode,
+                                  uint64_t value, uint64_t remote_addr,
+                                  uct_rkey_t rkey);
+ucs_status_t ib2_ep_atomic64_fetch(uct_ep_h tl_ep, uct_atomic_op_t opcode,
+                                   uint64_t value, uint64_t *result,
+                                   uint64_t remote_addr, uct_rkey_t rkey,
+                                   uct_completion_t *comp);
+ucs_status_t ib2_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare,
+                                   uint64_t swap, uint64_t remote_addr,
+                                   uct_rkey_t rkey, uint64_t *result,
+                                   uct_completion_t *comp);
+ucs_status_t ib2_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
+                                unsigned flags);
+void ib2_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback_t cb,
+                          void *arg);
+ucs_status_t ib2_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                          uct_completion_t *comp);
+ucs_status_t ib2_ep_fence(uct_ep_h tl_ep, unsigned flags);
+ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
+                          uct_completion_t *comp);
+
+/* Called by the receive path. */
+void ib2_ep_credits_returned(ib2_ep_t *ep, unsigned queue, unsigned credits,
+                             int cm_return);
+void ib2_ep_schedule_ctrl(ib2_ep_t *ep);
+unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
+void ib2_ep_dispatch_pending(ib2_ep_t *ep);
+void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status);
+void ib2_ep_cancel(ib2_ep_t *ep);
+void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status);
+
+/* QP transitions (ib2_qp.c). */
+ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
+                           struct ibv_qp **qp_p);
+ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
+                            unsigned queue, const ib2_dev_addr_t *remote,
+                            uint32_t remote_qpn);
+
+/* Device address helpers (ib2_iface.c). */
+int ib2_iface_is_global(ib2_iface_t *iface, const ib2_dev_addr_t *remote);
+
+#endif

@@ -1,0 +1,236 @@
+/*
+ * Endpoint life: creation (one QP per receive queue, P queue buffers
+ * posted), address exchange, connection, destruction.
+ *
+ * Destruction cannot free the endpoint at once: buffers posted to its P
+ * queues belong to the device until it hands them back (flush completions
+ * after the QPs move to error), and those completions point at the
+ * endpoint. So a destroyed endpoint lingers as a zombie, invisible to the
+ * user, and is freed when its last buffer and send have come back, or when
+ * the interface closes.
+ */
+#include "ib2.h"
+
+/* Room in the receive CQ for every buffer that could complete at once. */
+static ucs_status_t ib2_iface_reserve_rx_cq(ib2_iface_t *iface, int add)
+{
+    int need = iface->rx_cq_needed + add;
+
+    if (need > iface->recv_cq->cqe) {
+        if (ibv_resize_cq(iface->recv_cq, need * 2) != 0) {
+            ucs_error("%s:%u: cannot grow the receive completion queue to "
+                      "%d entries (%m): fewer endpoints, smaller P queues "
+                      "(UCX_IB2_RECEIVE_QUEUES) or shared ones", iface->md->name,
+                      iface->port, need * 2);
+            return UCS_ERR_NO_RESOURCE;
+        }
+    }
+    iface->rx_cq_needed = need;
+    return UCS_OK;
+}
+
+static int ib2_ep_p_buffers(ib2_iface_t *iface)
+{
+    int total = 0;
+    unsigned q;
+
+    for (q = 0; q < iface->rq.count; ++q) {
+        if (iface->rq.q[q].type == IB2_RQ_PER_PEER) {
+            total += (int)(iface->rq.q[q].num + iface->rq.q[q].reserved);
+        }
+    }
+    return total;
+}
+
+static void ib2_ep_release_qps(ib2_ep_t *ep)
+{
+    ib2_iface_t *iface = ep->iface;
+    khiter_t it;
+    unsigned q;
+
+    for (q = 0; q < ep->nq; ++q) {
+        if (ep->txq[q].qp == NULL) {
+            continue;
+        }
+        it = kh_get(ib2_qp_ep, iface->qp_ep, ep->txq[q].qp->qp_num);
+        if (it != kh_end(iface->qp_ep)) {
+            kh_del(ib2_qp_ep, iface->qp_ep, it);
+        }
+        if (ibv_destroy_qp(ep->txq[q].qp) != 0) {
+            ucs_warn("ibv_destroy_qp(0x%x) failed: %m", ep->txq[q].qp->qp_num);
+        }
+        /* Sends never completed give their completion entries back. */
+        iface->tx_cq_avail += (uint16_t)(ep->txq[q].sn - ep->txq[q].acked);
+        ep->txq[q].qp = NULL;
+    }
+}
+
+UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
+{
+    ib2_iface_t *iface = ucs_derived_of(params->iface, ib2_iface_t);
+    ucs_status_t status;
+    unsigned q;
+    int ret;
+
+    UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
+    self->iface = iface;
+    self->nq    = (uint8_t)iface->rq.count;
+    ucs_queue_head_init(&self->pending);
+
+    status = ib2_iface_reserve_rx_cq(iface, ib2_ep_p_buffers(iface));
+    if (status != UCS_OK) {
+        return status;
+    }
+    for (q = 0; q < self->nq; ++q) {
+        const ib2_rq_spec_t *spec = &iface->rq.q[q];
+        ib2_ep_txq_t *txq         = &self->txq[q];
+        khiter_t it;
+
+        status = ib2_qp_create(iface, q, &txq->qp);
+        if (status != UCS_OK) {
+            goto err;
+        }
+        it = kh_put(ib2_qp_ep, iface->qp_ep, txq->qp->qp_num, &ret);
+        if (ret < 0) {
+            ibv_destroy_qp(txq->qp);
+            txq->qp = NULL;
+            status  = UCS_ERR_NO_MEMORY;
+            goto err;
+        }
+        kh_val(iface->qp_ep, it) = (uintptr_t)self;
+        txq->sq_avail = (int16_t)iface->config.tx_qp_len;
+        ucs_queue_head_init(&txq->ops);
+        if (spec->type == IB2_RQ_PER_PEER) {
+            txq->credits    = (int16_t)spec->num;
+            txq->cm_credits = (int16_t)spec->reserved;
+            self->rxq[q].posted = (uint16_t)ib2_rxq_post(iface, q, txq->qp,
+                                                         self, spec->num +
+                                                         spec->reserved);
+            if (self->rxq[q].posted != spec->num + spec->reserved) {
+                status = UCS_ERR_NO_MEMORY;
+                ++q;
+                goto err;
+            }
+        } else {
+            txq->credits = (int16_t)spec->max_pending;
+        }
+    }
+    ucs_list_add_tail(&iface->eps, &self->list);
+    return UCS_OK;
+
+err:
+    /* Posted buffers come back through the receive CQ as flushes; the
+     * zombie machinery is not set up yet, so take them back here. */
+    self->nq = (uint8_t)q;
+    ib2_ep_release_qps(self);
+    iface->rx_cq_needed -= ib2_ep_p_buffers(iface);
+    return status;
+}
+
+UCS_CLASS_CLEANUP_FUNC(ib2_ep_t)
+{
+    ib2_iface_t *iface = self->iface;
+
+    ib2_ep_release_qps(self);
+    iface->rx_cq_needed -= ib2_ep_p_buffers(iface);
+    ucs_free(self->ooo);
+}
+
+UCS_CLASS_DEFINE(ib2_ep_t, uct_base_ep_t);
+UCS_CLASS_DEFINE_NEW_FUNC(ib2_ep_t, uct_ep_t, const uct_ep_params_t*);
+UCS_CLASS_DEFINE_DELETE_FUNC(ib2_ep_t, uct_ep_t);
+
+/* Free a zombie whose buffers and sends have all come back. */
+void ib2_ep_zombie_progress(ib2_ep_t *ep)
+{
+    unsigned q;
+
+    for (q = 0; q < ep->nq; ++q) {
+        if (ep->rxq[q].posted != 0 || ep->txq[q].acked != ep->txq[q].sn) {
+            return;
+        }
+    }
+    ucs_list_del(&ep->list);
+    UCS_CLASS_DELETE(ib2_ep_t, ep);
+}
+
+void ib2_ep_destroy(uct_ep_h tl_ep)
+{
+    ib2_ep_t *ep = ucs_derived_of(tl_ep, ib2_ep_t);
+    unsigned q;
+
+    if (!ucs_queue_is_empty(&ep->pending)) {
+        ucs_warn("rc_ib2 endpoint %p destroyed with pending requests", ep);
+    }
+    ep->destroyed = 1;
+    if (ep->ctrl_queued) {
+        ucs_list_del(&ep->ctrl_list);
+        ep->ctrl_queued = 0;
+    }
+    /* Operations the user still waits for end now, as cancelled. */
+    ib2_ep_purge_ops(ep, UCS_ERR_CANCELED);
+    /* Messages waiting for their turn will never have it. */
+    if (ep->ooo != NULL) {
+        for (q = 0; q <= ep->ooo_mask; ++q) {
+            if (ep->ooo[q].desc != NULL) {
+                ib2_rx_release_desc(ep->iface, ep->ooo[q].desc);
+                ep->ooo[q].desc = NULL;
+            }
+        }
+    }
+    if (!ep->failed) {
+        ib2_ep_cancel(ep);
+    }
+    ucs_list_del(&ep->list);
+    ucs_list_add_tail(&ep->iface->zombies, &ep->list);
+    ib2_ep_zombie_progress(ep);
+}
+
+ucs_status_t ib2_ep_get_address(uct_ep_h tl_ep, uct_ep_addr_t *addr)
+{
+    ib2_ep_t *ep           = ucs_derived_of(tl_ep, ib2_ep_t);
+    ib2_ep_addr_t *ep_addr = (ib2_ep_addr_t*)addr;
+    unsigned q;
+
+    memset(ep_addr, 0, sizeof(*ep_addr));
+    ep_addr->rq_hash = ep->iface->rq_hash;
+    for (q = 0; q < ep->nq; ++q) {
+        uint32_t qpn = ep->txq[q].qp->qp_num;
+
+        ep_addr->qpn[q][0] = (uint8_t)qpn;
+        ep_addr->qpn[q][1] = (uint8_t)(qpn >> 8);
+        ep_addr->qpn[q][2] = (uint8_t)(qpn >> 16);
+    }
+    return UCS_OK;
+}
+
+ucs_status_t ib2_ep_connect_to_ep(uct_ep_h tl_ep,
+                                  const uct_device_addr_t *dev_addr,
+                                  const uct_ep_addr_t *addr)
+{
+    ib2_ep_t *ep                 = ucs_derived_of(tl_ep, ib2_ep_t);
+    ib2_iface_t *iface           = ep->iface;
+    const ib2_dev_addr_t *remote = (const ib2_dev_addr_t*)dev_addr;
+    const ib2_ep_addr_t *ep_addr = (const ib2_ep_addr_t*)addr;
+    ucs_status_t status;
+    uint32_t qpn;
+    unsigned q;
+
+    if (ep_addr->rq_hash != iface->rq_hash) {
+        ucs_error("%s:%u: the peer uses other receive queues than we do: "
+                  "every process must have the same UCX_IB2_RECEIVE_QUEUES "
+                  "(and device parameter file)", iface->md->name,
+                  iface->port);
+        return UCS_ERR_UNREACHABLE;
+    }
+    for (q = 0; q < ep->nq; ++q) {
+        qpn = ep_addr->qpn[q][0] | ((uint32_t)ep_addr->qpn[q][1] << 8) |
+              ((uint32_t)ep_addr->qpn[q][2] << 16);
+        status = ib2_qp_connect(iface, ep->txq[q].qp, q, remote, qpn);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+    ep->connected = 1;
+    return UCS_OK;
+}

@@ -1,0 +1,452 @@
+/*
+ * Memory domain: one per verbs device. Registrations go through the
+ * leave-pinned registration cache (src/reg_cache) with ibv_reg_mr as its
+ * backend, so buffers used again are not registered again and freed memory
+ * is never handed out (libucm memory events invalidate the cache).
+ */
+#include "ib2.h"
+
+#include <ucs/sys/math.h>
+#include <ucs/sys/string.h>
+
+#include <sys/resource.h>
+
+static ucs_config_field_t ib2_md_config_table[] = {
+    {"", "", NULL, ucs_offsetof(ib2_md_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+
+    {"RCACHE", "y",
+     "Keep registrations after their last use (leave pinned) in a cache "
+     "invalidated by memory events. With \"n\", every registration is made "
+     "and released on demand.",
+     ucs_offsetof(ib2_md_config_t, rcache_enable), UCS_CONFIG_TYPE_BOOL},
+
+    {"RCACHE_MAX_REGIONS", "inf",
+     "Most registrations the cache keeps; the least recently used unused "
+     "ones go first.",
+     ucs_offsetof(ib2_md_config_t, rcache_max_regions),
+     UCS_CONFIG_TYPE_ULUNITS},
+
+    {"RCACHE_MAX_SIZE", "inf",
+     "Most bytes the cache keeps registered.",
+     ucs_offsetof(ib2_md_config_t, rcache_max_pinned),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"FORK_SAFE", "n",
+     "Mark registered memory MADV_DONTFORK so that a child process does "
+     "not trigger copy-on-write of pinned pages.",
+     ucs_offsetof(ib2_md_config_t, fork_safe), UCS_CONFIG_TYPE_BOOL},
+
+    {"REG_OVERHEAD", "16us",
+     "Registration cost estimate: fixed part (of a miss in the cache).",
+     ucs_offsetof(ib2_md_config_t, reg_overhead), UCS_CONFIG_TYPE_TIME},
+
+    {"REG_GROWTH", "0.06ns",
+     "Registration cost estimate: per byte.",
+     ucs_offsetof(ib2_md_config_t, reg_growth), UCS_CONFIG_TYPE_TIME},
+
+    {NULL}
+};
+
+void ib2_md_reg_error(ib2_md_t *md, void *address, size_t length, int err,
+                      char *buf, size_t max)
+{
+    struct rlimit rl;
+    char limit[32];
+
+    if (err != ENOMEM && err != EAGAIN) {
+        snprintf(buf, max, "%s: ibv_reg_mr(%p, %zu) failed: %s", md->name,
+                 address, length, strerror(err));
+        return;
+    }
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
+        snprintf(limit, sizeof(limit), "unknown");
+    } else if (rl.rlim_cur == RLIM_INFINITY) {
+        snprintf(limit, sizeof(limit), "unlimited");
+    } else {
+        snprintf(limit, sizeof(limit), "%llu KiB",
+                 (unsigned long long)rl.rlim_cur / 1024);
+    }
+    snprintf(buf, max, "%s: ibv_reg_mr(%p, %zu) failed: %s. The locked "
+             "memory limit (ulimit -l) is %s; registered memory counts "
+             "against it: raise it to unlimited ('ulimit -l unlimited', "
+             "'* - memlock unlimited' in /etc/security/limits.conf, "
+             "LimitMEMLOCK=infinity for a systemd service). If it already "
+             "is unlimited the adapter ran out of memory translation "
+             "entries: its driver must be allowed to map at least twice "
+             "the physical memory (e.g. mlx4_core log_num_mtt/"
+             "log_mtts_per_seg), or register less at once.",
+             md->name, address, length, strerror(err), limit);
+}
+
+static int ib2_md_access(ib2_md_t *md)
+{
+    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                 IBV_ACCESS_REMOTE_READ;
+
+    if (md->dev_attr.atomic_cap != IBV_ATOMIC_NONE) {
+        access |= IBV_ACCESS_REMOTE_ATOMIC;
+    }
+    return access;
+}
+
+/* ---- the cache's backend ------------------------------------------------- */
+
+static int ib2_md_cache_reg(void *ctx, rcache_region_t *region)
+{
+    ib2_md_t *md     = ctx;
+    ib2_memh_t *memh = region->priv;
+
+    memh->mr = ibv_reg_mr(md->pd, (void*)region->start,
+                          region->end - region->start, (int)region->access);
+    if (memh->mr == NULL) {
+        return -(errno ? errno : ENOMEM);
+    }
+    return 0;
+}
+
+static void ib2_md_cache_dereg(void *ctx, rcache_region_t *region)
+{
+    ib2_memh_t *memh = region->priv;
+    int ret;
+
+    ret = ibv_dereg_mr(memh->mr);
+    if (ret != 0) {
+        ucs_warn("ibv_dereg_mr(%p) failed: %s", (void*)region->start,
+                 strerror(ret));
+    }
+}
+
+static const rcache_ops_t ib2_md_cache_ops = {
+    .mem_reg   = ib2_md_cache_reg,
+    .mem_dereg = ib2_md_cache_dereg,
+};
+
+static void ib2_md_cache_log(void *arg, int is_error, const char *msg)
+{
+    ib2_md_t *md = arg;
+
+    if (is_error) {
+        ucs_error("%s: %s", md->name, msg);
+    } else {
+        ucs_warn("%s: %s", md->name, msg);
+    }
+}
+
+/* ---- md operations ------------------------------------------------------- */
+
+static ucs_status_t ib2_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
+{
+    ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
+
+    memset(attr, 0, sizeof(*attr));
+    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH |
+                                 UCT_MD_FLAG_NEED_RKEY;
+    attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->cap.alloc_mem_types  = 0;
+    attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->cap.detect_mem_types = 0;
+    attr->cap.max_alloc        = 0;
+    attr->cap.max_reg          = md->dev_attr.max_mr_size;
+    attr->rkey_packed_size     = IB2_RKEY_SIZE;
+    attr->reg_cost.m           = md->reg_growth;
+    attr->reg_cost.c           = md->reg_overhead;
+    UCS_CPU_ZERO(&attr->local_cpus);
+    return UCS_OK;
+}
+
+static ucs_status_t ib2_md_mem_reg(uct_md_h uct_md, void *address,
+                                   size_t length, unsigned flags,
+                                   uct_mem_h *memh_p)
+{
+    ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
+    rcache_region_t *region;
+    ib2_memh_t *memh;
+    char msg[768];
+    int ret;
+
+    if (md->rcache != NULL) {
+        ret = rcache_get(md->rcache, address, length, (unsigned)md->access,
+                         &region);
+        if (ret != 0) {
+            /* The cache said what happened (and about the memlock limit);
+             * here only the adapter's side is added. */
+            return (ret == -ENOMEM || ret == -EAGAIN) ?
+                   UCS_ERR_NO_MEMORY : UCS_ERR_IO_ERROR;
+        }
+        *memh_p = region;
+        return UCS_OK;
+    }
+
+    memh = ucs_malloc(sizeof(*memh), "ib2_memh");
+    if (memh == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    memh->mr = ibv_reg_mr(md->pd, address, length, md->access);
+    if (memh->mr == NULL) {
+        ret = errno;
+        ib2_md_reg_error(md, address, length, ret, msg, sizeof(msg));
+        if (!(flags & UCT_MD_MEM_FLAG_HIDE_ERRORS)) {
+            ucs_error("%s", msg);
+        }
+        ucs_free(memh);
+        return (ret == ENOMEM || ret == EAGAIN) ? UCS_ERR_NO_MEMORY
+                                                 : UCS_ERR_IO_ERROR;
+    }
+    *memh_p = memh;
+    return UCS_OK;
+}
+
+static ucs_status_t ib2_md_mem_dereg(uct_md_h uct_md,
+                                     const uct_md_mem_dereg_params_t *params)
+{
+    ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
+    ib2_memh_t *memh;
+    int ret;
+
+    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
+    if (md->rcache != NULL) {
+        rcache_put(md->rcache, params->memh);
+        return UCS_OK;
+    }
+    memh = params->memh;
+    ret  = ibv_dereg_mr(memh->mr);
+    ucs_free(memh);
+    if (ret != 0) {
+        ucs_error("%s: ibv_dereg_mr failed: %s", md->name, strerror(ret));
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t ib2_md_mkey_pack(uct_md_h uct_md, uct_mem_h memh,
+                                     const uct_md_mkey_pack_params_t *params,
+                                     void *rkey_buffer)
+{
+    ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
+
+    *(uint32_t*)rkey_buffer = ib2_memh_mr(md, memh)->rkey;
+    return UCS_OK;
+}
+
+static void ib2_md_close(uct_md_h uct_md)
+{
+    ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
+
+    if (md->rcache != NULL) {
+        rcache_destroy(md->rcache);
+    }
+    ibv_dealloc_pd(md->pd);
+    ibv_close_device(md->ctx);
+    ucs_free(md);
+}
+
+static uct_md_ops_t ib2_md_ops = {
+    .close                  = ib2_md_close,
+    .query                  = ib2_md_query,
+    .mem_alloc              = (uct_md_mem_alloc_func_t)
+                              ucs_empty_function_return_unsupported,
+    .mem_free               = (uct_md_mem_free_func_t)
+                              ucs_empty_function_return_unsupported,
+    .mem_advise             = (uct_md_mem_advise_func_t)
+                              ucs_empty_function_return_unsupported,
+    .mem_reg                = ib2_md_mem_reg,
+    .mem_dereg              = ib2_md_mem_dereg,
+    .mem_query              = (uct_md_mem_query_func_t)
+                              ucs_empty_function_return_unsupported,
+    .mkey_pack              = ib2_md_mkey_pack,
+    .is_sockaddr_accessible = (uct_md_is_sockaddr_accessible_func_t)
+                              ucs_empty_function_return_zero_int,
+    .detect_memory_type     = (uct_md_detect_memory_type_func_t)
+                              ucs_empty_function_return_unsupported,
+};
+
+static ucs_status_t ib2_md_create_rcache(ib2_md_t *md,
+                                         const ib2_md_config_t *config)
+{
+    rcache_params_t params;
+    int ret;
+
+    rcache_params_init(&params);
+    params.ops         = &ib2_md_cache_ops;
+    params.ctx         = md;
+    params.priv_size   = sizeof(ib2_memh_t);
+    params.name        = md->name;
+    params.max_regions = (config->rcache_max_regions == UCS_ULUNITS_INF) ?
+                         0 : config->rcache_max_regions;
+    params.max_pinned  = (config->rcache_max_pinned == UCS_MEMUNITS_INF) ?
+                         0 : config->rcache_max_pinned;
+    params.log         = ib2_md_cache_log;
+    params.log_arg     = md;
+    if (config->fork_safe) {
+        params.flags |= RCACHE_FLAG_DONTFORK;
+    }
+    ret = rcache_create(&params, &md->rcache);
+    if (ret != 0) {
+        ucs_error("%s: cannot create the registration cache (%s); set "
+                  "UCX_IB2_RCACHE=n to register without it", md->name,
+                  strerror(-ret));
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
+ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
+                         const uct_md_config_t *uct_config, uct_md_h *md_p)
+{
+    const ib2_md_config_t *config = ucs_derived_of(uct_config,
+                                                   ib2_md_config_t);
+    struct ibv_device **list;
+    ucs_status_t status = UCS_ERR_NO_DEVICE;
+    ib2_md_t *md;
+    int i, n;
+
+    list = ibv_get_device_list(&n);
+    if (list == NULL) {
+        ucs_error("ibv_get_device_list() failed: %m");
+        return UCS_ERR_NO_DEVICE;
+    }
+    for (i = 0; i < n; ++i) {
+        if (!strcmp(ibv_get_device_name(list[i]), md_name)) {
+            break;
+        }
+    }
+    if (i == n) {
+        ucs_error("no RDMA device called \"%s\" (ibv_devices lists them)",
+                  md_name);
+        goto out_free_list;
+    }
+
+    md = ucs_calloc(1, sizeof(*md), "ib2_md");
+    if (md == NULL) {
+        status = UCS_ERR_NO_MEMORY;
+        goto out_free_list;
+    }
+    md->super.ops       = &ib2_md_ops;
+    md->super.component = &ib2_component;
+    ucs_strncpy_zero(md->name, md_name, sizeof(md->name));
+    md->reg_overhead    = config->reg_overhead;
+    md->reg_growth      = config->reg_growth;
+
+    md->ctx = ibv_open_device(list[i]);
+    if (md->ctx == NULL) {
+        ucs_error("%s: ibv_open_device() failed: %m", md_name);
+        status = UCS_ERR_IO_ERROR;
+        goto out_free_md;
+    }
+    if (ibv_query_device(md->ctx, &md->dev_attr) != 0) {
+        ucs_error("%s: ibv_query_device() failed: %m", md_name);
+        status = UCS_ERR_IO_ERROR;
+        goto out_close;
+    }
+    md->pd = ibv_alloc_pd(md->ctx);
+    if (md->pd == NULL) {
+        ucs_error("%s: ibv_alloc_pd() failed: %m", md_name);
+        status = UCS_ERR_IO_ERROR;
+        goto out_close;
+    }
+    md->access = ib2_md_access(md);
+    if (config->rcache_enable) {
+        status = ib2_md_create_rcache(md, config);
+        if (status != UCS_OK) {
+            goto out_dealloc_pd;
+        }
+        /* A hit costs tens of nanoseconds; UCP weighs that, not a miss. */
+        md->reg_overhead = 50e-9;
+        md->reg_growth   = 0;
+    }
+    ibv_free_device_list(list);
+    *md_p = &md->super;
+    return UCS_OK;
+
+out_dealloc_pd:
+    ibv_dealloc_pd(md->pd);
+out_close:
+    ibv_close_device(md->ctx);
+out_free_md:
+    ucs_free(md);
+out_free_list:
+    ibv_free_device_list(list);
+    return status;
+}
+
+/* ---- component ------------------------------------------------------------ */
+
+static ucs_status_t ib2_query_md_resources(uct_component_t *component,
+                                           uct_md_resource_desc_t **res_p,
+                                           unsigned *num_p)
+{
+    uct_md_resource_desc_t *res;
+    struct ibv_device **list;
+    int i, n;
+
+    *res_p = NULL;
+    *num_p = 0;
+    /* No device (or no verbs at all) is not an error: zero resources keep
+     * every UCX tool's resource walk going. */
+    list = ibv_get_device_list(&n);
+    if (list == NULL) {
+        ucs_debug("ibv_get_device_list() failed: %m; ib2 offers nothing");
+        return UCS_OK;
+    }
+    if (n == 0) {
+        ibv_free_device_list(list);
+        return UCS_OK;
+    }
+    res = ucs_calloc(n, sizeof(*res), "ib2_md_resources");
+    if (res == NULL) {
+        ibv_free_device_list(list);
+        return UCS_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < n; ++i) {
+        ucs_strncpy_zero(res[i].md_name, ibv_get_device_name(list[i]),
+                         sizeof(res[i].md_name));
+    }
+    ibv_free_device_list(list);
+    *res_p = res;
+    *num_p = n;
+    return UCS_OK;
+}
+
+static ucs_status_t ib2_rkey_unpack(uct_component_t *component,
+                                    const void *rkey_buffer,
+                                    uct_rkey_t *rkey_p, void **handle_p)
+{
+    *rkey_p   = *(const uint32_t*)rkey_buffer;
+    *handle_p = NULL;
+    return UCS_OK;
+}
+
+uct_component_t ib2_component = {
+    .query_md_resources = ib2_query_md_resources,
+    .md_open            = ib2_md_open,
+    .cm_open            = (uct_component_cm_open_func_t)
+                          ucs_empty_function_return_unsupported,
+    .rkey_unpack        = ib2_rkey_unpack,
+    .rkey_ptr           = (uct_component_rkey_ptr_func_t)
+                          ucs_empty_function_return_unsupported,
+    .rkey_release       = (uct_component_rkey_release_func_t)
+                          ucs_empty_function_return_success,
+    .name               = IB2_COMPONENT_NAME,
+    .md_config          = {
+        .name           = "ib2 memory domain",
+        .prefix         = IB2_CONFIG_PREFIX,
+        .table          = ib2_md_config_table,
+        .size           = sizeof(ib2_md_config_t),
+    },
+    .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
+    .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(&ib2_component),
+    .flags              = 0,
+    .md_vfs_init        = (uct_component_md_vfs_init_func_t)
+                          ucs_empty_function
+};
+
+/*
+ * Registered when the library is loaded (LD_PRELOAD, or dlopen before
+ * ucp_init) and never unregistered: UCX 1.13 cannot take a component off
+ * its list, and unregistering would leave a dangling entry behind.
+ */
+UCS_STATIC_INIT {
+    uct_component_register(&ib2_component);
+    uct_tl_register(&ib2_component, &uct_rc_ib2_tl);
+}

@@ -1,0 +1,109 @@
+/*
+ * Reliable-connected QPs: creation and the RESET -> INIT -> RTR -> RTS walk
+ * with the attributes the kernel requires at each step.
+ */
+#include "ib2.h"
+
+ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
+                           struct ibv_qp **qp_p)
+{
+    const ib2_rq_spec_t *spec = &iface->rq.q[queue];
+    struct ibv_qp_init_attr init;
+    struct ibv_qp_attr attr;
+    struct ibv_qp *qp;
+
+    memset(&init, 0, sizeof(init));
+    init.send_cq             = iface->send_cq;
+    init.recv_cq             = iface->recv_cq;
+    init.srq                 = (spec->type == IB2_RQ_SHARED) ?
+                               iface->rxq[queue].srq : NULL;
+    init.qp_type             = IBV_QPT_RC;
+    init.sq_sig_all          = 0;
+    init.cap.max_send_wr     = iface->config.tx_qp_len;
+    init.cap.max_recv_wr     = (spec->type == IB2_RQ_PER_PEER) ?
+                               spec->num + spec->reserved : 0;
+    init.cap.max_send_sge    = ucs_min(iface->md->dev_attr.max_sge, 8);
+    init.cap.max_recv_sge    = 1;
+    init.cap.max_inline_data = iface->config.max_inline;
+
+    qp = ibv_create_qp(iface->md->pd, &init);
+    if (qp == NULL) {
+        ucs_error("%s:%u: ibv_create_qp(send %u, recv %u, inline %u) "
+                  "failed: %m (see UCX_IB2_TX_QUEUE_LEN, "
+                  "UCX_IB2_RECEIVE_QUEUES, UCX_IB2_MAX_INLINE)",
+                  iface->md->name, iface->port, init.cap.max_send_wr,
+                  init.cap.max_recv_wr, init.cap.max_inline_data);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state        = IBV_QPS_INIT;
+    attr.pkey_index      = 0;
+    attr.port_num        = iface->port;
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           ((iface->md->dev_attr.atomic_cap !=
+                             IBV_ATOMIC_NONE) ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+        ucs_error("%s:%u: QP 0x%x to INIT failed: %m", iface->md->name,
+                  iface->port, qp->qp_num);
+        ibv_destroy_qp(qp);
+        return UCS_ERR_IO_ERROR;
+    }
+    *qp_p = qp;
+    return UCS_OK;
+}
+
+ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
+                            unsigned queue, const ib2_dev_addr_t *remote,
+                            uint32_t remote_qpn)
+{
+    struct ibv_qp_attr attr;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state              = IBV_QPS_RTR;
+    attr.path_mtu              = ucs_min((enum ibv_mtu)remote->mtu,
+                                         (enum ibv_mtu)iface->config.mtu_enum);
+    attr.dest_qp_num           = remote_qpn;
+    attr.rq_psn                = 0;
+    attr.max_dest_rd_atomic    = iface->config.max_rd_atomic;
+    attr.min_rnr_timer         = iface->config.rnr_timer;
+    attr.ah_attr.dlid          = remote->lid;
+    attr.ah_attr.sl            = (uint8_t)iface->config.sl;
+    attr.ah_attr.port_num      = iface->port;
+    attr.ah_attr.src_path_bits = 0;
+    if (ib2_iface_is_global(iface, remote)) {
+        attr.ah_attr.is_global      = 1;
+        attr.ah_attr.grh.hop_limit  = 64;
+        attr.ah_attr.grh.sgid_index = iface->gid_index;
+        attr.ah_attr.grh.traffic_class = 0;
+        memcpy(attr.ah_attr.grh.dgid.raw, remote->gid, 16);
+    }
+    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+        ucs_error("%s:%u: QP 0x%x to RTR (peer QP 0x%x, lid %u) failed: %m",
+                  iface->md->name, iface->port, qp->qp_num, remote_qpn,
+                  remote->lid);
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state      = IBV_QPS_RTS;
+    attr.timeout       = iface->config.timeout;
+    attr.retry_cnt     = iface->config.retry_count;
+    /* Per-peer queues have a buffer for every message (credits), so a
+     * receiver-not-ready is a bug, reported at once; shared queues may run
+     * dry for a moment and are retried for as long as it takes. */
+    attr.rnr_retry     = (iface->rq.q[queue].type == IB2_RQ_PER_PEER) ? 0 : 7;
+    attr.sq_psn        = 0;
+    attr.max_rd_atomic = iface->config.max_rd_atomic;
+    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT |
+                      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                      IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+        ucs_error("%s:%u: QP 0x%x to RTS failed: %m", iface->md->name,
+                  iface->port, qp->qp_num);
+        return UCS_ERR_UNREACHABLE;
+    }
+    return UCS_OK;
+}
