@@ -123,7 +123,7 @@ static UCS_F_ALWAYS_INLINE void ib2_ep_fill_hdr(ib2_ep_t *ep, unsigned q,
 }
 
 /* The queue an active message of `size` bytes (with our header) uses, and
- * whether it may go now. */
+ * whether it may go now. The size was checked against the largest queue. */
 static UCS_F_ALWAYS_INLINE ib2_ep_txq_t *
 ib2_ep_am_queue(ib2_iface_t *iface, ib2_ep_t *ep, size_t size, unsigned *q_p)
 {
@@ -137,6 +137,16 @@ ib2_ep_am_queue(ib2_iface_t *iface, ib2_ep_t *ep, size_t size, unsigned *q_p)
         return txq;
     }
     return NULL;
+}
+
+/*
+ * The send about to take the last credit asks for a completion: on S
+ * queues completions are what give credits back (sends in flight), and
+ * with moderation alone the sender could wait for one never asked for.
+ */
+static UCS_F_ALWAYS_INLINE int ib2_ep_last_credit(ib2_ep_txq_t *txq)
+{
+    return txq->credits <= 1;
 }
 
 /* After an active message went out on txq. */
@@ -172,6 +182,10 @@ ucs_status_t ib2_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     ucs_status_t status;
     unsigned q;
 
+    if (ucs_unlikely(sizeof(hdr) + sizeof(header) + length >
+                     iface->config.max_inline)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
     txq = ib2_ep_am_queue(iface, ep, sizeof(hdr) + sizeof(header) + length,
                           &q);
     if (ucs_unlikely(txq == NULL)) {
@@ -188,7 +202,7 @@ ucs_status_t ib2_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     wr.send_flags     = IBV_SEND_INLINE;
     wr.sg_list        = sge;
     wr.num_sge        = 3;
-    status = ib2_ep_post(iface, ep, q, &wr, 0);
+    status = ib2_ep_post(iface, ep, q, &wr, ib2_ep_last_credit(txq));
     if (ucs_likely(status == UCS_OK)) {
         ib2_ep_am_sent(ep, txq);
     }
@@ -215,6 +229,10 @@ ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
     }
     hdr    = ib2_tx_data(desc);
     length = pack(hdr + 1, arg);
+    if (ucs_unlikely(length > iface->config.max_am)) {
+        ucs_mpool_put_inline(desc);
+        return UCS_ERR_INVALID_PARAM;
+    }
     txq    = ib2_ep_am_queue(iface, ep, sizeof(*hdr) + length, &q);
     if (ucs_unlikely(txq == NULL)) {
         ucs_mpool_put_inline(desc);
@@ -229,14 +247,16 @@ ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
     wr.num_sge    = 1;
     if (sge.length <= iface->config.max_inline) {
         wr.send_flags = IBV_SEND_INLINE;
-        if (ib2_ep_post(iface, ep, q, &wr, 0) != UCS_OK) {
+        if (ib2_ep_post(iface, ep, q, &wr, ib2_ep_last_credit(txq)) !=
+            UCS_OK) {
             ucs_mpool_put_inline(desc);
             return UCS_ERR_IO_ERROR;
         }
         ucs_mpool_put_inline(desc);
     } else {
         wr.send_flags = 0;
-        if (ib2_ep_post(iface, ep, q, &wr, 0) != UCS_OK) {
+        if (ib2_ep_post(iface, ep, q, &wr, ib2_ep_last_credit(txq)) !=
+            UCS_OK) {
             ucs_mpool_put_inline(desc);
             return UCS_ERR_IO_ERROR;
         }
@@ -267,6 +287,9 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
     for (i = 0; i < iovcnt; ++i) {
         length += uct_iov_get_length(&iov[i]);
     }
+    if (ucs_unlikely(header_length + length > iface->config.max_am)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
     txq = ib2_ep_am_queue(iface, ep, sizeof(*hdr) + header_length + length,
                           &q);
     if (ucs_unlikely(txq == NULL)) {
@@ -293,7 +316,8 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
     wr.send_flags = 0;
     wr.sg_list    = sge;
     wr.num_sge    = (int)iovcnt + 1;
-    if (ib2_ep_post(iface, ep, q, &wr, comp != NULL) != UCS_OK) {
+    if (ib2_ep_post(iface, ep, q, &wr,
+                    (comp != NULL) || ib2_ep_last_credit(txq)) != UCS_OK) {
         ucs_mpool_put_inline(desc);
         return UCS_ERR_IO_ERROR;
     }

@@ -1,0 +1,38 @@
+#!/bin/sh
+#
+# Makes UCX 1.13 .. 1.21 load the ib2 transport (libuct_ib2.so), which
+# these versions only do when the library is preloaded. (UCX >= 1.22 finds
+# libuct_ib2.so.0 in a UCX_PLUGIN_PATH directory instead.)
+#
+#   contrib/ib2-env.sh [--lib PATH] COMMAND [ARGS...]   run COMMAND with it
+#   . contrib/ib2-env.sh [--lib PATH]                    in this shell
+#
+# The library is PATH, else $IB2_LIB, else the build tree next to this
+# script (build/src/uct_ib2/.libs), else the installed one.
+#
+ib2_lib=${IB2_LIB:-}
+if [ "${1:-}" = --lib ]; then
+    ib2_lib=$2
+    shift 2
+fi
+if [ -z "$ib2_lib" ]; then
+    ib2_here=$(cd "$(dirname "$0")" 2>/dev/null && pwd)
+    for ib2_try in "$ib2_here/../build/src/uct_ib2/.libs/libuct_ib2.so" \
+                   "$ib2_here/../lib/libuct_ib2.so" \
+                   /usr/local/lib/libuct_ib2.so /usr/lib/libuct_ib2.so; do
+        if [ -f "$ib2_try" ]; then
+            ib2_lib=$ib2_try
+            break
+        fi
+    done
+fi
+if [ -z "$ib2_lib" ] || [ ! -f "$ib2_lib" ]; then
+    echo "ib2-env.sh: libuct_ib2.so not found${ib2_lib:+ at $ib2_lib}: build" \
+         "it (contrib/setup.sh build) or give --lib PATH" >&2
+    return 1 2>/dev/null || exit 1
+fi
+LD_PRELOAD="$ib2_lib${LD_PRELOAD:+ $LD_PRELOAD}"
+export LD_PRELOAD
+if [ $# -gt 0 ]; then
+    exec "$@"
+fi
