@@ -1,0 +1,215 @@
+/*
+ * ib2 p2p: MPI-style point-to-point messaging on UCP.
+ *
+ * Communicators with their own context ids, tag matching with ANY_SOURCE /
+ * ANY_TAG and MPI ordering (non-overtaking per source), standard,
+ * synchronous and ready sends, blocking and non-blocking receives, probe and
+ * matched probe, receive cancel, and MPI-like request completion calls.
+ * Small messages travel eagerly in one UCP active message; large ones by
+ * rendezvous: the receiver reads the sender's buffer with an RDMA get
+ * straight into the user buffer. Sender buffers stay registered after use
+ * (leave pinned) in a cache that drops registrations when their memory is
+ * freed.
+ *
+ * Processes started by mpirun/srun (PMIx) find each other through PMIx; a
+ * process started alone runs as a singleton (world of size 1).
+ *
+ * Threads: a context and everything made from it is used by one thread at a
+ * time (the caller serialises). Progress happens inside p2p_progress() and
+ * inside every test and wait call; nothing progresses in the background.
+ *
+ * Buffers are contiguous bytes; datatypes are the caller's concern.
+ *
+ * Every call returns P2P_OK (0) or a negative P2P_ERR_* code;
+ * p2p_strerror() names it, and p2p_last_error() says what exactly was wrong
+ * with the last failed call of the context.
+ *
+ * Environment variables: docs/p2p.md.
+ */
+#ifndef IB2_P2P_H
+#define IB2_P2P_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define P2P_API __attribute__((visibility("default")))
+
+#define P2P_ANY_SOURCE  (-1)
+#define P2P_ANY_TAG     (-1)
+/* color for p2p_comm_split: this process joins no new communicator */
+#define P2P_UNDEFINED   (-32766)
+/* largest user tag; tags below 0 (other than P2P_ANY_TAG) are reserved */
+#define P2P_TAG_UB      0x7fffffff
+
+enum {
+    P2P_OK               =  0,
+    P2P_ERR_INVALID      = -1,  /* bad argument; see p2p_last_error() */
+    P2P_ERR_NO_MEMORY    = -2,
+    P2P_ERR_TRUNCATE     = -3,  /* message longer than the receive buffer */
+    P2P_ERR_PEER_FAILED  = -4,  /* the peer process died or is unreachable */
+    P2P_ERR_UNEXP_LIMIT  = -5,  /* unexpected-queue limit hit: the message's
+                                   data was not kept (P2P_UNEXPECTED_LIMIT) */
+    P2P_ERR_TRANSPORT    = -6,  /* UCX reported an error */
+    P2P_ERR_INIT         = -7,  /* start-up or wire-up failed */
+    P2P_ERR_IN_STATUS    = -8,  /* waitall/testall: see each status.error */
+    P2P_ERR_PENDING      = -9,  /* operation still in progress */
+    P2P_ERR_TIMEOUT      = -10  /* an internal wait gave up (finalize) */
+};
+
+typedef struct p2p_context p2p_context_t;
+typedef struct p2p_comm    p2p_comm_t;
+typedef struct p2p_request p2p_request_t;
+typedef struct p2p_unexp   p2p_message_t;   /* a matched-probed message */
+
+typedef struct p2p_status {
+    int    source;      /* rank in the communicator */
+    int    tag;
+    int    error;       /* P2P_OK, P2P_ERR_TRUNCATE, P2P_ERR_PEER_FAILED... */
+    int    cancelled;   /* 1: the receive was cancelled, nothing received */
+    size_t count;       /* bytes received (or, for a probe, bytes sent) */
+} p2p_status_t;
+
+/* Pass NULL where a status is not wanted. */
+#define P2P_STATUS_IGNORE   ((p2p_status_t*)NULL)
+#define P2P_STATUSES_IGNORE ((p2p_status_t*)NULL)
+
+typedef struct p2p_init_params {
+    /* P2P_INIT_F_* */
+    unsigned flags;
+} p2p_init_params_t;
+
+enum {
+    /* Also enable UCP's tag API on the context's worker, so a caller can
+     * run UCP tag operations on the same endpoints (see p2p_ucp.h). */
+    P2P_INIT_F_UCP_TAG = 1u << 0
+};
+
+/* ---- context ---- */
+
+/* params may be NULL. On failure *ctx_p is NULL and the reason went to
+ * stderr (there is no context to ask). */
+P2P_API int  p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p);
+/* Completes nothing: requests still outstanding are dropped (and counted
+ * in a warning). Prints statistics if P2P_PRINT_STATS is set. */
+P2P_API int  p2p_finalize(p2p_context_t *ctx);
+P2P_API p2p_comm_t *p2p_comm_world(p2p_context_t *ctx);
+/* Events handled (>= 0) or a negative error. */
+P2P_API int  p2p_progress(p2p_context_t *ctx);
+P2P_API const char *p2p_strerror(int error);
+P2P_API const char *p2p_last_error(p2p_context_t *ctx);
+
+/* ---- communicators (collective over the parent's members) ---- */
+
+P2P_API int  p2p_comm_rank(const p2p_comm_t *comm);
+P2P_API int  p2p_comm_size(const p2p_comm_t *comm);
+P2P_API p2p_context_t *p2p_comm_context(const p2p_comm_t *comm);
+P2P_API int  p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p);
+/* Processes with the same color form a communicator, ranked by key then by
+ * rank in comm; color P2P_UNDEFINED gives *newcomm_p = NULL. */
+P2P_API int  p2p_comm_split(p2p_comm_t *comm, int color, int key,
+                            p2p_comm_t **newcomm_p);
+/* Not the world communicator. Sets *comm_p to NULL. Receives still posted
+ * on it complete as cancelled. */
+P2P_API int  p2p_comm_free(p2p_comm_t **comm_p);
+P2P_API int  p2p_barrier(p2p_comm_t *comm);
+
+/* ---- sends ---- */
+
+/* Standard: completes when the buffer may be reused. */
+P2P_API int  p2p_isend(const void *buf, size_t len, int dest, int tag,
+                       p2p_comm_t *comm, p2p_request_t **req_p);
+/* Synchronous: completes only once a receive has matched the message. */
+P2P_API int  p2p_issend(const void *buf, size_t len, int dest, int tag,
+                        p2p_comm_t *comm, p2p_request_t **req_p);
+/* Ready: the caller promises the receive is already posted (here it is
+ * sent like a standard send, which is a valid implementation). */
+P2P_API int  p2p_irsend(const void *buf, size_t len, int dest, int tag,
+                        p2p_comm_t *comm, p2p_request_t **req_p);
+P2P_API int  p2p_send(const void *buf, size_t len, int dest, int tag,
+                      p2p_comm_t *comm);
+P2P_API int  p2p_ssend(const void *buf, size_t len, int dest, int tag,
+                       p2p_comm_t *comm);
+P2P_API int  p2p_rsend(const void *buf, size_t len, int dest, int tag,
+                       p2p_comm_t *comm);
+
+/* ---- receives ---- */
+
+/* src may be P2P_ANY_SOURCE, tag P2P_ANY_TAG. A message longer than len
+ * delivers len bytes and completes with P2P_ERR_TRUNCATE. */
+P2P_API int  p2p_irecv(void *buf, size_t len, int src, int tag,
+                       p2p_comm_t *comm, p2p_request_t **req_p);
+P2P_API int  p2p_recv(void *buf, size_t len, int src, int tag,
+                      p2p_comm_t *comm, p2p_status_t *status);
+
+/* ---- probe ---- */
+
+/* status->count is the length the sender sent. */
+P2P_API int  p2p_iprobe(int src, int tag, p2p_comm_t *comm, int *flag,
+                        p2p_status_t *status);
+P2P_API int  p2p_probe(int src, int tag, p2p_comm_t *comm,
+                       p2p_status_t *status);
+/* Matched probe: the message is taken off the queue; only
+ * p2p_mrecv/p2p_imrecv on the handle receive it. */
+P2P_API int  p2p_improbe(int src, int tag, p2p_comm_t *comm, int *flag,
+                         p2p_message_t **msg_p, p2p_status_t *status);
+P2P_API int  p2p_mprobe(int src, int tag, p2p_comm_t *comm,
+                        p2p_message_t **msg_p, p2p_status_t *status);
+/* Consume the handle (sets *msg_p to NULL). */
+P2P_API int  p2p_imrecv(void *buf, size_t len, p2p_message_t **msg_p,
+                        p2p_request_t **req_p);
+P2P_API int  p2p_mrecv(void *buf, size_t len, p2p_message_t **msg_p,
+                       p2p_status_t *status);
+
+/* ---- requests ---- */
+
+/*
+ * Completion calls release a completed request and set its pointer to NULL;
+ * a NULL entry counts as complete with an empty status. The return value is
+ * the request's error (P2P_OK, P2P_ERR_TRUNCATE, ...); waitall/testall
+ * return P2P_ERR_IN_STATUS if any request failed and fill each status.
+ */
+P2P_API int  p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status);
+P2P_API int  p2p_wait(p2p_request_t **req_p, p2p_status_t *status);
+P2P_API int  p2p_waitall(int count, p2p_request_t **reqs,
+                         p2p_status_t *statuses);
+P2P_API int  p2p_testall(int count, p2p_request_t **reqs, int *flag,
+                         p2p_status_t *statuses);
+/* *index is -1 when every entry is NULL. */
+P2P_API int  p2p_waitany(int count, p2p_request_t **reqs, int *index,
+                         p2p_status_t *status);
+P2P_API int  p2p_testany(int count, p2p_request_t **reqs, int *index,
+                         int *flag, p2p_status_t *status);
+/* Release without waiting; the operation still completes in the
+ * background of later progress. */
+P2P_API int  p2p_request_free(p2p_request_t **req_p);
+/* Cancel a receive not yet matched: it completes with status.cancelled = 1.
+ * A matched receive (or a send) is left to complete normally. */
+P2P_API int  p2p_cancel(p2p_request_t *req);
+
+/* ---- statistics ---- */
+
+typedef struct p2p_stats {
+    uint64_t eager_sent, rndv_sent, sync_acks;
+    uint64_t unexp_msgs;            /* messages that arrived unexpected */
+    size_t   unexp_bytes;           /* payload bytes queued now */
+    size_t   unexp_bytes_peak;
+    size_t   unexp_limit;
+    uint64_t unexp_dropped;         /* over the limit: data not kept */
+    /* registration cache of rendezvous send buffers */
+    uint64_t reg_hits, reg_misses, reg_evictions, reg_invalidations;
+    uint64_t reg_regions;           /* registrations alive now */
+} p2p_stats_t;
+
+P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);
+P2P_API void p2p_print_stats(p2p_context_t *ctx, FILE *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

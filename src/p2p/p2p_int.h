@@ -1,0 +1,307 @@
+/*
+ * p2p internals shared by the library's files. See README.md for the data
+ * flow; the invariants that matter are written next to the fields.
+ */
+#ifndef P2P_INT_H
+#define P2P_INT_H
+
+#include "p2p.h"
+#include "p2p_ucp.h"
+#include "p2p_list.h"
+#include "p2p_match.h"
+
+#include <rcache.h>
+#include <pmix.h>
+#include <ucp/api/ucp.h>
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#define P2P_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define P2P_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Reserved tags (below P2P_ANY_TAG) used by the library's own collectives */
+#define P2P_TAG_ALLGATHER (-2)
+#define P2P_TAG_BARRIER   (-3)
+
+/* Active message ids */
+enum {
+    P2P_AM_EAGER      = 0,  /* p2p_hdr_t + data */
+    P2P_AM_EAGER_SYNC = 1,  /* p2p_sync_hdr_t + data; receiver answers ACK */
+    P2P_AM_RTS        = 2,  /* p2p_rts_hdr_t + packed rkey */
+    P2P_AM_FIN        = 3,  /* p2p_ctl_hdr_t: receiver finished its get */
+    P2P_AM_ACK        = 4,  /* p2p_ctl_hdr_t: synchronous send matched */
+    P2P_AM_MID        = 5,  /* p2p_sync_hdr_t + data, protocol chosen by
+                               UCP (sreq.ptr 0: not synchronous) */
+    P2P_AM_LAST
+};
+
+/* Matching header of every message. seq counts messages per (communicator,
+ * sender, receiver) so the receiver can restore the send order if the
+ * transport ever delivers out of order. */
+typedef struct p2p_hdr {
+    uint32_t cid;
+    int32_t  src;       /* sender's rank in the communicator */
+    int32_t  tag;
+    uint32_t seq;
+} p2p_hdr_t;
+
+/* Identifies a send request at its sender: the pointer, and a generation
+ * that changes whenever the request memory is reused (so a late answer for
+ * a request completed by a peer-failure is recognised and dropped). */
+typedef struct p2p_sreq_id {
+    uint64_t ptr;
+    uint32_t gen;
+    uint32_t pad;
+} p2p_sreq_id_t;
+
+typedef struct p2p_sync_hdr {
+    p2p_hdr_t     base;
+    p2p_sreq_id_t sreq;
+} p2p_sync_hdr_t;
+
+typedef struct p2p_rts_hdr {
+    p2p_hdr_t     base;
+    p2p_sreq_id_t sreq;
+    uint64_t      length;
+    uint64_t      address;
+} p2p_rts_hdr_t;
+
+typedef struct p2p_ctl_hdr {
+    p2p_sreq_id_t sreq;
+} p2p_ctl_hdr_t;
+
+typedef struct p2p_config {
+    size_t     eager_limit;     /* P2P_EAGER_LIMIT */
+    size_t     rndv_thresh;     /* P2P_RNDV_THRESH */
+    int        leave_pinned;    /* P2P_LEAVE_PINNED */
+    size_t     reg_max_regions; /* P2P_REG_MAX_REGIONS */
+    size_t     reg_max_bytes;   /* P2P_REG_MAX_BYTES */
+    size_t     unexp_limit;     /* P2P_UNEXPECTED_LIMIT */
+    int        print_stats;     /* P2P_PRINT_STATS */
+    int        peer_errors;     /* P2P_ERROR_MODE: 1 = peer, 0 = none */
+    double     finalize_timeout;/* P2P_FINALIZE_TIMEOUT, seconds */
+    char       keepalive[32];   /* P2P_KEEPALIVE_INTERVAL */
+} p2p_config_t;
+
+/* A peer process (by world rank). */
+typedef struct p2p_peer {
+    ucp_ep_h      ep;           /* NULL until first use */
+    p2p_context_t *ctx;
+    uint32_t      rank;
+    uint8_t       failed;
+    /* requests waiting for this peer's answer (FIN, ACK): completed with
+     * P2P_ERR_PEER_FAILED if the peer dies */
+    p2p_dlist_t   waiting;
+} p2p_peer_t;
+
+/* A copy of a message that could not be processed yet: its communicator
+ * does not exist here yet, or an earlier message of the same sender is
+ * missing. Replayed through the arrival path in arrival order. */
+typedef struct p2p_held {
+    p2p_dlist_t link;
+    unsigned    am_id;
+    unsigned    how;            /* data copied, or a UCP descriptor kept */
+    size_t      hdr_len;
+    size_t      data_len;
+    char        buf[];          /* header, then data */
+} p2p_held_t;
+
+struct p2p_comm {
+    p2p_context_t *ctx;
+    uint32_t      cid;
+    int           rank;
+    int           size;
+    uint32_t      *world;       /* comm rank -> world rank */
+    uint32_t      *send_seq;    /* next seq to each comm rank */
+    uint32_t      *recv_seq;    /* next seq expected from each comm rank */
+    p2p_dlist_t   ooo;          /* held: arrived ahead of their seq */
+    p2p_mq_t      mq;
+};
+
+enum {
+    P2P_REQ_SEND = 1,
+    P2P_REQ_RECV = 2
+};
+
+struct p2p_request {
+    p2p_context_t  *ctx;
+    uint8_t        kind;
+    uint8_t        complete;    /* pending reached 0 */
+    uint8_t        released;    /* the user let go: recycle at completion */
+    uint8_t        waiting;     /* linked in a peer's waiting list */
+    int            pending;     /* events still to come before completion */
+    uint32_t       gen;
+    p2p_status_t   status;
+    p2p_peer_t     *peer;
+    p2p_dlist_t    wait_link;
+    p2p_request_t  *next_free;
+    union {
+        struct {
+            union {             /* must live until UCP is done sending it */
+                p2p_hdr_t      eager;
+                p2p_sync_hdr_t sync;
+                p2p_rts_hdr_t  rts;
+            } hdr;
+            rcache_region_t *region;  /* rendezvous: held until FIN */
+        } send;
+        struct {
+            p2p_mq_recv_t  mq;
+            p2p_comm_t     *comm;
+            void           *buf;
+            size_t         len;
+            ucp_rkey_h     rkey;
+            p2p_sreq_id_t  sreq;      /* rendezvous: whom to send FIN */
+        } recv;
+    };
+};
+
+/* Unexpected message (and the handle of a matched probe). */
+enum {
+    P2P_UNEXP_EAGER = 0,
+    P2P_UNEXP_RNDV  = 1,    /* ours: header and packed rkey only */
+    P2P_UNEXP_UCP   = 2     /* UCP's rendezvous: header and descriptor */
+};
+
+struct p2p_unexp {
+    p2p_mq_msg_t  mq;
+    p2p_comm_t    *comm;
+    uint8_t       kind;
+    uint8_t       sync;         /* eager: sender wants an ACK on match */
+    uint8_t       dropped;      /* eager data not kept: limit was hit */
+    int32_t       src;
+    int32_t       tag;
+    size_t        length;       /* message length */
+    size_t        data_len;     /* bytes in data[] */
+    p2p_sreq_id_t sreq;
+    uint64_t      address;      /* rendezvous: sender's buffer */
+    void          *desc;        /* UCP descriptor (P2P_UNEXP_UCP) */
+    char          data[];       /* eager payload or packed rkey */
+};
+
+/* Small control message in flight (FIN/ACK): its header must outlive the
+ * send. */
+typedef struct p2p_ctl {
+    p2p_ctl_hdr_t  hdr;
+    p2p_context_t  *ctx;
+    struct p2p_ctl *next_free;
+} p2p_ctl_t;
+
+typedef struct p2p_reg {
+    ucp_mem_h memh;
+    void      *rkey_buf;
+    size_t    rkey_len;
+} p2p_reg_t;
+
+struct p2p_context {
+    p2p_config_t  cfg;
+    ucp_context_h ucp;
+    ucp_worker_h  worker;
+    ucp_address_t *address;
+    size_t        address_len;
+    int           rank;         /* world */
+    int           size;
+    int           have_pmix;
+    pmix_proc_t   pmix_proc;
+    p2p_peer_t    *peers;       /* [size] */
+    p2p_comm_t    *world;
+    /* communicators by context id; P2P_COMM_FREED marks a freed one */
+    p2p_comm_t    **comms;
+    uint32_t      ncomms;       /* capacity of comms[] */
+    uint32_t      next_cid;     /* lowest cid this process never used */
+    p2p_dlist_t   early;        /* held: for communicators not created yet */
+    rcache_t      *rcache;
+    p2p_request_t *free_reqs;
+    p2p_ctl_t     *free_ctls;
+    void          *chunks;      /* request/ctl memory, freed at finalize */
+    uint32_t      req_gen;
+    size_t        live_reqs;
+    size_t        unexp_bytes;
+    int           unexp_warned;
+    p2p_stats_t   stats;
+    char          last_error[512];
+};
+
+#define P2P_COMM_FREED ((p2p_comm_t*)(uintptr_t)1)
+
+/* p2p_context.c */
+void p2p_set_error(p2p_context_t *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void p2p_log(p2p_context_t *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int  p2p_status_err(ucs_status_t status);
+void *p2p_chunk_alloc(p2p_context_t *ctx, size_t size);
+
+/* p2p_config.c */
+int  p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen);
+
+/* p2p_wireup.c */
+int  p2p_wireup_init(p2p_context_t *ctx);
+int  p2p_wireup_exchange(p2p_context_t *ctx);
+int  p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer);
+void p2p_wireup_finalize(p2p_context_t *ctx);
+
+/* p2p_reg.c */
+int  p2p_reg_init(p2p_context_t *ctx);
+void p2p_reg_cleanup(p2p_context_t *ctx);
+
+/* p2p_request.c */
+p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind);
+void p2p_req_put(p2p_request_t *req);
+void p2p_req_event(p2p_request_t *req);
+
+static inline void p2p_req_fail(p2p_request_t *req, int error)
+{
+    if (req->status.error == P2P_OK ||
+        req->status.error == P2P_ERR_TRUNCATE) {
+        req->status.error = error;
+    }
+}
+
+/* p2p_proto.c */
+int  p2p_proto_init(p2p_context_t *ctx);
+int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
+                    int tag, int sync, p2p_request_t **req_p);
+void p2p_recv_from_unexp(p2p_request_t *req, struct p2p_unexp *u);
+void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u);
+void p2p_replay_held(p2p_context_t *ctx, p2p_held_t *h);
+void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status);
+size_t p2p_drop_held(p2p_context_t *ctx, p2p_dlist_t *list);
+
+static inline p2p_peer_t *p2p_comm_peer(p2p_comm_t *comm, int rank)
+{
+    return &comm->ctx->peers[comm->world[rank]];
+}
+
+/* The peer's endpoint, connecting on first use. */
+static inline int p2p_peer_ep(p2p_peer_t *peer, ucp_ep_h *ep_p)
+{
+    if (P2P_UNLIKELY(peer->ep == NULL)) {
+        int ret = p2p_wireup_connect(peer->ctx, peer);
+        if (ret != P2P_OK) {
+            return ret;
+        }
+    }
+    *ep_p = peer->ep;
+    return P2P_OK;
+}
+
+/* p2p_pt2pt.c */
+int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
+                   p2p_request_t **req_p);
+
+/* p2p_comm.c */
+int  p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
+                     const uint32_t *world, p2p_comm_t **comm_p);
+void p2p_comm_destroy(p2p_comm_t *comm);
+int  p2p_barrier_timeout(p2p_comm_t *comm, double timeout);
+
+static inline p2p_comm_t *p2p_comm_by_cid(p2p_context_t *ctx, uint32_t cid)
+{
+    return (cid < ctx->ncomms) ? ctx->comms[cid] : NULL;
+}
+
+/* tiny helpers */
+double p2p_time(void);
+
+#endif

@@ -1,0 +1,312 @@
+/*
+ * Point-to-point entry points: argument checks, then the protocol layer
+ * (sends) or the matching engine (receives, probes).
+ */
+#include "p2p_int.h"
+
+#include <string.h>
+
+static int p2p_check_comm(const p2p_comm_t *comm, const char *fn)
+{
+    if (P2P_UNLIKELY((comm == NULL) || (comm == P2P_COMM_FREED))) {
+        fprintf(stderr, "p2p: error: %s: no communicator (NULL or freed); "
+                "pass p2p_comm_world(ctx) or one made from it\n", fn);
+        return P2P_ERR_INVALID;
+    }
+    return P2P_OK;
+}
+
+static int p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len,
+                          int dest, int tag, p2p_request_t **req_p,
+                          const char *fn)
+{
+    if (p2p_check_comm(comm, fn) != P2P_OK) {
+        return P2P_ERR_INVALID;
+    }
+    if (P2P_UNLIKELY((dest < 0) || (dest >= comm->size))) {
+        p2p_set_error(comm->ctx, "%s: destination %d is not a rank of the "
+                      "communicator (size %d)", fn, dest, comm->size);
+        return P2P_ERR_INVALID;
+    }
+    if (P2P_UNLIKELY(tag < 0)) {
+        p2p_set_error(comm->ctx, "%s: tag %d is negative; user tags are "
+                      "0..P2P_TAG_UB (negative ones are reserved)", fn, tag);
+        return P2P_ERR_INVALID;
+    }
+    if (P2P_UNLIKELY((buf == NULL) && (len != 0))) {
+        p2p_set_error(comm->ctx, "%s: NULL buffer with length %zu", fn,
+                      len);
+        return P2P_ERR_INVALID;
+    }
+    if (P2P_UNLIKELY(req_p == NULL)) {
+        p2p_set_error(comm->ctx, "%s: NULL request pointer", fn);
+        return P2P_ERR_INVALID;
+    }
+    return P2P_OK;
+}
+
+static int p2p_check_src_tag(p2p_comm_t *comm, int src, int tag,
+                             const char *fn)
+{
+    if (p2p_check_comm(comm, fn) != P2P_OK) {
+        return P2P_ERR_INVALID;
+    }
+    if (P2P_UNLIKELY((src != P2P_ANY_SOURCE) &&
+                     ((src < 0) || (src >= comm->size)))) {
+        p2p_set_error(comm->ctx, "%s: source %d is neither P2P_ANY_SOURCE "
+                      "nor a rank of the communicator (size %d)", fn, src,
+                      comm->size);
+        return P2P_ERR_INVALID;
+    }
+    if (P2P_UNLIKELY(tag < P2P_ANY_TAG)) {
+        p2p_set_error(comm->ctx, "%s: tag %d is negative; receive user tags"
+                      " 0..P2P_TAG_UB or P2P_ANY_TAG", fn, tag);
+        return P2P_ERR_INVALID;
+    }
+    return P2P_OK;
+}
+
+int p2p_isend(const void *buf, size_t len, int dest, int tag,
+              p2p_comm_t *comm, p2p_request_t **req_p)
+{
+    int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
+
+    return (ret != P2P_OK) ? ret :
+           p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
+}
+
+int p2p_issend(const void *buf, size_t len, int dest, int tag,
+               p2p_comm_t *comm, p2p_request_t **req_p)
+{
+    int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_issend");
+
+    return (ret != P2P_OK) ? ret :
+           p2p_send_start(comm, buf, len, dest, tag, 1, req_p);
+}
+
+int p2p_irsend(const void *buf, size_t len, int dest, int tag,
+               p2p_comm_t *comm, p2p_request_t **req_p)
+{
+    int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_irsend");
+
+    return (ret != P2P_OK) ? ret :
+           p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
+}
+
+static int p2p_blocking_send(const void *buf, size_t len, int dest, int tag,
+                             p2p_comm_t *comm, int sync, const char *fn)
+{
+    p2p_request_t *req;
+    int           ret = p2p_check_send(comm, buf, len, dest, tag, &req, fn);
+
+    if (ret == P2P_OK) {
+        ret = p2p_send_start(comm, buf, len, dest, tag, sync, &req);
+    }
+    return (ret != P2P_OK) ? ret : p2p_wait(&req, NULL);
+}
+
+int p2p_send(const void *buf, size_t len, int dest, int tag,
+             p2p_comm_t *comm)
+{
+    return p2p_blocking_send(buf, len, dest, tag, comm, 0, "p2p_send");
+}
+
+int p2p_ssend(const void *buf, size_t len, int dest, int tag,
+              p2p_comm_t *comm)
+{
+    return p2p_blocking_send(buf, len, dest, tag, comm, 1, "p2p_ssend");
+}
+
+int p2p_rsend(const void *buf, size_t len, int dest, int tag,
+              p2p_comm_t *comm)
+{
+    return p2p_blocking_send(buf, len, dest, tag, comm, 0, "p2p_rsend");
+}
+
+static p2p_request_t *p2p_recv_req(p2p_comm_t *comm, void *buf, size_t len)
+{
+    p2p_request_t *req = p2p_req_get(comm->ctx, P2P_REQ_RECV);
+
+    if (P2P_UNLIKELY(req == NULL)) {
+        p2p_set_error(comm->ctx, "out of memory for a receive request");
+        return NULL;
+    }
+    req->pending        = 1;
+    req->recv.comm      = comm;
+    req->recv.buf       = buf;
+    req->recv.len       = len;
+    req->recv.rkey      = NULL;
+    req->recv.mq.queued = 0;
+    return req;
+}
+
+/* Receive without the user-tag check (the library's collectives use
+ * reserved tags). */
+int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
+                  p2p_request_t **req_p)
+{
+    p2p_request_t    *req = p2p_recv_req(comm, buf, len);
+    struct p2p_unexp *u;
+
+    if (req == NULL) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    req->status.source = src;
+    req->status.tag    = tag;
+    *req_p             = req;
+    u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag, 1);
+    if (u != NULL) {
+        p2p_recv_from_unexp(req, u);
+        return P2P_OK;
+    }
+    if (P2P_UNLIKELY(p2p_mq_post(&comm->mq, &req->recv.mq, src, tag) != 0)) {
+        p2p_req_put(req);
+        *req_p = NULL;
+        p2p_set_error(comm->ctx, "out of memory posting a receive");
+        return P2P_ERR_NO_MEMORY;
+    }
+    return P2P_OK;
+}
+
+int p2p_irecv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
+              p2p_request_t **req_p)
+{
+    int ret = p2p_check_src_tag(comm, src, tag, "p2p_irecv");
+
+    if (ret != P2P_OK) {
+        return ret;
+    }
+    if (P2P_UNLIKELY(((buf == NULL) && (len != 0)) || (req_p == NULL))) {
+        p2p_set_error(comm->ctx, "p2p_irecv: %s",
+                      (req_p == NULL) ? "NULL request pointer" :
+                      "NULL buffer with a non-zero length");
+        return P2P_ERR_INVALID;
+    }
+    return p2p_post_recv(comm, buf, len, src, tag, req_p);
+}
+
+int p2p_recv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
+             p2p_status_t *status)
+{
+    p2p_request_t *req;
+    int           ret = p2p_irecv(buf, len, src, tag, comm, &req);
+
+    return (ret != P2P_OK) ? ret : p2p_wait(&req, status);
+}
+
+static void p2p_probe_status(const struct p2p_unexp *u, p2p_status_t *status)
+{
+    if (status != NULL) {
+        status->source    = u->src;
+        status->tag       = u->tag;
+        status->error     = P2P_OK;
+        status->cancelled = 0;
+        status->count     = u->length;
+    }
+}
+
+static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
+                            int matched, p2p_message_t **msg_p,
+                            p2p_status_t *status, int blocking,
+                            const char *fn)
+{
+    struct p2p_unexp *u;
+    int              ret = p2p_check_src_tag(comm, src, tag, fn);
+
+    if (ret != P2P_OK) {
+        return ret;
+    }
+    if (P2P_UNLIKELY(((flag == NULL) && !blocking) ||
+                     ((msg_p == NULL) && matched))) {
+        p2p_set_error(comm->ctx, "%s: NULL %s pointer", fn,
+                      (flag == NULL && !blocking) ? "flag" : "message");
+        return P2P_ERR_INVALID;
+    }
+    for (;;) {
+        u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
+                                                 msg_p != NULL);
+        if (u == NULL) {
+            /* MPI: a probe that finds nothing makes progress */
+            ucp_worker_progress(comm->ctx->worker);
+            u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
+                                                     msg_p != NULL);
+        }
+        if ((u != NULL) || !blocking) {
+            break;
+        }
+    }
+    if (flag != NULL) {
+        *flag = (u != NULL);
+    }
+    if (u != NULL) {
+        p2p_probe_status(u, status);
+    }
+    if (msg_p != NULL) {
+        *msg_p = u;
+    }
+    return P2P_OK;
+}
+
+int p2p_iprobe(int src, int tag, p2p_comm_t *comm, int *flag,
+               p2p_status_t *status)
+{
+    return p2p_probe_common(src, tag, comm, flag, 0, NULL, status, 0,
+                            "p2p_iprobe");
+}
+
+int p2p_probe(int src, int tag, p2p_comm_t *comm, p2p_status_t *status)
+{
+    return p2p_probe_common(src, tag, comm, NULL, 0, NULL, status, 1,
+                            "p2p_probe");
+}
+
+int p2p_improbe(int src, int tag, p2p_comm_t *comm, int *flag,
+                p2p_message_t **msg_p, p2p_status_t *status)
+{
+    return p2p_probe_common(src, tag, comm, flag, 1, msg_p, status, 0,
+                            "p2p_improbe");
+}
+
+int p2p_mprobe(int src, int tag, p2p_comm_t *comm, p2p_message_t **msg_p,
+               p2p_status_t *status)
+{
+    return p2p_probe_common(src, tag, comm, NULL, 1, msg_p, status, 1,
+                            "p2p_mprobe");
+}
+
+int p2p_imrecv(void *buf, size_t len, p2p_message_t **msg_p,
+               p2p_request_t **req_p)
+{
+    struct p2p_unexp *u;
+    p2p_request_t    *req;
+
+    if ((msg_p == NULL) || (*msg_p == NULL) || (req_p == NULL)) {
+        fprintf(stderr, "p2p: error: p2p_imrecv: %s\n",
+                (req_p == NULL) ? "NULL request pointer" :
+                "no message handle (NULL, or already received)");
+        return P2P_ERR_INVALID;
+    }
+    u = *msg_p;
+    if ((buf == NULL) && (len != 0)) {
+        p2p_set_error(u->comm->ctx, "p2p_imrecv: NULL buffer with length "
+                      "%zu", len);
+        return P2P_ERR_INVALID;
+    }
+    req = p2p_recv_req(u->comm, buf, len);
+    if (req == NULL) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    *msg_p = NULL;
+    *req_p = req;
+    p2p_recv_from_unexp(req, u);
+    return P2P_OK;
+}
+
+int p2p_mrecv(void *buf, size_t len, p2p_message_t **msg_p,
+              p2p_status_t *status)
+{
+    p2p_request_t *req;
+    int           ret = p2p_imrecv(buf, len, msg_p, &req);
+
+    return (ret != P2P_OK) ? ret : p2p_wait(&req, status);
+}

@@ -1,0 +1,90 @@
+/*
+ * Registration of rendezvous send buffers through the leave-pinned cache
+ * (src/reg_cache). The backend maps the pages with ucp_mem_map and packs the
+ * remote key once per registration; a send that hits the cache reuses both.
+ * The cache watches munmap/free/brk (libucm) so a buffer freed and
+ * reallocated at the same address is registered afresh.
+ */
+#include "p2p_int.h"
+
+#include <errno.h>
+#include <string.h>
+
+static int p2p_reg_mem(void *arg, rcache_region_t *region)
+{
+    p2p_context_t     *ctx = arg;
+    p2p_reg_t         *reg = region->priv;
+    ucp_mem_map_params_t params;
+    ucs_status_t      status;
+
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address    = (void*)region->start;
+    params.length     = region->end - region->start;
+    status = ucp_mem_map(ctx->ucp, &params, &reg->memh);
+    if (status != UCS_OK) {
+        return (status == UCS_ERR_NO_MEMORY) ? -ENOMEM : -EIO;
+    }
+    status = ucp_rkey_pack(ctx->ucp, reg->memh, &reg->rkey_buf,
+                           &reg->rkey_len);
+    if (status != UCS_OK) {
+        ucp_mem_unmap(ctx->ucp, reg->memh);
+        return (status == UCS_ERR_NO_MEMORY) ? -ENOMEM : -EIO;
+    }
+    return 0;
+}
+
+static void p2p_dereg_mem(void *arg, rcache_region_t *region)
+{
+    p2p_context_t *ctx = arg;
+    p2p_reg_t     *reg = region->priv;
+
+    ucp_rkey_buffer_release(reg->rkey_buf);
+    ucp_mem_unmap(ctx->ucp, reg->memh);
+}
+
+static const rcache_ops_t p2p_reg_ops = {
+    .mem_reg   = p2p_reg_mem,
+    .mem_dereg = p2p_dereg_mem
+};
+
+static void p2p_reg_log(void *arg, int is_error, const char *msg)
+{
+    p2p_log((p2p_context_t*)arg, "registration cache %s: %s",
+            is_error ? "error" : "warning", msg);
+}
+
+int p2p_reg_init(p2p_context_t *ctx)
+{
+    rcache_params_t params;
+    int             ret;
+
+    rcache_params_init(&params);
+    params.ops         = &p2p_reg_ops;
+    params.ctx         = ctx;
+    params.priv_size   = sizeof(p2p_reg_t);
+    params.flags       = ctx->cfg.leave_pinned ? RCACHE_FLAG_LEAVE_PINNED : 0;
+    params.monitor     = RCACHE_MONITOR_UCM;
+    params.max_regions = ctx->cfg.reg_max_regions;
+    params.max_pinned  = ctx->cfg.reg_max_bytes;
+    params.name        = "p2p";
+    params.log         = p2p_reg_log;
+    params.log_arg     = ctx;
+    ret = rcache_create(&params, &ctx->rcache);
+    if (ret != 0) {
+        ctx->rcache = NULL;
+        p2p_set_error(ctx, "creating the registration cache failed (%s)",
+                      strerror(-ret));
+        return P2P_ERR_INIT;
+    }
+    return P2P_OK;
+}
+
+void p2p_reg_cleanup(p2p_context_t *ctx)
+{
+    if (ctx->rcache != NULL) {
+        rcache_destroy(ctx->rcache);
+        ctx->rcache = NULL;
+    }
+}

@@ -1,0 +1,27 @@
+/*
+ * ib2 p2p: access to the UCP objects under a p2p context, for code that
+ * wants to run UCP operations next to p2p on the same worker and endpoints
+ * (benchmarks comparing against UCP's own tag API, tools). Using them does
+ * not change p2p's behaviour; progress on the worker also progresses p2p.
+ */
+#ifndef IB2_P2P_UCP_H
+#define IB2_P2P_UCP_H
+
+#include "p2p.h"
+
+#include <ucp/api/ucp.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+P2P_API ucp_context_h p2p_ucp_context(p2p_context_t *ctx);
+P2P_API ucp_worker_h  p2p_ucp_worker(p2p_context_t *ctx);
+/* The endpoint to a rank of comm, connected on first use. */
+P2P_API int p2p_ucp_ep(p2p_comm_t *comm, int rank, ucp_ep_h *ep_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,152 @@
+/*
+ * Wire-up: who we are and how to reach the others.
+ *
+ * Under a PMIx launcher (mpirun, srun) every process publishes its UCP
+ * worker address with PMIx_Put/Commit, one PMIx_Fence collects them, and an
+ * endpoint to a peer is created with PMIx_Get on first use. Without a
+ * launcher PMIx_Init fails (no server to reach) and the process runs alone:
+ * rank 0 of a world of size 1, its only endpoint the one to itself.
+ */
+#include "p2p_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define P2P_PMIX_KEY "ib2.p2p.ucp.addr"
+
+int p2p_wireup_init(p2p_context_t *ctx)
+{
+    pmix_proc_t   wild;
+    pmix_value_t  *val = NULL;
+    pmix_status_t rc;
+
+    rc = PMIx_Init(&ctx->pmix_proc, NULL, 0);
+    if (rc != PMIX_SUCCESS) {
+        /* no launcher: singleton */
+        ctx->have_pmix = 0;
+        ctx->rank      = 0;
+        ctx->size      = 1;
+        return P2P_OK;
+    }
+    ctx->have_pmix = 1;
+    ctx->rank      = (int)ctx->pmix_proc.rank;
+    PMIX_PROC_CONSTRUCT(&wild);
+    PMIX_LOAD_PROCID(&wild, ctx->pmix_proc.nspace, PMIX_RANK_WILDCARD);
+    rc = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &val);
+    if ((rc != PMIX_SUCCESS) || (val == NULL)) {
+        p2p_set_error(ctx, "PMIx_Get(%s) failed: %s; the launcher does not "
+                      "provide the job size", PMIX_JOB_SIZE,
+                      PMIx_Error_string(rc));
+        return P2P_ERR_INIT;
+    }
+    ctx->size = (val->type == PMIX_UINT32) ? (int)val->data.uint32 :
+                (val->type == PMIX_INT) ? val->data.integer : -1;
+    PMIX_VALUE_RELEASE(val);
+    if ((ctx->size <= 0) || (ctx->rank >= ctx->size)) {
+        p2p_set_error(ctx, "PMIx reported rank %d of job size %d",
+                      ctx->rank, ctx->size);
+        return P2P_ERR_INIT;
+    }
+    return P2P_OK;
+}
+
+int p2p_wireup_exchange(p2p_context_t *ctx)
+{
+    pmix_value_t  value;
+    pmix_info_t   info;
+    bool          collect = true;
+    pmix_status_t rc;
+
+    if (!ctx->have_pmix) {
+        return p2p_wireup_connect(ctx, &ctx->peers[0]);
+    }
+    PMIX_VALUE_CONSTRUCT(&value);
+    value.type          = PMIX_BYTE_OBJECT;
+    value.data.bo.bytes = (char*)ctx->address;
+    value.data.bo.size  = ctx->address_len;
+    rc = PMIx_Put(PMIX_GLOBAL, P2P_PMIX_KEY, &value);
+    if (rc == PMIX_SUCCESS) {
+        rc = PMIx_Commit();
+    }
+    if (rc != PMIX_SUCCESS) {
+        p2p_set_error(ctx, "publishing the UCP address through PMIx failed:"
+                      " %s", PMIx_Error_string(rc));
+        return P2P_ERR_INIT;
+    }
+    PMIX_INFO_CONSTRUCT(&info);
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    rc = PMIx_Fence(NULL, 0, &info, 1);
+    PMIX_INFO_DESTRUCT(&info);
+    if (rc != PMIX_SUCCESS) {
+        p2p_set_error(ctx, "PMIx_Fence failed: %s (did every process of "
+                      "the job call p2p_init?)", PMIx_Error_string(rc));
+        return P2P_ERR_INIT;
+    }
+    return P2P_OK;
+}
+
+static void p2p_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    p2p_peer_failed((p2p_peer_t*)arg, status);
+}
+
+int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
+{
+    ucp_ep_params_t params;
+    pmix_proc_t     proc;
+    pmix_value_t    *val = NULL;
+    const void      *addr;
+    ucs_status_t    status;
+    pmix_status_t   rc;
+
+    if (peer->failed) {
+        return P2P_ERR_PEER_FAILED;
+    }
+    if ((int)peer->rank == ctx->rank) {
+        addr = ctx->address;
+    } else {
+        PMIX_PROC_CONSTRUCT(&proc);
+        PMIX_LOAD_PROCID(&proc, ctx->pmix_proc.nspace, peer->rank);
+        rc = PMIx_Get(&proc, P2P_PMIX_KEY, NULL, 0, &val);
+        if ((rc != PMIX_SUCCESS) || (val == NULL) ||
+            (val->type != PMIX_BYTE_OBJECT)) {
+            p2p_set_error(ctx, "no UCP address of rank %u in PMIx (%s)",
+                          peer->rank, PMIx_Error_string(rc));
+            if (val != NULL) {
+                PMIX_VALUE_RELEASE(val);
+            }
+            return P2P_ERR_INIT;
+        }
+        addr = val->data.bo.bytes;
+    }
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address    = addr;
+    if (ctx->cfg.peer_errors) {
+        params.field_mask     |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        params.err_mode        = UCP_ERR_HANDLING_MODE_PEER;
+        params.err_handler.cb  = p2p_ep_error_cb;
+        params.err_handler.arg = peer;
+    }
+    status = ucp_ep_create(ctx->worker, &params, &peer->ep);
+    if (val != NULL) {
+        PMIX_VALUE_RELEASE(val);
+    }
+    if (status != UCS_OK) {
+        peer->ep = NULL;
+        p2p_set_error(ctx, "connecting to rank %u failed: %s (UCX_TLS may "
+                      "leave no transport that reaches it)", peer->rank,
+                      ucs_status_string(status));
+        return P2P_ERR_TRANSPORT;
+    }
+    return P2P_OK;
+}
+
+void p2p_wireup_finalize(p2p_context_t *ctx)
+{
+    if (ctx->have_pmix) {
+        PMIx_Finalize(NULL, 0);
+        ctx->have_pmix = 0;
+    }
+}
