@@ -80,7 +80,7 @@ typedef struct ib2_ep_addr {
 
 typedef struct ib2_md_config {
     uct_md_config_t super;
-    int             rcache_enable;         /* leave pinned */
+    int             rcache_enable;         /* ucs_ternary_auto_value_t */
     size_t          rcache_max_regions;
     size_t          rcache_max_pinned;
     int             fork_safe;             /* MADV_DONTFORK */
@@ -95,6 +95,7 @@ typedef struct ib2_md {
     struct ibv_device_attr dev_attr;
     char                   name[UCT_MD_NAME_MAX];
     rcache_t               *rcache;        /* NULL: register directly */
+    int                    rcache_quiet;   /* creation may fail quietly */
     int                    access;         /* what every MR is given */
     double                 reg_overhead;
     double                 reg_growth;
@@ -220,6 +221,20 @@ typedef struct ib2_iface {
     ucs_list_link_t        zombies;        /* destroyed, buffers pending */
     ucs_list_link_t        ctrl_pending;   /* eps owing credit messages */
     uct_recv_desc_t        release_desc;
+    /* Work request templates of the short sends: only what changes is
+     * written per call. (An interface is used by one thread at a time, and
+     * inline data is copied by the time ibv_post_send returns.) */
+    struct {
+        struct ibv_send_wr am_wr;
+        struct ibv_sge     am_sge[2];
+        struct {
+            ib2_hdr_t      hdr;
+            uint64_t       header;
+        } UCS_S_PACKED     am_hdr;
+        struct ibv_send_wr put_wr;
+        struct ibv_sge     put_sge;
+        struct ibv_send_wr *bad_wr;     /* ibv_post_send's out parameter */
+    } tx_short;
     struct {
         unsigned           rx_data_offset; /* payload from element start */
         unsigned           rx_headroom;
@@ -234,6 +249,7 @@ typedef struct ib2_iface {
         uint8_t            rnr_timer;
         uint8_t            max_rd_atomic;
         size_t             max_am;         /* payload + user header */
+        unsigned           max_short;      /* am_short payload */
         size_t             max_get_put;
     } config;
 } ib2_iface_t;

@@ -58,36 +58,54 @@ static ucs_status_t ib2_ep_blocked(ib2_ep_t *ep)
 }
 
 /* Post one work request on queue q's QP. */
+/* A post failed: the QP's state is unknown now, so the endpoint is done. */
+static UCS_F_NOINLINE ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep,
+                                                      unsigned q, int ret)
+{
+    ib2_iface_t *iface = ep->iface;
+
+    ucs_error("%s:%u: ibv_post_send on QP 0x%x failed: %s",
+              iface->md->name, iface->port, ep->txq[q].qp->qp_num,
+              strerror(ret));
+    ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
+    return UCS_ERR_IO_ERROR;
+}
+
+/*
+ * Post wr on queue q's QP. The bookkeeping is done before the call, so
+ * that nothing but the endpoint lives across it (the hot paths stay
+ * short); a failed post fails the endpoint.
+ */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ib2_ep_post_flags(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                  struct ibv_send_wr *wr, unsigned flags, int signal)
+{
+    ib2_ep_txq_t *txq = &ep->txq[q];
+    uint16_t sn       = txq->sn + 1;
+    int ret;
+
+    signal          |= ((uint16_t)(sn - txq->signaled_sn) >=
+                        iface->config.tx_moderation);
+    wr->wr_id        = ((uint64_t)q << 16) | sn;
+    wr->send_flags   = flags | (signal ? IBV_SEND_SIGNALED : 0);
+    txq->signaled_sn = signal ? sn : txq->signaled_sn;
+    txq->sn          = sn;
+    --txq->sq_avail;
+    --iface->tx_cq_avail;
+    ret = ibv_post_send(txq->qp, wr, &iface->tx_short.bad_wr);
+    if (ucs_unlikely(ret != 0)) {
+        return ib2_ep_post_failed(ep, q, ret);
+    }
+    return UCS_OK;
+}
+
+/* Post one work request (wr->next must be NULL) on queue q's QP. */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 ib2_ep_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
             struct ibv_send_wr *wr, int signal)
 {
-    ib2_ep_txq_t *txq = &ep->txq[q];
-    uint16_t sn       = txq->sn + 1;
-    struct ibv_send_wr *bad;
-    int ret;
-
-    signal     |= ((uint16_t)(sn - txq->signaled_sn) >=
-                   iface->config.tx_moderation);
-    wr->wr_id   = ((uint64_t)q << 16) | sn;
-    wr->next    = NULL;
-    if (signal) {
-        wr->send_flags |= IBV_SEND_SIGNALED;
-    }
-    ret = ibv_post_send(txq->qp, wr, &bad);
-    if (ucs_unlikely(ret != 0)) {
-        ucs_error("%s:%u: ibv_post_send on QP 0x%x failed: %s",
-                  iface->md->name, iface->port, txq->qp->qp_num,
-                  strerror(ret));
-        return UCS_ERR_IO_ERROR;
-    }
-    if (signal) {
-        txq->signaled_sn = sn;
-    }
-    txq->sn = sn;
-    --txq->sq_avail;
-    --iface->tx_cq_avail;
-    return UCS_OK;
+    wr->next = NULL;
+    return ib2_ep_post_flags(iface, ep, q, wr, wr->send_flags, signal);
 }
 
 ucs_status_t ib2_ep_post_raw(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
@@ -170,43 +188,54 @@ static UCS_F_ALWAYS_INLINE ib2_tx_desc_t *ib2_ep_get_desc(ib2_iface_t *iface)
 
 /* ---- active messages -------------------------------------------------------- */
 
+/* am_short on queue q; q is a constant where it is inlined on the fast
+ * path, so the queue's fields are at fixed offsets. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ib2_ep_am_short_queue(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                      uint8_t id, uint64_t header, const void *payload,
+                      unsigned length)
+{
+    ib2_ep_txq_t *txq = &ep->txq[q];
+
+    if (ucs_unlikely(!((txq->credits > 0) & ib2_txq_ready(iface, txq) &
+                       !ep->fence))) {
+        return ib2_ep_blocked(ep);
+    }
+    ib2_ep_fill_hdr(ep, q, &iface->tx_short.am_hdr.hdr, id);
+    iface->tx_short.am_hdr.header    = header;
+    iface->tx_short.am_sge[1].addr   = (uintptr_t)payload;
+    iface->tx_short.am_sge[1].length = length;
+    ib2_ep_am_sent(ep, txq);
+    return ib2_ep_post_flags(iface, ep, q, &iface->tx_short.am_wr,
+                             IBV_SEND_INLINE, txq->credits == 0);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+ib2_ep_am_short_other(ib2_iface_t *iface, ib2_ep_t *ep, uint8_t id,
+                      uint64_t header, const void *payload, unsigned length)
+{
+    if (length > iface->config.max_short) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return ib2_ep_am_short_queue(iface, ep,
+                                 (unsigned)ib2_rq_select(&iface->rq,
+                                     sizeof(iface->tx_short.am_hdr) +
+                                     length),
+                                 id, header, payload, length);
+}
+
 ucs_status_t ib2_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
                              const void *payload, unsigned length)
 {
     ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
     ib2_iface_t *iface = ep->iface;
-    struct ibv_sge sge[3];
-    struct ibv_send_wr wr;
-    ib2_ep_txq_t *txq;
-    ib2_hdr_t hdr;
-    ucs_status_t status;
-    unsigned q;
 
-    if (ucs_unlikely(sizeof(hdr) + sizeof(header) + length >
-                     iface->config.max_inline)) {
-        return UCS_ERR_INVALID_PARAM;
+    /* The first queue is the smallest: most short messages go there. */
+    if (ucs_unlikely(sizeof(iface->tx_short.am_hdr) + length >
+                     iface->rq.q[0].size)) {
+        return ib2_ep_am_short_other(iface, ep, id, header, payload, length);
     }
-    txq = ib2_ep_am_queue(iface, ep, sizeof(hdr) + sizeof(header) + length,
-                          &q);
-    if (ucs_unlikely(txq == NULL)) {
-        return ib2_ep_blocked(ep);
-    }
-    ib2_ep_fill_hdr(ep, q, &hdr, id);
-    sge[0].addr       = (uintptr_t)&hdr;
-    sge[0].length     = sizeof(hdr);
-    sge[1].addr       = (uintptr_t)&header;
-    sge[1].length     = sizeof(header);
-    sge[2].addr       = (uintptr_t)payload;
-    sge[2].length     = length;
-    wr.opcode         = IBV_WR_SEND;
-    wr.send_flags     = IBV_SEND_INLINE;
-    wr.sg_list        = sge;
-    wr.num_sge        = 3;
-    status = ib2_ep_post(iface, ep, q, &wr, ib2_ep_last_credit(txq));
-    if (ucs_likely(status == UCS_OK)) {
-        ib2_ep_am_sent(ep, txq);
-    }
-    return status;
+    return ib2_ep_am_short_queue(iface, ep, 0, id, header, payload, length);
 }
 
 ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
@@ -343,21 +372,19 @@ ucs_status_t ib2_ep_put_short(uct_ep_h tl_ep, const void *buffer,
 {
     ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
     ib2_iface_t *iface = ep->iface;
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
+    struct ibv_send_wr *wr = &iface->tx_short.put_wr;
 
+    if (ucs_unlikely(length > iface->config.max_inline)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
     if (ucs_unlikely(!ib2_ep_rma_ready(iface, ep))) {
         return ib2_ep_blocked(ep);
     }
-    sge.addr                = (uintptr_t)buffer;
-    sge.length              = length;
-    wr.opcode               = IBV_WR_RDMA_WRITE;
-    wr.send_flags           = IBV_SEND_INLINE;
-    wr.sg_list              = &sge;
-    wr.num_sge              = 1;
-    wr.wr.rdma.remote_addr  = remote_addr;
-    wr.wr.rdma.rkey         = (uint32_t)rkey;
-    return ib2_ep_post(iface, ep, 0, &wr, 0);
+    iface->tx_short.put_sge.addr   = (uintptr_t)buffer;
+    iface->tx_short.put_sge.length = length;
+    wr->wr.rdma.remote_addr        = remote_addr;
+    wr->wr.rdma.rkey               = (uint32_t)rkey;
+    return ib2_ep_post_flags(iface, ep, 0, wr, IBV_SEND_INLINE, 0);
 }
 
 ssize_t ib2_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack, void *arg,

@@ -733,6 +733,21 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                                   self->config.rx_headroom +
                                   sizeof(ib2_hdr_t);
 
+    self->config.max_short   = (self->config.max_inline >
+                                sizeof(self->tx_short.am_hdr)) ?
+                               self->config.max_inline -
+                               sizeof(self->tx_short.am_hdr) : 0;
+    self->tx_short.am_wr.opcode       = IBV_WR_SEND;
+    self->tx_short.am_wr.sg_list      = self->tx_short.am_sge;
+    self->tx_short.am_wr.num_sge      = 2;
+    self->tx_short.am_wr.next         = NULL;
+    self->tx_short.am_sge[0].addr     = (uintptr_t)&self->tx_short.am_hdr;
+    self->tx_short.am_sge[0].length   = sizeof(self->tx_short.am_hdr);
+    self->tx_short.put_wr.opcode      = IBV_WR_RDMA_WRITE;
+    self->tx_short.put_wr.sg_list     = &self->tx_short.put_sge;
+    self->tx_short.put_wr.num_sge     = 1;
+    self->tx_short.put_wr.next        = NULL;
+
     largest                  = self->rq.q[self->rq.count - 1].size;
     self->config.max_am      = largest - sizeof(ib2_hdr_t);
     self->tx_buf_size        = largest;

@@ -15,11 +15,12 @@ static ucs_config_field_t ib2_md_config_table[] = {
     {"", "", NULL, ucs_offsetof(ib2_md_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
 
-    {"RCACHE", "y",
+    {"RCACHE", "try",
      "Keep registrations after their last use (leave pinned) in a cache "
-     "invalidated by memory events. With \"n\", every registration is made "
-     "and released on demand.",
-     ucs_offsetof(ib2_md_config_t, rcache_enable), UCS_CONFIG_TYPE_BOOL},
+     "invalidated by memory events. \"try\": if memory events cannot be "
+     "had (e.g. under valgrind), register on demand instead; \"yes\": "
+     "fail then; \"no\": always register on demand.",
+     ucs_offsetof(ib2_md_config_t, rcache_enable), UCS_CONFIG_TYPE_TERNARY},
 
     {"RCACHE_MAX_REGIONS", "inf",
      "Most registrations the cache keeps; the least recently used unused "
@@ -126,7 +127,9 @@ static void ib2_md_cache_log(void *arg, int is_error, const char *msg)
 {
     ib2_md_t *md = arg;
 
-    if (is_error) {
+    if (md->rcache_quiet) {
+        ucs_debug("%s: %s", md->name, msg);
+    } else if (is_error) {
         ucs_error("%s: %s", md->name, msg);
     } else {
         ucs_warn("%s: %s", md->name, msg);
@@ -281,14 +284,23 @@ static ucs_status_t ib2_md_create_rcache(ib2_md_t *md,
     if (config->fork_safe) {
         params.flags |= RCACHE_FLAG_DONTFORK;
     }
+    /* With "try", a cache that cannot be had is not worth a message. */
+    md->rcache_quiet = (config->rcache_enable == UCS_TRY);
     ret = rcache_create(&params, &md->rcache);
-    if (ret != 0) {
-        ucs_error("%s: cannot create the registration cache (%s); set "
-                  "UCX_IB2_RCACHE=n to register without it", md->name,
-                  strerror(-ret));
-        return UCS_ERR_IO_ERROR;
+    md->rcache_quiet = 0;
+    if (ret == 0) {
+        return UCS_OK;
     }
-    return UCS_OK;
+    md->rcache = NULL;
+    if (config->rcache_enable == UCS_TRY) {
+        ucs_debug("%s: no registration cache (%s): registering on demand",
+                  md->name, strerror(-ret));
+        return UCS_OK;
+    }
+    ucs_error("%s: cannot create the registration cache (%s); set "
+              "UCX_IB2_RCACHE=try or no to register without it", md->name,
+              strerror(-ret));
+    return UCS_ERR_IO_ERROR;
 }
 
 ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
@@ -346,11 +358,13 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
         goto out_close;
     }
     md->access = ib2_md_access(md);
-    if (config->rcache_enable) {
+    if (config->rcache_enable != UCS_NO) {
         status = ib2_md_create_rcache(md, config);
         if (status != UCS_OK) {
             goto out_dealloc_pd;
         }
+    }
+    if (md->rcache != NULL) {
         /* A hit costs tens of nanoseconds; UCP weighs that, not a miss. */
         md->reg_overhead = 50e-9;
         md->reg_growth   = 0;
