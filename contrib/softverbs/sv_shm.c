@@ -28,6 +28,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -264,9 +265,24 @@ static uint64_t sv_pid_start_time(int32_t pid)
     return v;
 }
 
+/* Can the process still run? A probe read of one byte at address 0 is
+ * refused with ESRCH once the process has no memory: gone, or a zombie
+ * whose parent has not reaped it yet (kill(pid, 0) still succeeds for
+ * those, and they will never finish a transfer either). A live process
+ * answers EFAULT. One system call, no /proc parsing. */
 int sv_pid_alive(int32_t pid)
 {
-    return (kill(pid, 0) == 0) || (errno == EPERM);
+    char b;
+    struct iovec l = { &b, 1 }, r = { NULL, 1 };
+
+    if (pid <= 0) {
+        return 0; /* a free process slot; kill(0, 0) would be our group */
+    }
+    if (process_vm_readv(pid, &l, 1, &r, 1, 0) >= 0 || errno != ESRCH) {
+        /* EFAULT: alive; EPERM: alive, and not ours to read */
+        return 1;
+    }
+    return 0;
 }
 
 static int sv_proc_alive(struct sv_proc *p)
@@ -931,12 +947,13 @@ void sv_xfer_quiesce(void)
 {
     struct timespec ts = { 0, 20000 };
     uint64_t start = sv_now_ns();
-    uint32_t i, k;
+    uint32_t i, k, n;
     int warned = 0;
 
     atomic_thread_fence(memory_order_seq_cst);
     for (i = 0; i < sv_g.hdr->nprocs; ++i) {
         struct sv_proc *p = sv_proc_at(i);
+        int32_t pid = p->pid;
 
         if (atomic_load(&p->state) != SV_PROC_LIVE) {
             continue;
@@ -944,15 +961,20 @@ void sv_xfer_quiesce(void)
         for (k = 0; k < SV_XFER_SLOTS; ++k) {
             uint64_t e = atomic_load(&p->xfer[k]);
 
-            /* an odd epoch: that thread may still use the region */
-            while ((e & 1) && atomic_load(&p->xfer[k]) == e) {
-                if (!sv_pid_alive(p->pid)) {
+            /* an odd epoch: that thread may still use the region. The
+             * pid is the one read before: a slot reaped meanwhile (pid
+             * 0) or reused by another process ends the wait too. */
+            for (n = 0; (e & 1) && atomic_load(&p->xfer[k]) == e; ++n) {
+                if (!sv_pid_alive(pid) || p->pid != pid ||
+                    atomic_load(&p->state) != SV_PROC_LIVE ||
+                    (n % 64 == 63 && !sv_proc_alive(p))) {
                     break; /* died in the middle: nothing will land */
                 }
                 nanosleep(&ts, NULL);
             }
         }
-        while (atomic_load(&p->xfer_shared) != 0 && sv_pid_alive(p->pid)) {
+        while (atomic_load(&p->xfer_shared) != 0 && p->pid == pid &&
+               sv_pid_alive(pid)) {
             /* many-threaded peers share one count; it may not fall to zero
              * under constant traffic, so this wait is bounded */
             if (sv_now_ns() - start > 2000000000ULL) {

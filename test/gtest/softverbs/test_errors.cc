@@ -3,6 +3,9 @@
 #include "sv_test.h"
 
 #include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <thread>
 
 using namespace sv;
@@ -443,4 +446,82 @@ TEST(ErrProcesses, DeregAfterWriterKilledIsPrompt)
     EXPECT_LT(now_ms() - t0, 500u);
     ibv_destroy_qp(qp);
     ibv_destroy_cq(cq);
+}
+
+namespace {
+
+/* A zombie: killed, not yet reaped by its parent (its pid still exists). */
+bool wait_zombie(pid_t pid)
+{
+    uint64_t end = now_ms() + kTimeoutMs;
+    char path[64], buf[512];
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    while (now_ms() < end) {
+        FILE *f = fopen(path, "r");
+        char *p = nullptr;
+
+        if (f != nullptr) {
+            p = fgets(buf, sizeof(buf), f);
+            fclose(f);
+        }
+        if (p != nullptr && (p = strrchr(buf, ')')) != nullptr &&
+            p[1] == ' ' && p[2] == 'Z') {
+            return true;
+        }
+        usleep(1000);
+    }
+    return false;
+}
+
+} // namespace
+
+/* The same with a writer its parent has not reaped yet: a zombie keeps
+ * its pid, but it will never finish a transfer either. */
+TEST(ErrProcesses, DeregAfterWriterKilledUnreapedIsPrompt)
+{
+    /* the writers are children of this process, which does not reap them
+     * before deregistering; a hang ends with its timeout */
+    Peer owner([](Chan &) {
+        Dev d;
+        SV_CHILD_CHECK(d.ok(), 10);
+        ibv_cq *cq = make_cq(d.ctx);
+        for (int round = 0; round < 4; ++round) {
+            ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq);
+            Buf *t = new Buf(d.pd, 4 << 20);
+            Peer w([](Chan &c) {
+                Dev pd;
+                ibv_cq *pcq = make_cq(pd.ctx, 1024);
+                ibv_qp *pqp = make_qp(pd, IBV_QPT_RC, pcq, pcq);
+                Buf s(pd.pd, 4 << 20);
+                Ends me = { pqp->qp_num, pd.lid, 0, 0, 0 }, peer;
+                c.put(me);
+                SV_CHILD_CHECK(c.get(peer), 10);
+                SV_CHILD_CHECK(connect_rc(pqp, peer.qpn, peer.lid, 1) == 0,
+                               11);
+                c.put(me);
+                ibv_wc wc;
+                for (;;) {
+                    post_send(pqp, IBV_WR_RDMA_WRITE, s.p, 4 << 20, s.lkey(),
+                              0, IBV_SEND_SIGNALED, peer.addr, peer.rkey);
+                    poll_wc(pcq, &wc);
+                }
+            });
+            Ends peer, me = { qp->qp_num, d.lid, t->addr(), t->rkey(), 0 };
+            SV_CHILD_CHECK(qp != nullptr && w.chan().get(peer), 11);
+            SV_CHILD_CHECK(connect_rc(qp, peer.qpn, peer.lid, 1) == 0, 12);
+            w.chan().put(me);
+            SV_CHILD_CHECK(w.chan().get(peer), 13);
+            usleep(20000); /* it is almost always inside a 4 MiB copy */
+            kill(w.pid(), SIGKILL);
+            SV_CHILD_CHECK(wait_zombie(w.pid()), 14);
+            uint64_t t0 = now_ms();
+            delete t; /* deregisters */
+            SV_CHILD_CHECK(now_ms() - t0 < 1000, 15);
+            ibv_destroy_qp(qp);
+        } /* the Peer reaps its writer here */
+        ibv_destroy_cq(cq);
+        return 0;
+    });
+    EXPECT_EQ(owner.wait(20000), 0);
 }
