@@ -24,6 +24,10 @@
                         IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |            \
                         IBV_WC_EX_WITH_DLID_PATH_BITS)
 
+/* Guards this process's table of its CQs for sv_cq_land_inline, which
+ * walks it from whatever thread deregisters memory. */
+static pthread_mutex_t sv_cq_list_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static int sv_cq_lock(struct sv_cq_shared *cq)
 {
     if (sv_mutex_lock(&cq->lock)) {
@@ -80,7 +84,7 @@ int sv_cq_push_data(uint32_t cq_handle, const struct ibv_wc *wc,
     e = &sv_cq_ring(cq)[t & (cq->size - 1)];
     e->wc       = *wc;
     e->flags    = flags;
-    e->inl_len  = len;
+    atomic_store_explicit(&e->inl_len, len, memory_order_relaxed);
     e->inl_addr = addr;
     if (len != 0) {
         memcpy(e->inl, data, len);
@@ -114,13 +118,56 @@ static inline int sv_cq_take(struct sv_cq *cq, struct ibv_wc *wc)
     if (atomic_load_explicit(&e->seq, memory_order_acquire) != h + 1) {
         return 0;
     }
-    if (e->inl_len != 0) {
-        /* the data arrives now, before the completion is seen */
-        memcpy((void *)(uintptr_t)e->inl_addr, e->inl, e->inl_len);
+    if (atomic_load_explicit(&e->inl_len, memory_order_relaxed) != 0) {
+        /* the data arrives now, before the completion is seen (unless a
+         * deregistration of its region placed it already) */
+        uint32_t len = atomic_exchange_explicit(&e->inl_len, 0,
+                                                memory_order_relaxed);
+
+        if (len != 0) {
+            memcpy((void *)(uintptr_t)e->inl_addr, e->inl, len);
+        }
     }
     *wc = e->wc;
     atomic_store_explicit(&cq->sh->head, h + 1, memory_order_release);
     return 1;
+}
+
+void sv_cq_land_inline(uint64_t addr, uint64_t len)
+{
+    uint32_t i, n = sv_g.hdr->table[SV_T_CQ].count;
+
+    pthread_mutex_lock(&sv_cq_list_lock);
+    for (i = 0; i < n; ++i) {
+        struct sv_cq *cq = sv_local_get(SV_T_CQ, i);
+        uint64_t h;
+
+        if (cq == NULL) {
+            continue;
+        }
+        /* against pollers of the CQ (a single-threaded CQ's poller does
+         * not take it: the exchange of inl_len keeps it to one copy) */
+        pthread_spin_lock(&cq->poll_lock);
+        for (h = atomic_load(&cq->sh->head);; ++h) {
+            struct sv_cqe *e = &cq->ring[h & cq->mask];
+            uint32_t k;
+
+            if (atomic_load_explicit(&e->seq, memory_order_acquire) !=
+                h + 1) {
+                break;
+            }
+            if (atomic_load_explicit(&e->inl_len, memory_order_relaxed) ==
+                    0 || e->inl_addr < addr || e->inl_addr - addr >= len) {
+                continue;
+            }
+            k = atomic_exchange(&e->inl_len, 0);
+            if (k != 0) {
+                memcpy((void *)(uintptr_t)e->inl_addr, e->inl, k);
+            }
+        }
+        pthread_spin_unlock(&cq->poll_lock);
+    }
+    pthread_mutex_unlock(&sv_cq_list_lock);
 }
 
 int sv_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
@@ -360,7 +407,9 @@ static struct sv_cq *sv_cq_create(struct ibv_context *c, uint32_t ncqe,
         ch->ch.refcnt++;
         pthread_mutex_unlock(&ch->lock);
     }
+    pthread_mutex_lock(&sv_cq_list_lock);
     sv_local_set(SV_T_CQ, cq->idx, cq);
+    pthread_mutex_unlock(&sv_cq_list_lock);
     sv_slot_publish(sh, handle);
     return cq;
 }
@@ -448,7 +497,9 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
                  cq->comp_events, "CQ");
     sv_wait_acks(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed,
                  cq->async_events, "CQ");
+    pthread_mutex_lock(&sv_cq_list_lock);
     sv_local_set(SV_T_CQ, cq->idx, NULL);
+    pthread_mutex_unlock(&sv_cq_list_lock);
     sv_cq_lock(sh);
     sv_slot_unpublish(sh);
     sv_mutex_unlock(&sh->lock);
@@ -506,9 +557,9 @@ SV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int ncqe)
 
         nr[i & (size - 1)].wc       = o->wc;
         nr[i & (size - 1)].flags    = o->flags;
-        nr[i & (size - 1)].inl_len  = o->inl_len;
+        atomic_store(&nr[i & (size - 1)].inl_len, atomic_load(&o->inl_len));
         nr[i & (size - 1)].inl_addr = o->inl_addr;
-        memcpy(nr[i & (size - 1)].inl, o->inl, o->inl_len);
+        memcpy(nr[i & (size - 1)].inl, o->inl, sizeof(o->inl));
         atomic_store(&nr[i & (size - 1)].seq, i + 1);
     }
     old_off      = sh->ring_off;

@@ -225,7 +225,10 @@ struct sv_srq_shared {
 struct sv_cqe {
     _Atomic uint64_t seq;        /* producer index + 1 once published */
     uint32_t         flags;      /* SV_CQE_* */
-    uint32_t         inl_len;    /* bytes of inl[] to deliver, or 0 */
+    /* bytes of inl[] to deliver, or 0; taken (exchanged with 0) by the
+     * one who places them: the poller, or a deregistration of the region
+     * (sv_cq_land_inline) */
+    _Atomic uint32_t inl_len;
     uint64_t         inl_addr;
     struct ibv_wc    wc;
     uint8_t          inl[SV_CQE_INLINE];
@@ -611,7 +614,10 @@ int  sv_cq_push(uint32_t cq_handle, const struct ibv_wc *wc, uint32_t flags);
 int  sv_cq_push_data(uint32_t cq_handle, const struct ibv_wc *wc,
                      uint32_t flags, const void *data, uint32_t len,
                      uint64_t addr);
-void sv_cq_progress_hook(void);
+/* Place the data of completion entries not polled yet that lands in
+ * [addr, addr + len) of this process: the region is being deregistered
+ * and nothing may be written into it afterwards. */
+void sv_cq_land_inline(uint64_t addr, uint64_t len);
 
 /* sv_qp.c */
 /* Lock a QP slot, completing in error a receive its last holder consumed

@@ -308,8 +308,11 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
         return EINVAL;
     }
     sv_slot_unpublish(m);
-    /* no late write may land in the memory after we return */
+    /* no late write may land in the memory after we return: neither a
+     * peer's transfer in flight nor a small receive waiting in one of our
+     * completion entries (hardware placed it before the completion) */
     sv_xfer_quiesce();
+    sv_cq_land_inline(m->vaddr, m->length);
     sv_uncharge(dev, m->length, mr->pinned);
     sv_slot_release(SV_T_MR, m);
     sv_pd_put(ibmr->pd);
@@ -363,6 +366,7 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd,
     /* hide the region while it changes, as hardware does */
     sv_slot_unpublish(m);
     sv_xfer_quiesce();
+    sv_cq_land_inline(m->vaddr, m->length);
     m->pd     = sv_pd_id(new_pd);
     m->access = new_access & SV_ACCESS_KNOWN;
     m->iova   = (uintptr_t)new_addr;

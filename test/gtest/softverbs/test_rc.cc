@@ -545,6 +545,61 @@ TEST(RcProcesses, SmallMessagesBothDeliveries)
     }
 }
 
+/* A small receive carried in the completion entry is in the buffer when
+ * the region is deregistered, polled or not, and nothing is written into
+ * the memory afterwards (as with hardware, which placed it before it wrote
+ * the completion). */
+TEST(RcProcesses, SmallReceiveLandsBeforeDeregistration)
+{
+    static const char msg[] = "0123456789abcdef";
+    Peer p([](Chan &c) {
+        Dev pd;
+        ibv_cq *cq = make_cq(pd.ctx);
+        ibv_qp *qp = make_qp(pd, IBV_QPT_RC, cq, cq);
+        Buf s(pd.pd, 64);
+        Ends me = { qp->qp_num, pd.lid, 0, 0, 0 }, peer;
+        c.put(me);
+        SV_CHILD_CHECK(c.get(peer), 10);
+        SV_CHILD_CHECK(connect_rc(qp, peer.qpn, peer.lid, 1) == 0, 11);
+        memcpy(s.p, msg, 16);
+        ibv_wc wc;
+        post_send(qp, IBV_WR_SEND, s.p, 16, s.lkey(), 1);
+        SV_CHILD_CHECK(poll_wc(cq, &wc) && wc.status == IBV_WC_SUCCESS, 12);
+        c.put(me); /* delivered */
+        return 0;
+    });
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    ibv_cq *cq = make_cq(d.ctx);
+    ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq);
+    char *mem = (char *)aligned_alloc(4096, 4096);
+    ASSERT_NE(mem, nullptr);
+    memset(mem, '.', 4096);
+    ibv_mr *mr = ibv_reg_mr(d.pd, mem, 4096, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    Ends peer, me = { qp->qp_num, d.lid, 0, 0, 0 };
+    ASSERT_TRUE(p.chan().get(peer));
+    ASSERT_EQ(connect_rc(qp, peer.qpn, peer.lid, 1), 0);
+    ASSERT_EQ(post_recv(qp, mem, 64, mr->lkey, 7), 0);
+    p.chan().put(me);
+    ASSERT_TRUE(p.chan().get(peer)); /* its send completed */
+    ASSERT_EQ(ibv_dereg_mr(mr), 0);
+    EXPECT_EQ(memcmp(mem, msg, 16), 0) << "not in place at deregistration";
+    memset(mem, 'z', 4096); /* the memory is the application's again */
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.wr_id, 7u);
+    EXPECT_EQ(wc.byte_len, 16u);
+    for (int i = 0; i < 4096; ++i) {
+        ASSERT_EQ(mem[i], 'z') << "written after deregistration at " << i;
+    }
+    EXPECT_EQ(p.wait(), 0);
+    ibv_destroy_qp(qp);
+    ibv_destroy_cq(cq);
+    free(mem);
+}
+
 /* A receive slot is free once its completion is visible: a receiver with
  * a one-entry queue reposts right after each completion, never ENOMEM. */
 TEST(RcProcesses, SlotFreeWhenCompletionSeen)
