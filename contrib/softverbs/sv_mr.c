@@ -369,7 +369,9 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd,
     sv_cq_land_inline(m->vaddr, m->length);
     m->pd     = sv_pd_id(new_pd);
     m->access = new_access & SV_ACCESS_KNOWN;
-    m->iova   = (uintptr_t)new_addr;
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+        m->iova = (uintptr_t)new_addr; /* as the kernel's rereg sets it */
+    }
     m->length = new_len;
     m->vaddr  = (uintptr_t)new_addr;
     sv_slot_publish(m, key);

@@ -148,3 +148,46 @@ TEST(Mr, LimitsGiveEnomem)
     });
     EXPECT_EQ(rc, 0);
 }
+
+/* A region keeps its I/O address through a re-registration that does not
+ * change the translation; one that does takes the new address. */
+TEST(Mr, ReregisterKeepsTheIova)
+{
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    ibv_cq *cq = make_cq(d.ctx);
+    ibv_qp *a = make_qp(d, IBV_QPT_RC, cq, cq);
+    ibv_qp *b = make_qp(d, IBV_QPT_RC, cq, cq);
+    ASSERT_EQ(connect_rc(a, b->qp_num, d.lid, 1), 0);
+    ASSERT_EQ(connect_rc(b, a->qp_num, d.lid, 1), 0);
+    std::vector<char> mem(4096, '.'), mem2(4096, '.');
+    Buf s(d.pd, 64);
+    memcpy(s.p, "iova", 4);
+    ibv_mr *mr = ibv_reg_mr_iova2(d.pd, mem.data(), mem.size(), 0x10000,
+                                  IBV_ACCESS_LOCAL_WRITE |
+                                  IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_NE(mr, nullptr);
+    ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr,
+                           0, IBV_ACCESS_LOCAL_WRITE |
+                           IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ),
+              0);
+    ibv_wc wc;
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 4, s.lkey(), 1,
+                        IBV_SEND_SIGNALED, 0x10000 + 8, mr->rkey), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(memcmp(mem.data() + 8, "iova", 4), 0);
+    /* a new translation: addressed by its virtual address from now on */
+    ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr,
+                           mem2.data(), mem2.size(), 0), 0);
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 4, s.lkey(), 2,
+                        IBV_SEND_SIGNALED, (uintptr_t)mem2.data() + 16,
+                        mr->rkey), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(memcmp(mem2.data() + 16, "iova", 4), 0);
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    ibv_destroy_qp(a);
+    ibv_destroy_qp(b);
+    ibv_destroy_cq(cq);
+}
