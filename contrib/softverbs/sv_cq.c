@@ -43,14 +43,31 @@ static int sv_cq_lock(struct sv_cq_shared *cq)
     return 0;
 }
 
+static int sv_cq_push_entry(uint32_t cq_handle, const struct ibv_wc *wc,
+                            uint32_t flags, const void *data, uint32_t len,
+                            uint64_t addr, uint32_t sq_seq);
+
 int sv_cq_push(uint32_t cq_handle, const struct ibv_wc *wc, uint32_t flags)
 {
-    return sv_cq_push_data(cq_handle, wc, flags, NULL, 0, 0);
+    return sv_cq_push_entry(cq_handle, wc, flags, NULL, 0, 0, 0);
 }
 
 int sv_cq_push_data(uint32_t cq_handle, const struct ibv_wc *wc,
                     uint32_t flags, const void *data, uint32_t len,
                     uint64_t addr)
+{
+    return sv_cq_push_entry(cq_handle, wc, flags, data, len, addr, 0);
+}
+
+int sv_cq_push_send(uint32_t cq_handle, const struct ibv_wc *wc,
+                    uint32_t sq_seq)
+{
+    return sv_cq_push_entry(cq_handle, wc, SV_CQE_SQ, NULL, 0, 0, sq_seq);
+}
+
+static int sv_cq_push_entry(uint32_t cq_handle, const struct ibv_wc *wc,
+                            uint32_t flags, const void *data, uint32_t len,
+                            uint64_t addr, uint32_t sq_seq)
 {
     struct sv_cq_shared *cq = sv_lookup(SV_T_CQ, cq_handle);
     struct sv_cqe *e;
@@ -83,8 +100,9 @@ int sv_cq_push_data(uint32_t cq_handle, const struct ibv_wc *wc,
     }
     e = &sv_cq_ring(cq)[t & (cq->size - 1)];
     e->wc       = *wc;
-    e->flags    = flags;
-    atomic_store_explicit(&e->inl_len, len, memory_order_relaxed);
+    e->flags    = (uint16_t)flags;
+    atomic_store_explicit(&e->inl_len, (uint16_t)len, memory_order_relaxed);
+    e->sq_seq   = sq_seq;
     e->inl_addr = addr;
     if (len != 0) {
         memcpy(e->inl, data, len);
@@ -129,6 +147,13 @@ static inline int sv_cq_take(struct sv_cq *cq, struct ibv_wc *wc)
         }
     }
     *wc = e->wc;
+    if (e->flags & SV_CQE_SQ) {
+        /* the send queue slots up to this request are free now */
+        atomic_store_explicit(&sv_g.sq_polled[sv_handle_idx(SV_T_QP,
+                                                            wc->qp_num)],
+                              (uint64_t)wc->qp_num << 32 | e->sq_seq,
+                              memory_order_release);
+    }
     atomic_store_explicit(&cq->sh->head, h + 1, memory_order_release);
     return 1;
 }
@@ -557,6 +582,7 @@ SV_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int ncqe)
 
         nr[i & (size - 1)].wc       = o->wc;
         nr[i & (size - 1)].flags    = o->flags;
+        nr[i & (size - 1)].sq_seq   = o->sq_seq;
         atomic_store(&nr[i & (size - 1)].inl_len, atomic_load(&o->inl_len));
         nr[i & (size - 1)].inl_addr = o->inl_addr;
         memcpy(nr[i & (size - 1)].inl, o->inl, sizeof(o->inl));

@@ -98,7 +98,7 @@ static void sv_complete(struct sv_qp *qp, const struct sv_swqe *w,
     wc.opcode   = sv_wc_opcode(w->opcode);
     wc.byte_len = byte_len;
     wc.qp_num   = qp->qpx.qp_base.qp_num;
-    if (SV_UNLIKELY(sv_cq_push(qp->scq->handle, &wc, 0) < 0)) {
+    if (SV_UNLIKELY(sv_cq_push_send(qp->scq->handle, &wc, w->sq_seq) < 0)) {
         sv_qp_fatal(qp); /* the send CQ overran */
     }
 }
@@ -1018,6 +1018,23 @@ static void sv_swqe_from_wr(struct sv_swqe *w, const struct ibv_send_wr *wr,
     }
 }
 
+/* Requests holding a send queue slot: those after the last one whose
+ * completion was polled (sv_cq_take records it per QP slot). */
+static uint32_t sv_sq_used(struct sv_qp *qp)
+{
+    uint64_t v = atomic_load_explicit(&sv_g.sq_polled[qp->idx],
+                                      memory_order_acquire);
+    uint32_t upto = (uint32_t)v + 1;
+
+    /* another QP's record (an earlier user of the slot), or one from
+     * before a reset, never moves the count back */
+    if ((uint32_t)(v >> 32) == qp->qpx.qp_base.qp_num &&
+        (int32_t)(upto - qp->sq_freed) > 0) {
+        qp->sq_freed = upto;
+    }
+    return qp->sq_posted - qp->sq_freed;
+}
+
 /* Keep a request in the send queue, copying what the caller may reuse. */
 static void sv_sq_enqueue(struct sv_qp *qp, const struct sv_swqe *src)
 {
@@ -1067,11 +1084,13 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
         if (SV_UNLIKELY(rc)) {
             break;
         }
-        if (SV_UNLIKELY(qp->sq_tail - qp->sq_head >= qp->max_send_wr)) {
-            rc = ENOMEM;
+        if (SV_UNLIKELY(qp->sq_posted - qp->sq_freed >= qp->max_send_wr) &&
+            sv_sq_used(qp) >= qp->max_send_wr) {
+            rc = ENOMEM; /* as ConnectX: see struct sv_qp */
             break;
         }
         sv_swqe_from_wr(&w, wr, t);
+        w.sq_seq = qp->sq_posted++;
         if (SV_UNLIKELY(state == IBV_QPS_ERR)) {
             sv_sq_flush_locked(qp);
             sv_complete(qp, &w, IBV_WC_WR_FLUSH_ERR, 0);

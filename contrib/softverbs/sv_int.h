@@ -35,7 +35,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 6
+#define SV_LAYOUT_VERSION 7
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -224,17 +224,23 @@ struct sv_srq_shared {
 
 struct sv_cqe {
     _Atomic uint64_t seq;        /* producer index + 1 once published */
-    uint32_t         flags;      /* SV_CQE_* */
+    uint16_t         flags;      /* SV_CQE_* */
     /* bytes of inl[] to deliver, or 0; taken (exchanged with 0) by the
      * one who places them: the poller, or a deregistration of the region
      * (sv_cq_land_inline) */
-    _Atomic uint32_t inl_len;
+    _Atomic uint16_t inl_len;
+    /* a send completion: the request's number in its send queue, whose
+     * slots up to it are free once this entry is polled (see sv_sq_room) */
+    uint32_t         sq_seq;
     uint64_t         inl_addr;
     struct ibv_wc    wc;
     uint8_t          inl[SV_CQE_INLINE];
 };
 
-enum { SV_CQE_SOLICITED = 1 };
+enum {
+    SV_CQE_SOLICITED = 1,
+    SV_CQE_SQ        = 2,  /* a send completion: sq_seq is valid */
+};
 enum { SV_ARM_NONE = 0, SV_ARM_NEXT = 1, SV_ARM_SOLICITED = 2 };
 
 struct sv_cq_shared {
@@ -353,6 +359,10 @@ struct sv_global {
     char              tree[272];   /* private sysfs/dev tree */
     struct sv_device *devices[SV_MAX_DEVICES];
     void            **local[SV_T_NUM];  /* slot index -> local object */
+    /* Per QP slot: (QPN << 32 | sq_seq) of the last send completion
+     * polled, written by pollers, read by posters (see sv_sq_room). No
+     * pointer to the QP: a poller never touches a QP being destroyed. */
+    _Atomic uint64_t *sq_polled;
     _Atomic uint32_t  pending;     /* QPs with queued send work */
     int               cqe_inline;  /* deliver small receives in the CQE */
     _Atomic uint32_t  next_tslot;  /* transfer epoch slots handed out */
@@ -509,6 +519,8 @@ struct sv_swqe {
     uint8_t         retry_left;
     uint8_t         pad2;
     uint64_t        deadline;        /* ns, CLOCK_MONOTONIC */
+    uint32_t        sq_seq;          /* number in the send queue */
+    uint32_t        pad3;
 };
 
 struct sv_qp {
@@ -527,6 +539,11 @@ struct sv_qp {
     uint8_t          *sq_inl;        /* sq_size * max_inline */
     uint32_t          sq_size;       /* power of two */
     uint32_t          sq_head, sq_tail;
+    /* Send queue occupancy as ConnectX counts it: a request holds its
+     * slot until a completion of it or of a later request is polled
+     * (unsignaled requests are freed by the next signaled one). */
+    uint32_t          sq_posted;     /* requests accepted */
+    uint32_t          sq_freed;      /* freed as of the last look */
     uint32_t          max_send_wr, max_send_sge, max_inline;
     uint32_t          max_recv_wr, max_recv_sge;
     int               sq_sig_all;
@@ -614,6 +631,9 @@ int  sv_cq_push(uint32_t cq_handle, const struct ibv_wc *wc, uint32_t flags);
 int  sv_cq_push_data(uint32_t cq_handle, const struct ibv_wc *wc,
                      uint32_t flags, const void *data, uint32_t len,
                      uint64_t addr);
+/* A send completion of request number sq_seq of its QP (this process's). */
+int  sv_cq_push_send(uint32_t cq_handle, const struct ibv_wc *wc,
+                     uint32_t sq_seq);
 /* Place the data of completion entries not polled yet that lands in
  * [addr, addr + len) of this process: the region is being deregistered
  * and nothing may be written into it afterwards. */

@@ -649,7 +649,8 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
         /* RESET discards all work without completions */
         atomic_store(&sh->rq_head, atomic_load(&sh->rq_tail));
         atomic_store(&sh->comm_est, 0);
-        qp->sq_head = qp->sq_tail;
+        qp->sq_head  = qp->sq_tail;
+        qp->sq_freed = qp->sq_posted;
         atomic_store(&sh->state, IBV_QPS_RESET);
     } else if (next == IBV_QPS_ERR) {
         sv_qp_set_error_remote(sh);

@@ -686,6 +686,8 @@ static void sv_atfork_child(void)
         free(sv_g.local[t]);
         sv_g.local[t] = NULL;
     }
+    free(sv_g.sq_polled);
+    sv_g.sq_polled = NULL;
     for (t = 0; t < SV_MAX_DEVICES; ++t) {
         free(sv_g.devices[t]);
         sv_g.devices[t] = NULL;
@@ -770,6 +772,8 @@ int sv_attach(void)
 
         sv_g.local[t] = n ? calloc(n, sizeof(void *)) : NULL;
     }
+    sv_g.sq_polled = calloc(sv_g.hdr->table[SV_T_QP].count,
+                            sizeof(*sv_g.sq_polled));
     /* Peers read and write our registered memory with process_vm_*; under
      * Yama ptrace_scope=1 that needs our permission. */
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);

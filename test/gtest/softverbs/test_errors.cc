@@ -428,9 +428,11 @@ TEST(ErrProcesses, DeregAfterWriterKilledIsPrompt)
         SV_CHILD_CHECK(connect_rc(pqp, peer.qpn, peer.lid, 1) == 0, 11);
         c.put(me);
         ibv_wc wc[16];
-        for (;;) {
-            post_send(pqp, IBV_WR_RDMA_WRITE, s.p, 4 << 20, s.lkey(), 0, 0,
-                      peer.addr, peer.rkey);
+        /* one in 8 signaled: the send queue never fills */
+        for (unsigned i = 0;; ++i) {
+            post_send(pqp, IBV_WR_RDMA_WRITE, s.p, 4 << 20, s.lkey(), 0,
+                      (i % 8 == 7) ? IBV_SEND_SIGNALED : 0, peer.addr,
+                      peer.rkey);
             ibv_poll_cq(pcq, 16, wc);
         }
     });

@@ -236,11 +236,72 @@ TEST_F(RcPair, ExecutionIsInOrder)
         ASSERT_EQ(post_recv(b, r.p, 64, r.lkey(), round), 0);
         ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 4096, s.lkey(), 0, 0,
                             t.addr(), t.rkey()), 0);
-        ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), 1, 0), 0);
+        /* signaled: its completion frees both send queue slots */
+        ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), 1), 0);
         ibv_wc wc;
         ASSERT_TRUE(poll_wc(cb, &wc));
         ASSERT_EQ(memcmp(t.p, s.p, 4096), 0);
+        ASSERT_TRUE(poll_wc(ca, &wc));
     }
+}
+
+/* Send queue slots are counted as ConnectX counts them: a request holds
+ * its slot until a completion of it or of a later request is polled, so
+ * unsignaled requests are freed by the next signaled one, and the queue
+ * refuses work beyond max_send_wr with ENOMEM until then. */
+TEST_F(RcPair, SendQueueSlotsFreeWhenACompletionIsPolled)
+{
+    Buf s(d.pd, 64), t(d.pd, 64);
+    const uint32_t n = o.send_wr;
+    ibv_wc wc;
+
+    for (uint32_t i = 0; i + 1 < n; ++i) {
+        ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 8, s.lkey(), i, 0,
+                            t.addr(), t.rkey()), 0) << i;
+    }
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 8, s.lkey(), n - 1,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey()), 0);
+    /* all of them executed, none of their slots is free yet */
+    EXPECT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 8, s.lkey(), n,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey()), ENOMEM);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.wr_id, (uint64_t)n - 1);
+    /* the polled completion freed every slot up to its request */
+    for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 8, s.lkey(), n + i,
+                            (i + 1 == n) ? IBV_SEND_SIGNALED : 0,
+                            t.addr(), t.rkey()), 0) << i;
+    }
+    EXPECT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 8, s.lkey(), 2 * n,
+                        IBV_SEND_SIGNALED, t.addr(), t.rkey()), ENOMEM);
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.wr_id, 2ull * n - 1);
+
+    /* flushed requests free their slots when their completions are
+     * polled; a reset frees every slot */
+    ibv_qp_attr ea = {};
+    ea.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(a, &ea, IBV_QP_STATE), 0);
+    for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), i, 0), 0);
+    }
+    EXPECT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), n, 0), ENOMEM);
+    for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(poll_wc(ca, &wc));
+        EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    }
+    EXPECT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), n, 0), 0);
+    ea.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(ibv_modify_qp(a, &ea, IBV_QP_STATE), 0);
+    ASSERT_TRUE(poll_wc(ca, &wc)); /* the flush of the last one */
+    ASSERT_EQ(connect_rc(a, b->qp_num, d.lid, 1, o), 0);
+    for (uint32_t i = 0; i < n; ++i) {
+        ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 8, s.lkey(), i,
+                            (i + 1 == n) ? IBV_SEND_SIGNALED : 0,
+                            t.addr(), t.rkey()), 0) << i;
+    }
+    ASSERT_TRUE(poll_wc(ca, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
 }
 
 TEST_F(RcPair, ExtendedCqAndPostInterface)
