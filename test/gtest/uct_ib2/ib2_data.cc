@@ -25,6 +25,11 @@ std::string mode_name(const ::testing::TestParamInfo<RqMode> &info)
     return info.param.name;
 }
 
+void PrintTo(const RqMode &m, std::ostream *os)
+{
+    *os << m.name << " (" << m.spec << ")";
+}
+
 size_t pack_bytes(void *dest, void *arg)
 {
     Bytes *b = static_cast<Bytes *>(arg);

@@ -23,6 +23,8 @@ extern const RqMode kModes[];
 extern const size_t kNumModes;
 
 std::string mode_name(const ::testing::TestParamInfo<RqMode> &info);
+/* gtest prints the mode by its specification. */
+void PrintTo(const RqMode &m, std::ostream *os);
 
 /* Pack callback argument: a byte range. */
 struct Bytes {

@@ -83,6 +83,49 @@ void Setup::cleanup()
     }
 }
 
+/*
+ * A test that hangs inside the transport cannot be stopped by our own
+ * deadlines: after kTestLimitSec the process says which test hung and
+ * exits, instead of the suite's timeout killing it without a word.
+ */
+constexpr unsigned kTestLimitSec = 90;
+char g_running[256];
+
+void on_alarm(int)
+{
+    static const char msg[] = "\n*** test hung (no progress for the "
+                              "per-test limit): ";
+    ssize_t r;
+
+    r = write(2, msg, sizeof(msg) - 1);
+    r = write(2, g_running, strlen(g_running));
+    r = write(2, "\n", 1);
+    (void)r;
+    _exit(124);
+}
+
+class Watchdog : public ::testing::EmptyTestEventListener {
+    void OnTestStart(const ::testing::TestInfo &info) override
+    {
+        snprintf(g_running, sizeof(g_running), "%s.%s",
+                 info.test_suite_name(), info.name());
+        alarm(kTestLimitSec);
+    }
+    void OnTestEnd(const ::testing::TestInfo &) override { alarm(0); }
+};
+
+struct WatchdogSetup {
+    WatchdogSetup()
+    {
+        struct sigaction sa;
+
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_alarm;
+        sigaction(SIGALRM, &sa, nullptr);
+        ::testing::UnitTest::GetInstance()->listeners().Append(new Watchdog);
+    }
+} g_watchdog;
+
 } // namespace
 
 std::string shm_name(const std::string &tag)
