@@ -48,7 +48,13 @@ struct Setup {
                 }
             }
         }
-        snprintf(name, sizeof(name), "ib2-gtest-%d", (int)pid);
+        /* the suite names the segment, so that it can clean up after a
+         * crash too */
+        if (getenv("IB2_TEST_SHM") != nullptr) {
+            snprintf(name, sizeof(name), "%s", getenv("IB2_TEST_SHM"));
+        } else {
+            snprintf(name, sizeof(name), "ib2-gtest-%d", (int)pid);
+        }
         setenv("SOFTVERBS_SHM", name, 1);
         if (!dladdr((void *)&ibv_get_device_list, &info) ||
             info.dli_fname == nullptr ||

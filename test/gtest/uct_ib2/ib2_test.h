@@ -8,8 +8,9 @@
  * The binary links libsoftverbs ahead of libibverbs and links the plugin
  * (component "ib2"); a constructor checks both, unsets the caller's
  * SOFTVERBS_* and UCX_IB2_* settings and gives this run a segment of its
- * own (SOFTVERBS_SHM=ib2-gtest-<pid>, removed at exit, children with other
- * device settings use <that>-<tag>).
+ * own (SOFTVERBS_SHM=$IB2_TEST_SHM, else ib2-gtest-<pid>; removed at exit;
+ * children with other device settings use <that>-<tag>). Glibc's malloc
+ * perturbation is on, so that no allocation is zero by chance.
  */
 #ifndef IB2_TEST_H
 #define IB2_TEST_H
