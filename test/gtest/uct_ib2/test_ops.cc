@@ -525,3 +525,166 @@ TEST_P(DataTest, AtomicCswap)
 INSTANTIATE_TEST_SUITE_P(Rq, DataTest,
                          ::testing::ValuesIn(kModes, kModes + kNumModes),
                          mode_name);
+
+/* ---- endpoint life ------------------------------------------------------------ */
+
+TEST_P(DataTest, DestroyWithTrafficInFlight)
+{
+    /* both endpoints go while messages, puts and gets are outstanding;
+     * nothing crashes, completions end, the interfaces close cleanly and
+     * stay usable meanwhile */
+    Mem *remote = p().r.alloc(1 << 20);
+    Mem *local  = p().s.alloc(1 << 20);
+    std::vector<std::unique_ptr<Comp>> comps;
+
+    for (int i = 0; i < 200; ++i) {
+        std::vector<uint8_t> m = bytes(1 + i * 97 % p().s.attr.cap.am.max_bcopy,
+                                       i);
+        Bytes b = {m.data(), m.size()};
+        uct_ep_am_bcopy(p().sr, 1, pack_bytes, &b, 0);
+        uct_ep_am_bcopy(p().rs, 1, pack_bytes, &b, 0);
+        comps.emplace_back(new Comp);
+        std::vector<uct_iov_t> iov = make_iov(local, 0, 65536, 1);
+        if (uct_ep_get_zcopy(p().sr, iov.data(), 1, remote->addr(),
+                             remote->rkey.rkey, &comps.back()->c) !=
+            UCS_INPROGRESS) {
+            comps.pop_back();
+        }
+        if (i % 3 == 0) {
+            p().s.progress();
+        }
+    }
+    p().s.ep_destroy(p().sr);
+    p().sr = nullptr;
+    /* a destroyed endpoint's operations end (as cancelled), right away */
+    for (auto &c : comps) {
+        EXPECT_EQ(c->calls, 1);
+    }
+    for (int i = 0; i < 2000; ++i) {
+        progress();
+    }
+    p().r.ep_destroy(p().rs);
+    p().rs = nullptr;
+    for (int i = 0; i < 2000; ++i) {
+        progress();
+    }
+    /* new endpoints on the same interfaces work */
+    uct_ep_h a = p().s.ep_create(), b = p().r.ep_create();
+    ASSERT_TRUE(a && b);
+    connect_pair(p().s, a, p().r, b);
+    p().r.rx.clear();
+    ASSERT_EQ(am_bcopy(a, 2, bytes(100, 5)), 100);
+    ASSERT_TRUE(wait_for([&] {
+        for (const Msg &m : p().r.rx) {
+            if (m.id == 2) {
+                return true;
+            }
+        }
+        return false;
+    }, [&] { progress(); }));
+}
+
+/* Kept descriptors (no headroom: a raw UCT user) stay intact after their
+ * endpoint is destroyed and are released later. In a child: a bad release
+ * takes only the child along. */
+TEST_P(DataTest, KeptDescriptorOutlivesEndpoint)
+{
+    const RqMode mode = GetParam();
+    pair_.reset();
+
+    Child child([&](Chan &) -> int {
+        EntityParams ep;
+        ep.env = {{"UCX_IB2_RECEIVE_QUEUES", mode.spec}};
+        Pair q(ep, ep);
+        IB2_CHILD_CHECK(q.ok(), 10);
+        std::vector<void *> kept;
+        q.r.am_cb = [&](uint8_t, void *data, size_t, unsigned flags) {
+            if (!(flags & UCT_CB_PARAM_FLAG_DESC)) {
+                return UCS_OK;
+            }
+            kept.push_back(data);
+            return UCS_INPROGRESS;
+        };
+        const size_t max = q.s.attr.cap.am.max_bcopy;
+        for (uint32_t i = 0; i < 100; ++i) {
+            std::vector<uint8_t> m = bytes(1 + i * 53 % max, i);
+            Bytes b = {m.data(), m.size()};
+            ssize_t r;
+            Deadline d;
+            while ((r = uct_ep_am_bcopy(q.sr, 3, pack_bytes, &b, 0)) ==
+                   UCS_ERR_NO_RESOURCE && !d.expired()) {
+                q.progress();
+            }
+            IB2_CHILD_CHECK(r == (ssize_t)m.size(), 11);
+        }
+        IB2_CHILD_CHECK(wait_for([&] { return kept.size() == 100; },
+                                 [&] { q.progress(); }), 12);
+        q.r.ep_destroy(q.rs);
+        q.s.ep_destroy(q.sr);
+        q.rs = q.sr = nullptr;
+        for (int i = 0; i < 1000; ++i) {
+            q.progress();
+        }
+        for (uint32_t i = 0; i < kept.size(); ++i) {
+            IB2_CHILD_CHECK(check(kept[i], 1 + i * 53 % max, i), 13);
+        }
+        for (void *d : kept) {
+            uct_iface_release_desc(d);
+        }
+        q.r.am_cb = nullptr;
+        return 0;
+    });
+    int rc = child.wait(20000);
+    EXPECT_EQ(rc, 0) << (rc > 128 ? "the child crashed with signal " +
+                                    std::to_string(rc - 128)
+                                  : "see the child's message above");
+}
+
+TEST(Loopback, EndpointsOfOneInterface)
+{
+    /* two endpoints of the same interface connected to each other */
+    Entity e;
+    ASSERT_TRUE(e.ok());
+    uct_ep_h a = e.ep_create(), b = e.ep_create();
+    ASSERT_TRUE(a && b);
+    connect_pair(e, a, e, b);
+    Mem *m = e.alloc(8192);
+    for (uint32_t i = 0; i < 500; ++i) {
+        std::vector<uint8_t> msg(1 + i * 31 % e.attr.cap.am.max_bcopy);
+        fill(msg.data(), msg.size(), i);
+        Bytes bb = {msg.data(), msg.size()};
+        ssize_t r;
+        Deadline d;
+        while ((r = uct_ep_am_bcopy(i % 2 ? a : b, 4, pack_bytes, &bb, 0)) ==
+               UCS_ERR_NO_RESOURCE && !d.expired()) {
+            e.progress();
+        }
+        ASSERT_EQ(r, (ssize_t)msg.size());
+    }
+    ASSERT_TRUE(wait_for([&] { return e.rx.size() == 500; },
+                         [&] { e.progress(); }));
+    /* per endpoint order: a's messages (odd i) and b's (even i) */
+    uint32_t next[2] = {0, 1};
+    for (const Msg &msg : e.rx) {
+        size_t n = msg.data.size();
+        bool from_a = false;
+        for (int side = 0; side < 2; ++side) {
+            uint32_t i = next[side];
+            if (i < 500 && n == 1 + i * 31 % e.attr.cap.am.max_bcopy &&
+                check(msg.data.data(), n, i)) {
+                next[side] += 2;
+                from_a = true;
+                break;
+            }
+        }
+        ASSERT_TRUE(from_a) << "a message out of order or damaged";
+    }
+    uint64_t v = 0x77;
+    ASSERT_EQ(retry([&] {
+        return uct_ep_put_short(a, &v, 8, m->addr(), m->rkey.rkey);
+    }, [&] { e.progress(); }), UCS_OK);
+    ASSERT_TRUE(wait_for([&] {
+        return uct_ep_flush(a, 0, nullptr) == UCS_OK;
+    }, [&] { e.progress(); }));
+    EXPECT_EQ(*(uint64_t *)m->p, v);
+}

@@ -409,54 +409,71 @@ struct Survivor {
 
 } // namespace
 
-TEST(DeadPeer, KilledDuringTraffic)
-{
-    EntityParams pp = fast_fail();
-    Child child([&](Chan &ch) { return idle_peer(ch, pp); });
-    Survivor s(child.chan());
-    ASSERT_NE(s.ep, nullptr) << "not connected";
+namespace {
 
-    /* traffic flows: messages and puts */
-    std::vector<uint8_t> msg(300, 0x5a);
-    Bytes b = {msg.data(), msg.size()};
-    uint64_t v = 1;
-    auto send_some = [&](int n) {
-        for (int i = 0; i < n; ++i) {
-            uct_ep_am_bcopy(s.ep, 1, pack_bytes, &b, 0);
-            uct_ep_put_short(s.ep, &v, 8, s.peer.addr, s.remote.rkey.rkey);
-            s.e.progress();
+/* A connected peer is killed while messages and puts flow; returns once
+ * the survivor's error handler was called (or 5 s passed). */
+class KilledPeer : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        EntityParams pp = fast_fail();
+        child_.reset(new Child([pp](Chan &ch) { return idle_peer(ch, pp); }));
+        s_.reset(new Survivor(child_->chan()));
+        ASSERT_NE(s_->ep, nullptr) << "not connected";
+
+        send_some(500);
+        ASSERT_TRUE(s_->e.errors.empty()) << "failed before the peer died";
+        child_->kill9();
+        uint64_t killed = now_ms();
+        Deadline d(5000);
+        while (s_->e.errors.empty() && !d.expired()) {
+            send_some(1);
         }
-    };
-    send_some(500);
-    ASSERT_TRUE(s.e.errors.empty()) << "failed before the peer died";
-
-    child.kill9();
-    uint64_t killed = now_ms();
-    Deadline d(5000);
-    while (s.e.errors.empty() && !d.expired()) {
-        send_some(1);
+        took_ms_ = now_ms() - killed;
+        ASSERT_FALSE(s_->e.errors.empty())
+            << "the error handler was not called within 5 s of SIGKILL";
+        printf("peer failure reported %u ms after SIGKILL\n",
+               (unsigned)took_ms_);
     }
-    uint64_t took = now_ms() - killed;
-    ASSERT_FALSE(s.e.errors.empty())
-        << "the error handler was not called within 5 s of SIGKILL";
+
+    void send_some(int n)
+    {
+        Bytes b = {msg_.data(), msg_.size()};
+
+        for (int i = 0; i < n; ++i) {
+            uct_ep_am_bcopy(s_->ep, 1, pack_bytes, &b, 0);
+            uct_ep_put_short(s_->ep, &v_, 8, s_->peer.addr,
+                             s_->remote.rkey.rkey);
+            s_->e.progress();
+        }
+    }
+
+    std::unique_ptr<Child>    child_;
+    std::unique_ptr<Survivor> s_;
+    std::vector<uint8_t>      msg_ = std::vector<uint8_t>(300, 0x5a);
+    uint64_t                  v_ = 1;
+    uint64_t                  took_ms_ = 0;
+};
+
+} // namespace
+
+TEST_F(KilledPeer, ErrorHandlerCalledDuringTraffic)
+{
+    Survivor &s = *s_;
+
+    EXPECT_LT(took_ms_, 5000u);
     EXPECT_EQ(s.e.errors.size(), 1u) << "reported once";
-    EXPECT_EQ(s.e.errors[0].first, s.ep);
+    EXPECT_EQ(s.e.errors[0].first, s.ep) << "for the endpoint to the peer";
     EXPECT_NE(s.e.errors[0].second, UCS_OK);
     EXPECT_NE(s.e.errors[0].second, UCS_ERR_NO_RESOURCE);
-    printf("peer failure reported %u ms after SIGKILL\n", (unsigned)took);
 
-    /* the failed endpoint refuses work instead of hanging, a flush ends,
-     * and it can be destroyed */
-    for (int i = 0; i < 100; ++i) {
-        s.e.progress();
-    }
-    ucs_status_t st = uct_ep_put_short(s.ep, &v, 8, s.peer.addr,
-                                       s.remote.rkey.rkey);
-    EXPECT_NE(st, UCS_OK) << "a failed endpoint accepted a put";
-    EXPECT_NE(st, UCS_ERR_NO_RESOURCE) << "a failed endpoint says "
-                                          "'try again later'";
+    /* more traffic and progress: still reported once, nothing hangs; a
+     * flush ends; the endpoint can be destroyed */
+    send_some(100);
+    EXPECT_EQ(s.e.errors.size(), 1u);
     Comp fc;
-    st = uct_ep_flush(s.ep, 0, &fc.c);
+    ucs_status_t st = uct_ep_flush(s.ep, 0, &fc.c);
     if (st == UCS_INPROGRESS) {
         EXPECT_TRUE(wait_for([&] { return fc.calls > 0; },
                              [&] { s.e.progress(); }, 5000));
@@ -474,6 +491,33 @@ TEST(DeadPeer, KilledDuringTraffic)
     EXPECT_TRUE(wait_for([&] { return !s.e.rx.empty(); },
                          [&] { s.e.progress(); }));
     EXPECT_EQ(s.e.errors.size(), 1u);
+}
+
+TEST_F(KilledPeer, FailedEndpointRefusesWork)
+{
+    /* after the report every operation says so: it neither pretends to
+     * succeed (the data would be lost silently) nor asks to retry later */
+    Survivor &s = *s_;
+    for (int i = 0; i < 100; ++i) {
+        s.e.progress();
+    }
+    std::vector<uint8_t> m(100, 1);
+    Bytes b = {m.data(), m.size()};
+    ucs_status_t st;
+
+    st = uct_ep_put_short(s.ep, &v_, 8, s.peer.addr, s.remote.rkey.rkey);
+    EXPECT_LT(st, 0) << "put_short: " << ucs_status_string(st);
+    EXPECT_NE(st, UCS_ERR_NO_RESOURCE);
+    st = uct_ep_am_short(s.ep, 1, 0, m.data(), 8);
+    EXPECT_LT(st, 0) << "am_short: " << ucs_status_string(st);
+    EXPECT_NE(st, UCS_ERR_NO_RESOURCE);
+    ssize_t r = uct_ep_am_bcopy(s.ep, 1, pack_bytes, &b, 0);
+    EXPECT_LT(r, 0) << "am_bcopy returned " << r;
+    EXPECT_NE(r, UCS_ERR_NO_RESOURCE);
+    r = uct_ep_put_bcopy(s.ep, pack_bytes, &b, s.peer.addr,
+                         s.remote.rkey.rkey);
+    EXPECT_LT(r, 0) << "put_bcopy returned " << r;
+    EXPECT_NE(r, UCS_ERR_NO_RESOURCE);
 }
 
 TEST(DeadPeer, KilledWhileIdleFoundByEpCheck)
