@@ -95,6 +95,7 @@ typedef struct ib2_md {
     struct ibv_device_attr dev_attr;
     char                   name[UCT_MD_NAME_MAX];
     rcache_t               *rcache;        /* NULL: register directly */
+    ucs_cpu_set_t          local_cpus;     /* cores near the adapter */
     int                    rcache_quiet;   /* creation may fail quietly */
     int                    access;         /* what every MR is given */
     double                 reg_overhead;
@@ -299,6 +300,11 @@ typedef struct ib2_ep_txq {
     ucs_queue_head_t ops;       /* ib2_op_t by sn */
 } ib2_ep_txq_t;
 
+enum {
+    IB2_EP_BLOCK_FENCE  = 1,  /* wait for everything before the next op */
+    IB2_EP_BLOCK_FAILED = 2   /* every op returns ep->failed */
+};
+
 /* Receive side of one queue of an endpoint (P queues). */
 typedef struct ib2_ep_rxq {
     uint16_t posted;           /* buffers on the QP's receive queue */
@@ -323,7 +329,7 @@ typedef struct ib2_ep {
     uint8_t           nq;
     uint8_t           connected;
     uint8_t           destroyed;        /* a zombie (ib2_ep_conn.c) */
-    uint8_t           fence;            /* wait for all before the next */
+    uint8_t           blocked;          /* IB2_EP_BLOCK_*: fast paths stop */
     uint16_t          tx_seq;
     uint16_t          rx_seq;           /* next to deliver */
     ib2_rx_hold_t     *ooo;             /* reorder ring, by seq */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct {
     char           name[128];
@@ -91,6 +92,17 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
                  strerror(errno));
         return -1;
     }
+    {
+        struct stat st;
+
+        if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+            snprintf(err, max, "cannot read device parameter file %s: %s",
+                     path, S_ISDIR(st.st_mode) ? strerror(EISDIR)
+                                               : "not a regular file");
+            fclose(f);
+            return -1;
+        }
+    }
     while (fgets(line, sizeof(line), f) != NULL) {
         char *s = dp_trim(line), *eq, *key, *value;
 
@@ -145,10 +157,12 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
                 cur.part_ok  = in;
             }
         } else if (!strcmp(key, "mtu")) {
-            unsigned long v = strtoul(value, NULL, 0);
+            char *end;
+            unsigned long v = strtoul(value, &end, 0);
 
-            if (v != 256 && v != 512 && v != 1024 && v != 2048 &&
-                v != 4096) {
+            if (*value == '\0' || *end != '\0' ||
+                (v != 256 && v != 512 && v != 1024 && v != 2048 &&
+                 v != 4096)) {
                 snprintf(err, max, "%s:%u: mtu \"%s\" must be 256, 512, "
                          "1024, 2048 or 4096", path, lineno, value);
                 ret = -1;
@@ -172,6 +186,11 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
         }
         /* Other keys (use_eager_rdma, ...) are for features to come: they
          * are accepted, as openib's file has many we do not use. */
+    }
+    if (ret == 0 && ferror(f)) {
+        snprintf(err, max, "cannot read device parameter file %s: %s", path,
+                 strerror(errno));
+        ret = -1;
     }
     fclose(f);
     if (ret == 0 && dp_section_matches(&cur)) {

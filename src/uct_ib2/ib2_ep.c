@@ -43,7 +43,7 @@ static ucs_status_t ib2_ep_blocked(ib2_ep_t *ep)
     if (ep->failed) {
         return ep->failed;
     }
-    if (ep->fence) {
+    if (ep->blocked & IB2_EP_BLOCK_FENCE) {
         for (q = 0; q < ep->nq; ++q) {
             if (ep->txq[q].acked != ep->txq[q].sn) {
                 ib2_ep_signal_tail(iface, ep, q);
@@ -51,7 +51,7 @@ static ucs_status_t ib2_ep_blocked(ib2_ep_t *ep)
             }
         }
         if (!busy) {
-            ep->fence = 0;
+            ep->blocked &= ~IB2_EP_BLOCK_FENCE;
         }
     }
     return UCS_ERR_NO_RESOURCE;
@@ -151,7 +151,7 @@ ib2_ep_am_queue(ib2_iface_t *iface, ib2_ep_t *ep, size_t size, unsigned *q_p)
 
     *q_p = q;
     if (ucs_likely((txq->credits > 0) & ib2_txq_ready(iface, txq) &
-                   !ep->fence)) {
+                   !ep->blocked)) {
         return txq;
     }
     return NULL;
@@ -198,7 +198,7 @@ ib2_ep_am_short_queue(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     ib2_ep_txq_t *txq = &ep->txq[q];
 
     if (ucs_unlikely(!((txq->credits > 0) & ib2_txq_ready(iface, txq) &
-                       !ep->fence))) {
+                       !ep->blocked))) {
         return ib2_ep_blocked(ep);
     }
     ib2_ep_fill_hdr(ep, q, &iface->tx_short.am_hdr.hdr, id);
@@ -363,7 +363,7 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
 static UCS_F_ALWAYS_INLINE int ib2_ep_rma_ready(ib2_iface_t *iface,
                                                 ib2_ep_t *ep)
 {
-    return ib2_txq_ready(iface, &ep->txq[0]) & !ep->fence;
+    return ib2_txq_ready(iface, &ep->txq[0]) & !ep->blocked;
 }
 
 ucs_status_t ib2_ep_put_short(uct_ep_h tl_ep, const void *buffer,
@@ -663,7 +663,7 @@ ucs_status_t ib2_ep_fence(uct_ep_h tl_ep, unsigned flags)
 
     for (q = 0; q < ep->nq; ++q) {
         if (ep->txq[q].acked != ep->txq[q].sn) {
-            ep->fence = 1;
+            ep->blocked |= IB2_EP_BLOCK_FENCE;
             break;
         }
     }

@@ -73,6 +73,9 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
     int ret;
 
     UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
+    /* UCS classes come from malloc: everything of ours starts at zero. */
+    memset(UCS_PTR_BYTE_OFFSET(self, sizeof(self->super)), 0,
+           sizeof(*self) - sizeof(self->super));
     self->iface = iface;
     self->nq    = (uint8_t)iface->rq.count;
     ucs_queue_head_init(&self->pending);

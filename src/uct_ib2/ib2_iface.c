@@ -334,11 +334,10 @@ static ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
     attr->cap.get.align_mtu       = attr->cap.put.align_mtu;
     attr->cap.get.max_iov         = max_sge;
 
-    attr->cap.am.max_short        = (iface->config.max_inline >
-                                     sizeof(ib2_hdr_t)) ?
-                                    ucs_min(iface->config.max_inline -
-                                            sizeof(ib2_hdr_t),
-                                            iface->config.max_am) : 0;
+    /* UCT counts the 8-byte header in, we count it separately. */
+    attr->cap.am.max_short        = iface->config.max_short ?
+                                    iface->config.max_short +
+                                    sizeof(uint64_t) : 0;
     attr->cap.am.max_bcopy        = iface->config.max_am;
     attr->cap.am.min_zcopy        = 0;
     attr->cap.am.max_zcopy        = iface->config.max_am;
@@ -660,6 +659,9 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                               tl_config UCS_STATS_ARG(NULL)
                               UCS_STATS_ARG(IB2_TL_NAME));
 
+    /* UCS classes come from malloc: everything of ours starts at zero. */
+    memset(UCS_PTR_BYTE_OFFSET(self, sizeof(self->super)), 0,
+           sizeof(*self) - sizeof(self->super));
     self->md = md;
     ucs_list_head_init(&self->eps);
     ucs_list_head_init(&self->zombies);
@@ -733,9 +735,11 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                                   self->config.rx_headroom +
                                   sizeof(ib2_hdr_t);
 
-    self->config.max_short   = (self->config.max_inline >
+    largest                  = self->rq.q[self->rq.count - 1].size;
+    /* Header and payload fit inline and in the largest queue's buffers. */
+    self->config.max_short   = (ucs_min(self->config.max_inline, largest) >
                                 sizeof(self->tx_short.am_hdr)) ?
-                               self->config.max_inline -
+                               ucs_min(self->config.max_inline, largest) -
                                sizeof(self->tx_short.am_hdr) : 0;
     self->tx_short.am_wr.opcode       = IBV_WR_SEND;
     self->tx_short.am_wr.sg_list      = self->tx_short.am_sge;

@@ -72,16 +72,18 @@ static int rq_parse_queue(rq_ctx_t *ctx, char *text, ib2_rq_spec_t *q)
     static const char *s_names[] = { "size", "number of buffers",
                                      "low watermark", "max pending sends" };
     const char **names;
-    char *field[IB2_RQ_MAX_FIELDS + 1];
+    char *field[IB2_RQ_MAX_FIELDS];
     unsigned value[IB2_RQ_MAX_FIELDS] = { 0 };
     unsigned nfields = 0, nnum, max_num, i;
     char *p = text, *comma;
 
+    /* Split on ',' keeping the first fields; count them all, so that a
+     * message about too many says how many there were. */
     for (;;) {
-        if (nfields == IB2_RQ_MAX_FIELDS + 1) {
-            break;
+        if (nfields < IB2_RQ_MAX_FIELDS) {
+            field[nfields] = p;
         }
-        field[nfields++] = p;
+        ++nfields;
         comma = strchr(p, ',');
         if (comma == NULL) {
             break;

@@ -36,10 +36,6 @@ static void ib2_rx_desc_init(uct_iface_h tl_iface, void *obj, uct_mem_h memh)
     ib2_rx_desc_t *desc = obj;
 
     desc->lkey = ib2_memh_mr(iface->md, memh)->lkey;
-    /* uct_iface_release_desc() finds the release callback here. */
-    uct_recv_desc(UCS_PTR_BYTE_OFFSET(desc, iface->config.rx_data_offset -
-                                      iface->config.rx_headroom)) =
-            &iface->release_desc;
 }
 
 unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
@@ -203,12 +199,19 @@ static void ib2_rx_p_consumed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
 static void ib2_rx_deliver(ib2_iface_t *iface, ib2_ep_t *ep,
                            ib2_rx_desc_t *desc, unsigned length)
 {
-    ib2_hdr_t *hdr  = ib2_rx_hdr(iface, desc);
+    void *data      = ib2_rx_data(iface, desc);
+    uint8_t id      = ib2_rx_hdr(iface, desc)->am_id & IB2_HDR_AM_MASK;
     unsigned queue  = desc->queue;
     ucs_status_t status;
 
-    status = uct_iface_invoke_am(&iface->super, hdr->am_id & IB2_HDR_AM_MASK,
-                                 hdr + 1, length - sizeof(*hdr),
+    /* uct_iface_release_desc() finds the release callback just before the
+     * user's headroom; with little headroom that is where our header was,
+     * so it is written now that the header has been read. */
+    uct_recv_desc(UCS_PTR_BYTE_OFFSET(data, -(ptrdiff_t)
+                                      iface->config.rx_headroom)) =
+            &iface->release_desc;
+    status = uct_iface_invoke_am(&iface->super, id, data,
+                                 length - sizeof(ib2_hdr_t),
                                  UCT_CB_PARAM_FLAG_DESC);
     if (status == UCS_OK) {
         ucs_mpool_put_inline(desc);

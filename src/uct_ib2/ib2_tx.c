@@ -184,7 +184,8 @@ void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status)
     if (ep->failed) {
         return;
     }
-    ep->failed = status;
+    ep->failed   = status;
+    ep->blocked |= IB2_EP_BLOCK_FAILED;
     /* Everything outstanding is flushed back with an error. */
     ib2_ep_qps_to_error(ep);
     if (ep->ctrl_queued) {
@@ -200,7 +201,8 @@ void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status)
 void ib2_ep_cancel(ib2_ep_t *ep)
 {
     if (!ep->failed) {
-        ep->failed = UCS_ERR_CANCELED;
+        ep->failed   = UCS_ERR_CANCELED;
+        ep->blocked |= IB2_EP_BLOCK_FAILED;
         ib2_ep_qps_to_error(ep);
         if (ep->ctrl_queued) {
             ucs_list_del(&ep->ctrl_list);
@@ -296,7 +298,7 @@ static int ib2_ep_ready(ib2_ep_t *ep)
     ib2_iface_t *iface = ep->iface;
     unsigned q;
 
-    if (ep->failed || ep->fence || iface->tx_cq_avail <= 0) {
+    if (ep->blocked || iface->tx_cq_avail <= 0) {
         return 0;
     }
     for (q = 0; q < ep->nq; ++q) {
