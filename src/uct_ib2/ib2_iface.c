@@ -729,7 +729,9 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     self->config.rx_headroom   = (params->field_mask &
                                   UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ?
                                  params->rx_headroom : 0;
-    /* [ib2_rx_desc_t][uct_recv_desc_t*][headroom][ib2_hdr_t][data] */
+    /* [ib2_rx_desc_t][8][headroom][ib2_hdr_t][data]: the release pointer
+     * UCT looks for sits right before the headroom; with less than 4 bytes
+     * of headroom it shares bytes with our header (see ib2_rx_deliver). */
     self->config.rx_data_offset = sizeof(ib2_rx_desc_t) +
                                   sizeof(uct_recv_desc_t*) +
                                   self->config.rx_headroom +
