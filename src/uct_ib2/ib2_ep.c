@@ -387,14 +387,41 @@ ucs_status_t ib2_ep_put_short(uct_ep_h tl_ep, const void *buffer,
     return ib2_ep_post_flags(iface, ep, 0, wr, IBV_SEND_INLINE, 0);
 }
 
+/* RDMA between a bounce buffer and remote memory, on queue 0; the buffer
+ * waits for the send as its op says. */
+static ucs_status_t ib2_ep_rdma_desc(ib2_iface_t *iface, ib2_ep_t *ep,
+                                     ib2_tx_desc_t *desc,
+                                     enum ibv_wr_opcode opcode, size_t length,
+                                     uint64_t remote_addr, uct_rkey_t rkey,
+                                     int signal)
+{
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+
+    sge.addr               = (uintptr_t)ib2_tx_data(desc);
+    sge.length             = (uint32_t)length;
+    sge.lkey               = desc->lkey;
+    wr.opcode              = opcode;
+    wr.send_flags          = 0;
+    wr.sg_list             = &sge;
+    wr.num_sge             = 1;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey        = (uint32_t)rkey;
+    if (ib2_ep_post(iface, ep, 0, &wr, signal) != UCS_OK) {
+        ucs_mpool_put_inline(desc);
+        return UCS_ERR_IO_ERROR;
+    }
+    ib2_ep_add_op(ep, 0, &desc->op);
+    return UCS_OK;
+}
+
 ssize_t ib2_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack, void *arg,
                          uint64_t remote_addr, uct_rkey_t rkey)
 {
     ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
     ib2_iface_t *iface = ep->iface;
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
     ib2_tx_desc_t *desc;
+    ucs_status_t status;
     size_t length;
 
     if (ucs_unlikely(!ib2_ep_rma_ready(iface, ep))) {
@@ -404,22 +431,10 @@ ssize_t ib2_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack, void *arg,
     if (ucs_unlikely(desc == NULL)) {
         return UCS_ERR_NO_RESOURCE;
     }
-    length                 = pack(ib2_tx_data(desc), arg);
-    sge.addr               = (uintptr_t)ib2_tx_data(desc);
-    sge.length             = (uint32_t)length;
-    sge.lkey               = desc->lkey;
-    wr.opcode              = IBV_WR_RDMA_WRITE;
-    wr.send_flags          = 0;
-    wr.sg_list             = &sge;
-    wr.num_sge             = 1;
-    wr.wr.rdma.remote_addr = remote_addr;
-    wr.wr.rdma.rkey        = (uint32_t)rkey;
-    if (ib2_ep_post(iface, ep, 0, &wr, 0) != UCS_OK) {
-        ucs_mpool_put_inline(desc);
-        return UCS_ERR_IO_ERROR;
-    }
-    ib2_ep_add_op(ep, 0, &desc->op);
-    return (ssize_t)length;
+    length = pack(ib2_tx_data(desc), arg);
+    status = ib2_ep_rdma_desc(iface, ep, desc, IBV_WR_RDMA_WRITE, length,
+                              remote_addr, rkey, 0);
+    return (status == UCS_OK) ? (ssize_t)length : status;
 }
 
 /* An operation with a user completion (or none: comp NULL). */
@@ -509,9 +524,8 @@ ucs_status_t ib2_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t unpack,
 {
     ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
     ib2_iface_t *iface = ep->iface;
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
     ib2_tx_desc_t *desc;
+    ucs_status_t status;
 
     if (ucs_unlikely(length > iface->tx_buf_size)) {
         return UCS_ERR_INVALID_PARAM;
@@ -528,21 +542,9 @@ ucs_status_t ib2_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t unpack,
     desc->op.unpack        = unpack;
     desc->op.arg           = arg;
     desc->op.length        = length;
-    sge.addr               = (uintptr_t)ib2_tx_data(desc);
-    sge.length             = (uint32_t)length;
-    sge.lkey               = desc->lkey;
-    wr.opcode              = IBV_WR_RDMA_READ;
-    wr.send_flags          = 0;
-    wr.sg_list             = &sge;
-    wr.num_sge             = 1;
-    wr.wr.rdma.remote_addr = remote_addr;
-    wr.wr.rdma.rkey        = (uint32_t)rkey;
-    if (ib2_ep_post(iface, ep, 0, &wr, 1) != UCS_OK) {
-        ucs_mpool_put_inline(desc);
-        return UCS_ERR_IO_ERROR;
-    }
-    ib2_ep_add_op(ep, 0, &desc->op);
-    return UCS_INPROGRESS;
+    status = ib2_ep_rdma_desc(iface, ep, desc, IBV_WR_RDMA_READ, length,
+                              remote_addr, rkey, 1);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
 }
 
 /* ---- atomics ---------------------------------------------------------------- */
