@@ -476,6 +476,7 @@ struct sv_cq {
     uint32_t          async_events;
     _Atomic int       refs;        /* QPs using it */
     int               single;      /* IBV_CREATE_CQ_ATTR_SINGLE_THREADED */
+    uint32_t          idle;        /* empty polls in a row (sv_cq_idle) */
 };
 
 struct sv_srq {

@@ -2,8 +2,11 @@
  * producer in another process wakes. */
 #include "sv_test.h"
 
+#include <atomic>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <thread>
 
 using namespace sv;
@@ -231,5 +234,52 @@ TEST(Cq, ResizeAndOverrun)
     EXPECT_EQ(qp_state(a), IBV_QPS_ERR);
     ibv_destroy_qp(a);
     ibv_destroy_qp(b);
+    EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
+/* A poller that keeps finding its CQ empty gives up its core now and then,
+ * so that a peer sharing the core (the one that would write the awaited
+ * completion) runs without waiting for the scheduler to preempt the
+ * poller. Measured as switches away from the polling thread while a
+ * busy thread waits for the same core. */
+TEST(Cq, IdlePollerGivesUpItsCore)
+{
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    ibv_cq *cq = make_cq(d.ctx);
+    cpu_set_t old, one;
+    ASSERT_EQ(sched_getaffinity(0, sizeof(old), &old), 0);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &old)) {
+        ++cpu;
+    }
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    std::atomic<bool> stop(false);
+    std::atomic<uint64_t> spins(0);
+    std::thread busy([&] {
+        sched_setaffinity(0, sizeof(one), &one);
+        while (!stop.load(std::memory_order_relaxed)) {
+            spins.fetch_add(1, std::memory_order_relaxed);
+        }
+    });
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    uint64_t end = now_ms() + kTimeoutMs;
+    while (spins.load() == 0 && now_ms() < end) {
+        sched_yield();
+    }
+    struct rusage r0, r1;
+    getrusage(RUSAGE_THREAD, &r0);
+    ibv_wc wc;
+    for (int i = 0; i < 64 * 1024; ++i) {
+        ASSERT_EQ(ibv_poll_cq(cq, 1, &wc), 0);
+    }
+    getrusage(RUSAGE_THREAD, &r1);
+    stop = true;
+    busy.join();
+    sched_setaffinity(0, sizeof(old), &old);
+    /* 64 idle stretches of 1024 polls: a yield does not always switch
+     * (the scheduler may prefer us still), a time slice lasts longer */
+    EXPECT_GE(r1.ru_nivcsw - r0.ru_nivcsw, 10);
     EXPECT_EQ(ibv_destroy_cq(cq), 0);
 }
