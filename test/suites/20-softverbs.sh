@@ -10,10 +10,9 @@ ib2_gtest softverbs "$BUILD/test/gtest/softverbs/test_softverbs"
 if [ -z "${IB2_PREFIX:-}" ]; then
     SV_RUN=$BUILD/contrib/softverbs/softverbs-run
     SV_PAIR=$SRC/test/gtest/softverbs/sv_pair.sh
-    # a segment of this run only; removed at the end
+    # a segment of this run only; removed at the end. Ports: sv_pair.sh
+    # picks a free one for @PORT@.
     SV_SHM=softverbs-suite-$$
-    sv_port=$((20000 + $$ % 20000))
-    sv_next_port() { sv_port=$((sv_port + 1)); }
     sv_cleanup() { rm -rf "/dev/shm/$SV_SHM" "/dev/shm/$SV_SHM".* \
                           "/dev/shm/$SV_SHM"-*; }
     trap sv_cleanup EXIT
@@ -35,18 +34,16 @@ if [ -z "${IB2_PREFIX:-}" ]; then
              "ibv_srq_pingpong -e -n 500" \
              "ibv_rc_pingpong -N -c -n 1000" \
              "ibv_ud_pingpong -c -n 2000" "ibv_ud_pingpong -e -c -n 500"; do
-        sv_next_port
         ib2_check "softverbs/${t// /_}" "$SV_PAIR" \
-            --expect 'iters in .* usec/iter' "${SVR[@]}" -- $t -p $sv_port
+            --expect 'iters in .* usec/iter' "${SVR[@]}" -- $t -p @PORT@
     done
 
     # perftest's verbs benchmarks, unmodified
     for t in "ib_write_bw" "ib_read_bw" "ib_send_lat" "ib_read_lat" \
              "ib_atomic_lat"; do
-        sv_next_port
         ib2_check "softverbs/perftest/$t" "$SV_PAIR" \
             --expect '^ *[0-9]+ +1000 ' "${SVR[@]}" -- \
-            $t -d softverbs0 -n 1000 -p $sv_port
+            $t -d softverbs0 -n 1000 -p @PORT@
     done
 
     ib2_check softverbs/ucx_info-lists-rc_verbs-ud_verbs bash -c '
@@ -78,18 +75,16 @@ if [ -z "${IB2_PREFIX:-}" ]; then
              "-x rc_verbs -t put_bw -D zcopy -s 1048576 -n 2000" \
              "-x rc_verbs -t fadd" "-x rc_verbs -t cswap" \
              "-x rc_verbs -t add_lat" "-x ud_verbs -t am_lat"; do
-        sv_next_port
         ib2_check "softverbs/ucx_perftest${t// /_}" "$SV_PAIR" \
             --expect '^Final:' "${SVR[@]}" -- ucx_perftest -d softverbs0:1 \
-            -n 20000 -w 1000 -p $sv_port $t
+            -n 20000 -w 1000 -p @PORT@ $t
     done
 
     # UCP tag matching with only the verbs transports
     for t in "-t tag_lat" "-t tag_bw -s 1048576 -n 2000" "-t tag_bw -s 8"; do
-        sv_next_port
         ib2_check "softverbs/ucp${t// /_}" "$SV_PAIR" --expect '^Final:' \
             "${SVR[@]}" env UCX_TLS=rc_verbs,ud_verbs UCX_LOG_LEVEL=info -- \
-            ucx_perftest -n 20000 -w 1000 -p $sv_port $t
+            ucx_perftest -n 20000 -w 1000 -p @PORT@ $t
         # and the endpoints really used rc_verbs on the software device
         ib2_check "softverbs/ucp${t// /_}-uses-rc_verbs" bash -c \
             'grep -q "ep_cfg\[.*rc_verbs/softverbs0:1" \
@@ -102,20 +97,17 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     SVE=("$SV_RUN" --shm "$SV_SHM-roce" --devices roce0:eth:1)
     for t in "ibv_rc_pingpong -g 3 -c -n 1000" \
              "ibv_ud_pingpong -g 1 -c -n 1000"; do
-        sv_next_port
         ib2_check "softverbs/roce/${t// /_}" "$SV_PAIR" \
-            --expect 'iters in .* usec/iter' "${SVE[@]}" -- $t -p $sv_port
+            --expect 'iters in .* usec/iter' "${SVE[@]}" -- $t -p @PORT@
     done
     for t in "-x rc_verbs -t am_lat" "-x ud_verbs -t am_lat"; do
-        sv_next_port
         ib2_check "softverbs/roce/ucx_perftest${t// /_}" "$SV_PAIR" \
             --expect '^Final:' "${SVE[@]}" -- ucx_perftest -d roce0:1 \
-            -n 20000 -w 1000 -p $sv_port $t
+            -n 20000 -w 1000 -p @PORT@ $t
     done
-    sv_next_port
     ib2_check softverbs/roce/ucp-t_tag_lat "$SV_PAIR" --expect '^Final:' \
         "${SVE[@]}" env UCX_TLS=rc_verbs,ud_verbs -- \
-        ucx_perftest -n 20000 -w 1000 -p $sv_port -t tag_lat
+        ucx_perftest -n 20000 -w 1000 -p @PORT@ -t tag_lat
 
     # a short run of the benchmark (it must complete; the numbers of a full
     # run are in docs/softverbs.md)
