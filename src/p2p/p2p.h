@@ -194,7 +194,14 @@ P2P_API int  p2p_cancel(p2p_request_t *req);
 /* ---- statistics ---- */
 
 typedef struct p2p_stats {
-    uint64_t eager_sent, rndv_sent, sync_acks;
+    /* configuration in effect */
+    size_t   eager_limit, rndv_thresh;
+    int      leave_pinned;
+    /* counters */
+    uint64_t eager_sent;            /* messages sent by each protocol */
+    uint64_t mid_sent;              /* (protocol chosen by UCP) */
+    uint64_t rndv_sent;
+    uint64_t sync_acks;             /* ACKs sent for synchronous sends */
     uint64_t unexp_msgs;            /* messages that arrived unexpected */
     size_t   unexp_bytes;           /* payload bytes queued now */
     size_t   unexp_bytes_peak;

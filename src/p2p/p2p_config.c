@@ -60,6 +60,29 @@ static int p2p_parse_size(const char *s, size_t *out)
     return 0;
 }
 
+/* "2s", "500ms", "100us", "1.5" (seconds) */
+static int p2p_parse_time(const char *s, double *out)
+{
+    char   *end;
+    double v = strtod(s, &end);
+
+    if ((end == s) || !(v >= 0)) {
+        return -1;
+    }
+    if ((*end == '\0') || (strcmp(end, "s") == 0)) {
+        *out = v;
+    } else if (strcmp(end, "ms") == 0) {
+        *out = v * 1e-3;
+    } else if (strcmp(end, "us") == 0) {
+        *out = v * 1e-6;
+    } else if (strcmp(end, "m") == 0) {
+        *out = v * 60;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
 static int p2p_parse_bool(const char *s, int *out)
 {
     static const char *yes[] = { "1", "y", "yes", "on", "true", NULL };
@@ -225,6 +248,12 @@ int p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen)
             return -1;
         }
         snprintf(cfg->keepalive, sizeof(cfg->keepalive), "%s", v);
+    }
+    if (p2p_parse_time(cfg->keepalive, &cfg->keepalive_sec) != 0) {
+        snprintf(err, errlen, "P2P_KEEPALIVE_INTERVAL='%s': give a time "
+                 "such as 500ms, 2s or 100us (0 turns the check off)",
+                 cfg->keepalive);
+        return -1;
     }
     v = getenv("P2P_FINALIZE_TIMEOUT");
     if ((v != NULL) && (*v != '\0')) {

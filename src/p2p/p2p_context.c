@@ -145,6 +145,26 @@ static int p2p_load_uct_ib2(void)
     return 0;
 }
 
+/* Whether UCX_TLS leaves the shared-memory FIFO transports in (UCX warns
+ * about settings for transports it never opens). */
+static int p2p_tls_may_use_mm(void)
+{
+    static const char *names[] = { "shm", "sm", "posix", "sysv", "mm", "all",
+                                   NULL };
+    const char *tls = getenv("UCX_TLS");
+    int        i;
+
+    if ((tls == NULL) || (*tls == '\0') || (*tls == '^')) {
+        return 1;
+    }
+    for (i = 0; names[i] != NULL; ++i) {
+        if (strstr(tls, names[i]) != NULL) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int p2p_ucp_setup(p2p_context_t *ctx, unsigned flags)
 {
     ucp_params_t        params;
@@ -152,6 +172,18 @@ static int p2p_ucp_setup(p2p_context_t *ctx, unsigned flags)
     ucp_config_t        *config;
     ucs_status_t        status;
 
+    /* UCX 1.13's posix shared-memory transport can tell a dead peer (it
+     * attaches through the peer's file descriptor and checks the process)
+     * but only offers peer error handling when asked; without it no
+     * shared-memory transport qualifies and endpoints use TCP or fail.
+     * Set in the environment, because UCP's own configuration cannot name
+     * one transport's settings (its cached keys would also turn it on for
+     * sysv, which cannot check a peer and would then hide a dead one). */
+    if (ctx->cfg.peer_errors && p2p_tls_may_use_mm() &&
+        (getenv("UCX_POSIX_ERROR_HANDLING") == NULL) &&
+        (getenv("UCX_MM_ERROR_HANDLING") == NULL)) {
+        setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    }
     status = ucp_config_read(NULL, NULL, &config);
     if (status != UCS_OK) {
         fprintf(stderr, "p2p: error: reading the UCX configuration failed: "
@@ -163,27 +195,14 @@ static int p2p_ucp_setup(p2p_context_t *ctx, unsigned flags)
      * should fail within seconds. The user's own setting wins. */
     if (ctx->cfg.peer_errors && (getenv("UCX_KEEPALIVE_INTERVAL") == NULL)) {
         status = ucp_config_modify(config, "KEEPALIVE_INTERVAL",
-                                   ctx->cfg.keepalive);
+                                   (ctx->cfg.keepalive_sec > 0) ?
+                                   ctx->cfg.keepalive : "inf");
         if (status != UCS_OK) {
             fprintf(stderr, "p2p: error: P2P_KEEPALIVE_INTERVAL='%s' "
                     "rejected by UCX: %s (give e.g. 500ms or 2s)\n",
                     ctx->cfg.keepalive, ucs_status_string(status));
             ucp_config_release(config);
             return P2P_ERR_INIT;
-        }
-    }
-    /* UCX 1.13's posix shared-memory transport can check a peer's
-     * liveness (it attaches through the peer's file descriptor) but only
-     * says so when asked; without it no shared-memory transport qualifies
-     * for peer error handling and endpoints fall back to TCP or fail. */
-    if (ctx->cfg.peer_errors && (getenv("UCX_POSIX_ERROR_HANDLING") == NULL) &&
-        (getenv("UCX_MM_ERROR_HANDLING") == NULL)) {
-        status = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
-        if (status != UCS_OK) {
-            fprintf(stderr, "p2p: warning: enabling peer error handling on "
-                    "shared memory failed (%s); set "
-                    "UCX_MM_ERROR_HANDLING=y or P2P_ERROR_MODE=none\n",
-                    ucs_status_string(status));
         }
     }
     memset(&params, 0, sizeof(params));
@@ -227,8 +246,15 @@ static void p2p_close_eps(p2p_context_t *ctx)
     double              deadline;
     ucs_status_t        status;
 
-    reqs = calloc(ctx->size, sizeof(*reqs));
+    reqs = calloc(2 * ctx->size, sizeof(*reqs));
     for (i = 0; i < ctx->size; ++i) {
+        if (ctx->peers[i].close_req != NULL) {
+            /* a dead peer's endpoint, closed when it failed */
+            if (reqs != NULL) {
+                reqs[n++] = ctx->peers[i].close_req;
+            }
+            ctx->peers[i].close_req = NULL;
+        }
         if (ctx->peers[i].ep == NULL) {
             continue;
         }
@@ -355,6 +381,9 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         goto err;
     }
     ctx->stats.unexp_limit = ctx->cfg.unexp_limit;
+    ctx->stats.eager_limit = ctx->cfg.eager_limit;
+    ctx->stats.rndv_thresh = ctx->cfg.rndv_thresh;
+    ctx->stats.leave_pinned = ctx->cfg.leave_pinned;
     *ctx_p = ctx;
     return P2P_OK;
 
@@ -404,7 +433,7 @@ p2p_comm_t *p2p_comm_world(p2p_context_t *ctx)
 
 int p2p_progress(p2p_context_t *ctx)
 {
-    return (int)ucp_worker_progress(ctx->worker);
+    return (int)p2p_ctx_progress(ctx);
 }
 
 ucp_context_h p2p_ucp_context(p2p_context_t *ctx)
@@ -449,15 +478,15 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
 
     p2p_get_stats(ctx, &s);
     fprintf(stream,
-            "p2p[%d] stats: eager sends %llu, rendezvous sends %llu, "
-            "sync acks %llu\n"
+            "p2p[%d] stats: eager sends %llu, UCP-protocol sends %llu, "
+            "rendezvous sends %llu, sync acks %llu\n"
             "p2p[%d] stats: unexpected messages %llu, bytes now %zu, "
             "peak %zu, limit %zu, dropped %llu\n"
             "p2p[%d] stats: registration cache (leave pinned %s): hits %llu,"
             " misses %llu, evictions %llu, invalidations %llu, "
             "regions %llu\n",
             ctx->rank, (unsigned long long)s.eager_sent,
-            (unsigned long long)s.rndv_sent,
+            (unsigned long long)s.mid_sent, (unsigned long long)s.rndv_sent,
             (unsigned long long)s.sync_acks,
             ctx->rank, (unsigned long long)s.unexp_msgs, s.unexp_bytes,
             s.unexp_bytes_peak, s.unexp_limit,

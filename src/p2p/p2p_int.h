@@ -81,7 +81,8 @@ typedef struct p2p_config {
     int        print_stats;     /* P2P_PRINT_STATS */
     int        peer_errors;     /* P2P_ERROR_MODE: 1 = peer, 0 = none */
     double     finalize_timeout;/* P2P_FINALIZE_TIMEOUT, seconds */
-    char       keepalive[32];   /* P2P_KEEPALIVE_INTERVAL */
+    char       keepalive[32];   /* P2P_KEEPALIVE_INTERVAL (UCX syntax) */
+    double     keepalive_sec;   /* the same in seconds */
 } p2p_config_t;
 
 /* A peer process (by world rank). */
@@ -90,6 +91,11 @@ typedef struct p2p_peer {
     p2p_context_t *ctx;
     uint32_t      rank;
     uint8_t       failed;
+    uint8_t       close_ep;     /* failed in a UCP callback: close later */
+    uint8_t       local;        /* same host: watched by p2p_liveness.c */
+    int32_t       pid;
+    uint64_t      start_time;   /* of its process, from /proc (pid reuse) */
+    void          *close_req;   /* forced close of a dead peer's endpoint */
     /* requests waiting for this peer's answer (FIN, ACK): completed with
      * P2P_ERR_PEER_FAILED if the peer dies */
     p2p_dlist_t   waiting;
@@ -216,6 +222,9 @@ struct p2p_context {
     void          *chunks;      /* request/ctl memory, freed at finalize */
     uint32_t      req_gen;
     size_t        live_reqs;
+    unsigned      ticks;        /* progress calls, for the slow path */
+    int           deferred;     /* peer endpoints to close */
+    double        next_check;   /* next liveness check (p2p_time) */
     size_t        unexp_bytes;
     int           unexp_warned;
     p2p_stats_t   stats;
@@ -241,6 +250,23 @@ int  p2p_wireup_exchange(p2p_context_t *ctx);
 int  p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer);
 void p2p_wireup_finalize(p2p_context_t *ctx);
 
+/* p2p_liveness.c */
+void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, char *host,
+                       size_t hostlen);
+uint64_t p2p_proc_start_time(int32_t pid);
+void p2p_slow_progress(p2p_context_t *ctx);
+
+/* Progress UCP; now and then also what p2p watches itself. */
+static inline unsigned p2p_ctx_progress(p2p_context_t *ctx)
+{
+    unsigned n = ucp_worker_progress(ctx->worker);
+
+    if (P2P_UNLIKELY(((++ctx->ticks & 1023) == 0) || ctx->deferred)) {
+        p2p_slow_progress(ctx);
+    }
+    return n;
+}
+
 /* p2p_reg.c */
 int  p2p_reg_init(p2p_context_t *ctx);
 void p2p_reg_cleanup(p2p_context_t *ctx);
@@ -265,7 +291,7 @@ int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
 void p2p_recv_from_unexp(p2p_request_t *req, struct p2p_unexp *u);
 void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u);
 void p2p_replay_held(p2p_context_t *ctx, p2p_held_t *h);
-void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status);
+void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp);
 size_t p2p_drop_held(p2p_context_t *ctx, p2p_dlist_t *list);
 
 static inline p2p_peer_t *p2p_comm_peer(p2p_comm_t *comm, int rank)

@@ -241,7 +241,7 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
         if (sync) {
             p2p_wait_link(req);
         }
-        ++ctx->stats.eager_sent;
+        ++ctx->stats.mid_sent;
         sp = ucp_am_send_nbx(ep, P2P_AM_MID, &req->send.hdr.sync,
                              sizeof(req->send.hdr.sync), buf, len, &param);
         p2p_send_posted(req, sp);
@@ -896,37 +896,61 @@ static void p2p_fail_posted_cb(void *arg, p2p_mq_recv_t *r)
     p2p_req_event(req);
 }
 
-void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status)
+/* Close a dead peer's endpoint: UCP completes everything still in flight
+ * on it (our callbacks see an error). Not from inside a UCP callback. */
+static void p2p_peer_close_ep(p2p_peer_t *peer)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    sp;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    sp       = ucp_ep_close_nbx(peer->ep, &param);
+    peer->ep = NULL;
+    if (UCS_PTR_IS_PTR(sp)) {
+        peer->close_req = sp;
+    }
+}
+
+void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
 {
     p2p_context_t *ctx = peer->ctx;
     p2p_dlist_t   *e, *t;
     uint32_t      cid;
     int           r;
 
-    if (peer->failed) {
-        return;
-    }
-    peer->failed = 1;
-    p2p_log(ctx, "rank %u failed or became unreachable (%s): its pending "
-            "operations complete with P2P_ERR_PEER_FAILED", peer->rank,
-            ucs_status_string(status));
-    p2p_dlist_for_each_safe(e, t, &peer->waiting) {
-        p2p_wait_done(p2p_container_of(e, p2p_request_t, wait_link),
-                      P2P_ERR_PEER_FAILED);
-    }
-    /* receives that only this peer (or anyone, which now may mean this
-     * peer) could satisfy would wait forever */
-    for (cid = 0; cid < ctx->ncomms; ++cid) {
-        p2p_comm_t *comm = ctx->comms[cid];
-        if ((comm == NULL) || (comm == P2P_COMM_FREED)) {
-            continue;
+    if (!peer->failed) {
+        peer->failed = 1;
+        p2p_log(ctx, "rank %u failed or became unreachable (%s): its "
+                "pending operations complete with P2P_ERR_PEER_FAILED",
+                peer->rank, ucs_status_string(status));
+        p2p_dlist_for_each_safe(e, t, &peer->waiting) {
+            p2p_wait_done(p2p_container_of(e, p2p_request_t, wait_link),
+                          P2P_ERR_PEER_FAILED);
         }
-        for (r = 0; r < comm->size; ++r) {
-            if (comm->world[r] == peer->rank) {
-                void *arg[2] = { comm, &r };
-                p2p_mq_foreach_posted(&comm->mq, p2p_fail_posted_cb, arg);
-                break;
+        /* receives that only this peer (or anyone, which now may mean
+         * this peer) could satisfy would wait forever */
+        for (cid = 0; cid < ctx->ncomms; ++cid) {
+            p2p_comm_t *comm = ctx->comms[cid];
+            if ((comm == NULL) || (comm == P2P_COMM_FREED)) {
+                continue;
             }
+            for (r = 0; r < comm->size; ++r) {
+                if (comm->world[r] == peer->rank) {
+                    void *arg[2] = { comm, &r };
+                    p2p_mq_foreach_posted(&comm->mq, p2p_fail_posted_cb,
+                                          arg);
+                    break;
+                }
+            }
+        }
+    }
+    if (peer->ep != NULL) {
+        if (in_ucp) {
+            peer->close_ep = 1;
+            ctx->deferred  = 1;
+        } else {
+            p2p_peer_close_ep(peer);
         }
     }
 }

@@ -227,7 +227,7 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
                                                  msg_p != NULL);
         if (u == NULL) {
             /* MPI: a probe that finds nothing makes progress */
-            ucp_worker_progress(comm->ctx->worker);
+            p2p_ctx_progress(comm->ctx);
             u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
                                                      msg_p != NULL);
         }

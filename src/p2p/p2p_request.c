@@ -112,7 +112,7 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
         return P2P_ERR_INVALID;
     }
     if (!req->complete) {
-        ucp_worker_progress(req->ctx->worker);
+        p2p_ctx_progress(req->ctx);
         if (!req->complete) {
             *flag = 0;
             return P2P_OK;
@@ -138,7 +138,7 @@ int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
         return P2P_ERR_INVALID;
     }
     while (!req->complete) {
-        ucp_worker_progress(req->ctx->worker);
+        p2p_ctx_progress(req->ctx);
     }
     return p2p_req_finish(req_p, status);
 }
@@ -166,7 +166,7 @@ int p2p_testall(int count, p2p_request_t **reqs, int *flag,
     }
     ctx = p2p_reqs_context(count, reqs);
     if (ctx != NULL) {
-        ucp_worker_progress(ctx->worker);
+        p2p_ctx_progress(ctx);
     }
     for (i = 0; i < count; ++i) {
         if ((reqs[i] != NULL) &&
@@ -211,7 +211,7 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
             return P2P_ERR_INVALID;
         }
         while (!reqs[i]->complete) {
-            ucp_worker_progress(ctx->worker);
+            p2p_ctx_progress(ctx);
         }
         err     = p2p_req_finish(&reqs[i], st);
         failed |= (err != P2P_OK);
@@ -236,7 +236,7 @@ int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
         p2p_empty_status(status);
         return P2P_OK;
     }
-    ucp_worker_progress(ctx->worker);
+    p2p_ctx_progress(ctx);
     for (i = 0; i < count; ++i) {
         if (reqs[i] == NULL) {
             continue;

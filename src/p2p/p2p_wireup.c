@@ -12,7 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define P2P_PMIX_KEY "ib2.p2p.ucp.addr"
+#define P2P_PMIX_KEY   "ib2.p2p.ucp.addr"
+#define P2P_WIRE_MAGIC 0x69623270u    /* "ib2p" */
+
+/* What a process publishes: who it is (for the same-host liveness check,
+ * p2p_liveness.c), then its UCP worker address. */
+typedef struct p2p_wire_hdr {
+    uint32_t magic;
+    uint32_t pid;
+    uint64_t start_time;
+    char     host[128];     /* host name and boot id */
+} p2p_wire_hdr_t;
 
 int p2p_wireup_init(p2p_context_t *ctx)
 {
@@ -52,6 +62,8 @@ int p2p_wireup_init(p2p_context_t *ctx)
 
 int p2p_wireup_exchange(p2p_context_t *ctx)
 {
+    p2p_wire_hdr_t *hdr;
+    char          *blob;
     pmix_value_t  value;
     pmix_info_t   info;
     bool          collect = true;
@@ -60,11 +72,21 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
     if (!ctx->have_pmix) {
         return p2p_wireup_connect(ctx, &ctx->peers[0]);
     }
+    blob = malloc(sizeof(*hdr) + ctx->address_len);
+    if (blob == NULL) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    hdr        = (p2p_wire_hdr_t*)blob;
+    hdr->magic = P2P_WIRE_MAGIC;
+    p2p_liveness_self(&hdr->pid, &hdr->start_time, hdr->host,
+                      sizeof(hdr->host));
+    memcpy(blob + sizeof(*hdr), ctx->address, ctx->address_len);
     PMIX_VALUE_CONSTRUCT(&value);
     value.type          = PMIX_BYTE_OBJECT;
-    value.data.bo.bytes = (char*)ctx->address;
-    value.data.bo.size  = ctx->address_len;
+    value.data.bo.bytes = blob;
+    value.data.bo.size  = sizeof(*hdr) + ctx->address_len;
     rc = PMIx_Put(PMIX_GLOBAL, P2P_PMIX_KEY, &value);
+    free(blob);
     if (rc == PMIX_SUCCESS) {
         rc = PMIx_Commit();
     }
@@ -87,11 +109,15 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
 
 static void p2p_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-    p2p_peer_failed((p2p_peer_t*)arg, status);
+    p2p_peer_failed((p2p_peer_t*)arg, status, 1);
 }
 
 int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
 {
+    const p2p_wire_hdr_t *hdr;
+    char            myhost[sizeof(hdr->host)];
+    uint32_t        mypid;
+    uint64_t        mystart;
     ucp_ep_params_t params;
     pmix_proc_t     proc;
     pmix_value_t    *val = NULL;
@@ -109,15 +135,24 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
         PMIX_LOAD_PROCID(&proc, ctx->pmix_proc.nspace, peer->rank);
         rc = PMIx_Get(&proc, P2P_PMIX_KEY, NULL, 0, &val);
         if ((rc != PMIX_SUCCESS) || (val == NULL) ||
-            (val->type != PMIX_BYTE_OBJECT)) {
-            p2p_set_error(ctx, "no UCP address of rank %u in PMIx (%s)",
+            (val->type != PMIX_BYTE_OBJECT) ||
+            (val->data.bo.size <= sizeof(p2p_wire_hdr_t)) ||
+            (((p2p_wire_hdr_t*)val->data.bo.bytes)->magic !=
+             P2P_WIRE_MAGIC)) {
+            p2p_set_error(ctx, "no p2p address of rank %u in PMIx (%s); "
+                          "does every process of the job use this p2p?",
                           peer->rank, PMIx_Error_string(rc));
             if (val != NULL) {
                 PMIX_VALUE_RELEASE(val);
             }
             return P2P_ERR_INIT;
         }
-        addr = val->data.bo.bytes;
+        hdr = (const p2p_wire_hdr_t*)val->data.bo.bytes;
+        p2p_liveness_self(&mypid, &mystart, myhost, sizeof(myhost));
+        peer->local      = (strncmp(hdr->host, myhost, sizeof(myhost)) == 0);
+        peer->pid        = (int32_t)hdr->pid;
+        peer->start_time = hdr->start_time;
+        addr = val->data.bo.bytes + sizeof(*hdr);
     }
     memset(&params, 0, sizeof(params));
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;

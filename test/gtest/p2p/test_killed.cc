@@ -1,0 +1,132 @@
+/*
+ * A peer killed mid-transfer: rank 1 receives part of a stream of
+ * rendezvous, synchronous and eager messages from rank 0 and then kills
+ * itself with SIGKILL. Every request rank 0 still has outstanding with it
+ * -- sends waiting for FIN or ACK, a receive from it, an ANY_SOURCE
+ * receive -- must complete, with P2P_ERR_PEER_FAILED, within a few
+ * seconds; new sends to it fail at once; rank 0 then finalizes normally.
+ *
+ * Run: mpirun --enable-recovery -np 2 test_p2p_killed (without
+ * --enable-recovery mpirun kills the survivor too).
+ */
+#include <gtest/gtest.h>
+
+#include <p2p.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+p2p_context_t *ctx;
+p2p_comm_t    *world;
+int           rank, size;
+
+double now()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+}
+
+TEST(P2PKilled, SurvivorRequestsFailInBoundedTime)
+{
+    ASSERT_EQ(2, size) << "run with mpirun --enable-recovery -np 2";
+    const size_t big = (size_t)4 << 20;
+    const int    n   = 16;
+    std::vector<uint8_t> buf(big, 1), small(64, 2);
+
+    if (rank == 1) {
+        /* take three of the big messages, then die holding the rest */
+        std::vector<uint8_t> in(big);
+        ASSERT_EQ(P2P_OK, p2p_barrier(world));
+        for (int i = 0; i < 3; ++i) {
+            ASSERT_EQ(P2P_OK, p2p_recv(in.data(), big, 0, 1, world,
+                                       nullptr));
+        }
+        /* a get of the fourth is under way when we go */
+        p2p_request_t *r;
+        ASSERT_EQ(P2P_OK, p2p_irecv(in.data(), big, 0, 1, world, &r));
+        p2p_progress(ctx);
+        raise(SIGKILL);
+    }
+
+    std::vector<p2p_request_t*> reqs;
+    ASSERT_EQ(P2P_OK, p2p_barrier(world));
+    for (int i = 0; i < n; ++i) {
+        reqs.push_back(nullptr);
+        ASSERT_EQ(P2P_OK, p2p_isend(buf.data(), big, 1, 1, world,
+                                    &reqs.back()));
+    }
+    reqs.push_back(nullptr);
+    ASSERT_EQ(P2P_OK, p2p_issend(small.data(), 64, 1, 2, world,
+                                 &reqs.back()));
+    reqs.push_back(nullptr);
+    ASSERT_EQ(P2P_OK, p2p_irecv(small.data(), 64, 1, 3, world,
+                                &reqs.back()));
+    reqs.push_back(nullptr);
+    ASSERT_EQ(P2P_OK, p2p_irecv(small.data(), 64, P2P_ANY_SOURCE, 4, world,
+                                &reqs.back()));
+
+    double t0 = now(), limit = 10.0;
+    std::vector<p2p_status_t> st(reqs.size());
+    int flag = 0, ret = P2P_OK;
+    while (!flag && (now() - t0 < limit)) {
+        ret = p2p_testall((int)reqs.size(), reqs.data(), &flag, st.data());
+    }
+    double took = now() - t0;
+    ASSERT_TRUE(flag) << "requests still pending " << limit
+                      << " s after the peer died";
+    EXPECT_EQ(P2P_ERR_IN_STATUS, ret);
+    printf("all requests complete %.2f s after the peer was killed\n",
+           took);
+    int ok = 0, failed = 0;
+    for (size_t i = 0; i < st.size(); ++i) {
+        if (st[i].error == P2P_OK) {
+            ++ok;
+        } else {
+            EXPECT_EQ(P2P_ERR_PEER_FAILED, st[i].error) << "request " << i;
+            ++failed;
+        }
+    }
+    EXPECT_GE(ok, 3) << "the messages taken before dying";
+    EXPECT_GE(failed, n - 4 + 3);
+    EXPECT_EQ(P2P_ERR_PEER_FAILED, st[n + 1].error) << "receive from it";
+    EXPECT_EQ(P2P_ERR_PEER_FAILED, st[n + 2].error) << "ANY_SOURCE receive";
+    /* new operations with the dead peer fail at once */
+    p2p_request_t *r;
+    ASSERT_EQ(P2P_OK, p2p_isend(small.data(), 8, 1, 5, world, &r));
+    p2p_status_t s;
+    EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_wait(&r, &s));
+    EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_send(buf.data(), big, 1, 5, world));
+}
+
+int main(int argc, char **argv)
+{
+    ::testing::InitGoogleTest(&argc, argv);
+    if (p2p_init(nullptr, &ctx) != P2P_OK) {
+        return 2;
+    }
+    world = p2p_comm_world(ctx);
+    rank  = p2p_comm_rank(world);
+    size  = p2p_comm_size(world);
+    if (rank != 0) {
+        auto &l = ::testing::UnitTest::GetInstance()->listeners();
+        delete l.Release(l.default_result_printer());
+    }
+    int rc = RUN_ALL_TESTS();
+    double t0 = now();
+    p2p_finalize(ctx);
+    if (now() - t0 > 15.0) {
+        fprintf(stderr, "finalize took %.1f s with a dead peer\n",
+                now() - t0);
+        rc = 1;
+    }
+    return rc;
+}
