@@ -1049,16 +1049,20 @@ static void sv_sq_enqueue(struct sv_qp *qp, const struct sv_swqe *src)
         uint32_t i, off = 0;
 
         for (i = 0; i < src->num_sge; ++i) {
-            memcpy(d + off, (const void *)(uintptr_t)src->sge[i].addr,
-                   src->sge[i].length);
-            off += src->sge[i].length;
+            if (src->sge[i].length != 0) { /* its address may be NULL */
+                memcpy(d + off, (const void *)(uintptr_t)src->sge[i].addr,
+                       src->sge[i].length);
+                off += src->sge[i].length;
+            }
         }
         w->inl_data = d;
         w->inl_len  = off;
         w->num_sge  = 0;
         w->sge      = sge;
     } else if (src->sge != sge) {
-        memcpy(sge, src->sge, sizeof(*sge) * src->num_sge);
+        if (src->num_sge != 0) { /* sg_list may be NULL then */
+            memcpy(sge, src->sge, sizeof(*sge) * src->num_sge);
+        }
         w->sge = sge;
     }
     qp->sq_tail++;

@@ -241,7 +241,10 @@ int sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
         w = sv_rwqe_at(off, stride, size, t);
         w->wr_id   = wr->wr_id;
         w->num_sge = (uint32_t)wr->num_sge;
-        memcpy(w->sge, wr->sg_list, sizeof(struct ibv_sge) * wr->num_sge);
+        if (wr->num_sge != 0) { /* sg_list may be NULL then */
+            memcpy(w->sge, wr->sg_list,
+                   sizeof(struct ibv_sge) * wr->num_sge);
+        }
         atomic_store(tail, t + 1); /* seq_cst: see sv_op_post_recv */
     }
     return 0;

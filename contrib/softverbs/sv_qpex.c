@@ -173,7 +173,9 @@ static void sv_qx_set_sge_list(struct ibv_qp_ex *q, size_t n,
         qp->ex_err = EINVAL;
         return;
     }
-    memcpy(wr->sg_list, sg, n * sizeof(*sg));
+    if (n != 0) { /* sg may be NULL then */
+        memcpy(wr->sg_list, sg, n * sizeof(*sg));
+    }
     wr->num_sge = (int)n;
 }
 
@@ -194,8 +196,10 @@ static void sv_qx_set_inline_list(struct ibv_qp_ex *q, size_t n,
             qp->ex_err = ENOMEM;
             return;
         }
-        memcpy(d + off, bufs[i].addr, bufs[i].length);
-        off += bufs[i].length;
+        if (bufs[i].length != 0) { /* its address may be NULL */
+            memcpy(d + off, bufs[i].addr, bufs[i].length);
+            off += bufs[i].length;
+        }
     }
     wr->sg_list[0].addr   = (uintptr_t)d;
     wr->sg_list[0].length = (uint32_t)off;

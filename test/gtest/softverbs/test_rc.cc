@@ -245,6 +245,46 @@ TEST_F(RcPair, ExecutionIsInOrder)
     }
 }
 
+/* Requests without a gather list (sg_list NULL, as UCX's endpoint check
+ * posts them) queued behind a waiting one, and a receive without a scatter
+ * list, are kept and executed like any other (the sanitizer pass checks
+ * that no NULL list is copied). */
+TEST_F(RcPair, RequestsWithoutListsQueueBehindWaitingOnes)
+{
+    Buf s(d.pd, 64), r(d.pd, 64);
+    ibv_send_wr wr, *bad;
+    ibv_recv_wr rr, *rbad;
+    ibv_wc wc;
+
+    /* no receive at b yet: this send waits (RNR, retried forever) */
+    ASSERT_EQ(post_send(a, IBV_WR_SEND, s.p, 8, s.lkey(), 1), 0);
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id      = 2;
+    wr.opcode     = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0); /* queued behind it */
+    wr.wr_id      = 3;
+    wr.opcode     = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+    ASSERT_EQ(post_recv(b, r.p, 64, r.lkey(), 21), 0);
+    memset(&rr, 0, sizeof(rr));
+    rr.wr_id = 22;
+    ASSERT_EQ(ibv_post_recv(b, &rr, &rbad), 0);
+    for (uint64_t id = 1; id <= 3; ++id) {
+        ASSERT_TRUE(poll_wc(ca, &wc));
+        EXPECT_EQ(wc.wr_id, id);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    }
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_EQ(wc.wr_id, 21u);
+    EXPECT_EQ(wc.byte_len, 8u);
+    ASSERT_TRUE(poll_wc(cb, &wc));
+    EXPECT_EQ(wc.wr_id, 22u);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.byte_len, 0u);
+}
+
 /* Send queue slots are counted as ConnectX counts them: a request holds
  * its slot until a completion of it or of a later request is polled, so
  * unsignaled requests are freed by the next signaled one, and the queue
