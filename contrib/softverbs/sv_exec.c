@@ -36,6 +36,7 @@ struct sv_attempt {
     uint32_t           byte_len;
     uint8_t            rnr_timer;   /* SV_RNR: the responder's timer */
     int32_t            peer_pid;    /* to check for liveness */
+    uint32_t           peer_proc;   /* its process slot, if known */
 };
 
 static inline int sv_in_range(const struct sv_mr_shared *m, uint64_t addr,
@@ -407,8 +408,10 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
     state = atomic_load(&dst->state);
     if (atomic_load(&dst->s.handle) != dqpn || !sv_rc_accepts(state)) {
         sv_mutex_unlock(&dst->lock);
-        a->res      = SV_NORESP;
-        a->peer_pid = dst->s.pid;
+        a->res       = SV_NORESP;
+        a->peer_pid  = dst->s.pid;
+        a->peer_proc = atomic_load_explicit(&dst->s.proc,
+                                            memory_order_relaxed);
         return;
     }
     if (wimm && len != 0 &&
@@ -434,6 +437,8 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         a->res       = uc ? SV_OK : SV_RNR;
         a->rnr_timer = dst->min_rnr_timer;
         a->peer_pid  = dst->s.pid;
+        a->peer_proc = atomic_load_explicit(&dst->s.proc,
+                                            memory_order_relaxed);
         return;
     }
 
@@ -697,11 +702,18 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
         return;
     }
     state = atomic_load_explicit(&dst->state, memory_order_acquire);
+    /* A responder whose process is gone does not answer, whatever the
+     * request: also one that would move no data, or whose data would
+     * travel in its completion entry (no system call would notice). */
     if (SV_UNLIKELY(!sv_rc_accepts(state) || dst->type != qp->sh->type ||
                     dst->dest_qpn != qp->qpx.qp_base.qp_num ||
-                    !sv_ah_route(&qp->attr.ah_attr, qp->sh->dev, dst))) {
-        a->res      = SV_NORESP;
-        a->peer_pid = dst->s.pid;
+                    !sv_ah_route(&qp->attr.ah_attr, qp->sh->dev, dst) ||
+                    sv_proc_gone(atomic_load_explicit(
+                        &dst->s.proc, memory_order_relaxed)))) {
+        a->res       = SV_NORESP;
+        a->peer_pid  = dst->s.pid;
+        a->peer_proc = atomic_load_explicit(&dst->s.proc,
+                                            memory_order_relaxed);
         return;
     }
     switch (w->opcode) {
@@ -847,7 +859,9 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
             if (n == -EPERM) {
                 sv_warn_ptrace(dst->s.pid);
             }
-            a->peer_pid = dst->s.pid;
+            a->peer_pid  = dst->s.pid;
+            a->peer_proc = atomic_load_explicit(&dst->s.proc,
+                                                memory_order_relaxed);
             return;
         }
         wc.status   = IBV_WC_SUCCESS;
@@ -874,7 +888,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
 
 static int sv_exec(struct sv_qp *qp, struct sv_swqe *w)
 {
-    struct sv_attempt a = { .res = SV_OK };
+    struct sv_attempt a = { .res = SV_OK, .peer_proc = SV_NO_PROC };
     uint64_t now, t;
 
     /* regions of peers may not go away during the attempt */
@@ -885,7 +899,8 @@ static int sv_exec(struct sv_qp *qp, struct sv_swqe *w)
         sv_connected_attempt(qp, w, &a);
     }
     sv_xfer_end();
-    if (SV_UNLIKELY(a.peer_pid != 0) && !sv_pid_alive(a.peer_pid)) {
+    if (SV_UNLIKELY(a.peer_pid != 0) &&
+        sv_peer_gone(a.peer_proc, a.peer_pid)) {
         sv_note_dead_pid(a.peer_pid); /* reclaim what it left behind */
     }
     if (SV_LIKELY(a.res == SV_OK)) {

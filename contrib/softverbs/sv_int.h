@@ -20,6 +20,7 @@
 #include "ib2_config.h"   /* _GNU_SOURCE and friends, before any header */
 
 #include <infiniband/verbs.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -35,7 +36,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 7
+#define SV_LAYOUT_VERSION 8
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -139,7 +140,14 @@ struct sv_proc {
      * the slots share a count of active transfers. */
     _Atomic uint64_t xfer[SV_XFER_SLOTS];
     _Atomic uint32_t xfer_shared;
-    uint32_t         pad;
+    /* Liveness without a system call: a thread of the process (its
+     * keeper, which only sleeps) holds this robust lock while the process
+     * lives. When the process exits, is killed or calls exec, the kernel
+     * clears the owner from the lock word (robust futex list), so a peer
+     * sees it gone with one load: see sv_proc_gone. keeper is 1 once the
+     * lock is held; until then peers fall back to probing the pid. */
+    _Atomic uint32_t keeper;
+    sv_mutex_t       alive;
 };
 
 struct sv_port_shared {
@@ -402,6 +410,27 @@ static inline void *sv_lookup(int t, uint32_t handle)
     return s;
 }
 
+/* The process of slot idx is known to be gone (exited, killed, exec'd):
+ * its keeper no longer holds its lock. 0 when not known (no keeper yet),
+ * or for a slot index that is no process. One load: for hot paths. */
+static inline int sv_proc_gone(uint32_t idx)
+{
+    struct sv_proc *p;
+    int word;
+
+    if (SV_UNLIKELY(idx >= sv_g.hdr->nprocs)) {
+        return 0;
+    }
+    p = (struct sv_proc *)sv_ptr(sv_g.hdr->procs_off) + idx;
+    if (!atomic_load_explicit(&p->keeper, memory_order_acquire)) {
+        return 0;
+    }
+    /* glibc's robust mutex word is the kernel's robust futex: the owner's
+     * thread id, cleared (FUTEX_OWNER_DIED set) when that thread dies */
+    word = __atomic_load_n(&p->alive.m.__data.__lock, __ATOMIC_ACQUIRE);
+    return (word & FUTEX_TID_MASK) == 0;
+}
+
 static inline struct sv_cqe *sv_cq_ring(struct sv_cq_shared *cq)
 {
     return (struct sv_cqe *)sv_ptr(cq->ring_off);
@@ -591,6 +620,9 @@ const char *sv_shm_name(char *buf, size_t len);
 int  sv_attach(void);                  /* 0 or errno */
 void sv_reap_dead(void);
 int  sv_pid_alive(int32_t pid);
+/* Is the process of slot idx (its pid: pid) gone? Exact when it has a
+ * keeper, else a probe of the pid. */
+int  sv_peer_gone(uint32_t idx, int32_t pid);
 void sv_note_dead_pid(int32_t pid);
 /* Take a free slot for an object of device dev (limits enforced); the
  * caller fills it and then publishes the handle with sv_slot_publish. */

@@ -28,6 +28,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <semaphore.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -231,6 +232,10 @@ static void sv_init_segment(struct sv_hdr *h, const struct sv_config *cfg,
     for (i = 0; i < SV_ATOMIC_STRIPES; ++i) {
         sv_mutex_init((sv_mutex_t *)((char *)h + h->stripes_off) + i);
     }
+    for (i = 0; i < h->nprocs; ++i) {
+        sv_mutex_init(&((struct sv_proc *)((char *)h + h->procs_off) +
+                        i)->alive);
+    }
 }
 
 static uint64_t sv_pid_start_time(int32_t pid)
@@ -289,6 +294,10 @@ static int sv_proc_alive(struct sv_proc *p)
 {
     uint64_t st;
 
+    if (atomic_load(&p->keeper)) {
+        return !sv_proc_gone((uint32_t)(p - sv_proc_at(0)));
+    }
+    /* no keeper (yet): the pid, and its start time against reuse */
     if (!sv_pid_alive(p->pid)) {
         return 0;
     }
@@ -426,13 +435,20 @@ void sv_reap_dead(void)
     sv_mutex_unlock(&sv_g.hdr->lock);
 }
 
+int sv_peer_gone(uint32_t idx, int32_t pid)
+{
+    if (idx < sv_g.hdr->nprocs && atomic_load(&sv_proc_at(idx)->keeper)) {
+        return sv_proc_gone(idx);
+    }
+    return !sv_pid_alive(pid);
+}
+
+/* Reclaim the objects of the process(es) with this pid that are gone
+ * (the caller found it so; an exec'd process keeps its pid). */
 void sv_note_dead_pid(int32_t pid)
 {
     uint32_t i;
 
-    if (sv_pid_alive(pid)) {
-        return;
-    }
     sv_mutex_lock(&sv_g.hdr->lock);
     for (i = 0; i < sv_g.hdr->nprocs; ++i) {
         struct sv_proc *p = sv_proc_at(i);
@@ -443,6 +459,60 @@ void sv_note_dead_pid(int32_t pid)
         }
     }
     sv_mutex_unlock(&sv_g.hdr->lock);
+}
+
+/* The keeper: holds the process's liveness lock until the process ends
+ * (see struct sv_proc), doing nothing else. */
+static sem_t sv_keeper_ready;
+
+static void *sv_keeper_main(void *arg)
+{
+    struct sv_proc *p = arg;
+    int rc = pthread_mutex_lock(&p->alive.m);
+
+    if (rc == EOWNERDEAD) {
+        /* the slot's previous process ended holding it: as expected */
+        pthread_mutex_consistent(&p->alive.m);
+        rc = 0;
+    }
+    if (rc == 0) {
+        atomic_store_explicit(&p->keeper, 1, memory_order_release);
+    }
+    sem_post(&sv_keeper_ready);
+    for (;;) {
+        pause(); /* every signal is blocked: never returns */
+    }
+    return NULL;
+}
+
+/* Start the keeper of slot p and wait (bounded) until it holds the lock.
+ * Without it, peers fall back to probing the pid. */
+static void sv_keeper_start(struct sv_proc *p)
+{
+    pthread_attr_t a;
+    pthread_t t;
+    sigset_t all, old;
+    struct timespec ts;
+    int rc;
+
+    sem_init(&sv_keeper_ready, 0, 0);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 64 * 1024);
+    rc = pthread_create(&t, &a, sv_keeper_main, p);
+    pthread_attr_destroy(&a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        sv_debug("no keeper thread (%s): peers probe our pid instead",
+                 strerror(rc));
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 2;
+    while (sem_timedwait(&sv_keeper_ready, &ts) != 0 && errno == EINTR) {
+    }
 }
 
 static int sv_register_proc(void)
@@ -462,11 +532,13 @@ static int sv_register_proc(void)
                 atomic_store(&p->xfer[k], 0);
             }
             atomic_store(&p->xfer_shared, 0);
+            atomic_store(&p->keeper, 0);
             p->pid        = pid;
             p->start_time = sv_pid_start_time(pid);
             atomic_store(&p->state, SV_PROC_LIVE);
             sv_g.proc = i;
             sv_mutex_unlock(&sv_g.hdr->lock);
+            sv_keeper_start(p);
             return 0;
         }
     }

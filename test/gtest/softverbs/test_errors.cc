@@ -355,6 +355,121 @@ TEST(ErrProcesses, KilledPeerGivesRetryExceeded)
     ibv_destroy_cq(cq);
 }
 
+namespace {
+
+enum PeerEnd { KILLED, EXECED };
+
+/* A request to the QP of a process that is gone (killed and reaped, or
+ * replaced by exec) gets no answer: transport retries run out, whatever
+ * the request, including those that move no data or whose data would
+ * travel in the peer's completion entry. */
+void request_to_gone_peer(PeerEnd end, ibv_wr_opcode op, uint32_t len)
+{
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    ibv_cq *cq = make_cq(d.ctx);
+    QpOpts o;
+    o.timeout   = 8; /* 1 ms */
+    o.retry_cnt = 2;
+    ibv_qp *qp = make_qp(d, IBV_QPT_RC, cq, cq, o);
+    Peer p([end](Chan &c) {
+        Dev pd;
+        ibv_cq *pcq = make_cq(pd.ctx);
+        ibv_qp *pqp = make_qp(pd, IBV_QPT_RC, pcq, pcq);
+        Buf r(pd.pd, 4096);
+        Ends me = { pqp->qp_num, pd.lid, r.addr(), r.rkey(), 0 }, peer;
+        c.put(me);
+        SV_CHILD_CHECK(c.get(peer), 10);
+        SV_CHILD_CHECK(connect_rc(pqp, peer.qpn, peer.lid, 1) == 0, 11);
+        for (int i = 0; i < 8; ++i) {
+            post_recv(pqp, r.p, 4096, r.lkey(), i);
+        }
+        c.put(me);
+        if (end == EXECED) {
+            execl("/bin/sleep", "sleep", "60", (char *)nullptr);
+            return 12;
+        }
+        pause(); /* until killed */
+        return 0;
+    });
+    Ends peer, me = { qp->qp_num, d.lid, 0, 0, 0 };
+    ASSERT_TRUE(p.chan().get(peer));
+    ASSERT_EQ(connect_rc(qp, peer.qpn, peer.lid, 1, o), 0);
+    p.chan().put(me);
+    ASSERT_TRUE(p.chan().get(peer));
+    if (end == KILLED) {
+        p.kill9();
+    } else {
+        char path[64], comm[32] = "";
+        uint64_t until = now_ms() + kTimeoutMs;
+
+        snprintf(path, sizeof(path), "/proc/%d/comm", (int)p.pid());
+        while (strncmp(comm, "sleep", 5) != 0 && now_ms() < until) {
+            FILE *f = fopen(path, "r");
+            if (f != nullptr) {
+                if (fgets(comm, sizeof(comm), f) == nullptr) {
+                    comm[0] = '\0';
+                }
+                fclose(f);
+            }
+            usleep(1000);
+        }
+        ASSERT_EQ(strncmp(comm, "sleep", 5), 0) << "the peer did not exec";
+    }
+    Buf s(d.pd, 4096);
+    ibv_sge sge = { s.addr(), len, s.lkey() };
+    ibv_send_wr wr, *bad;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id      = 7;
+    wr.opcode     = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.sg_list    = len ? &sge : nullptr;
+    wr.num_sge    = len ? 1 : 0;
+    if (op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_READ) {
+        wr.wr.rdma.remote_addr = len ? peer.addr : 0;
+        wr.wr.rdma.rkey        = len ? peer.rkey : 0;
+    }
+    ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+    ibv_wc wc;
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR)
+        << "opcode " << op << ", " << len << " bytes";
+    EXPECT_EQ(wc.wr_id, 7u);
+    ibv_destroy_qp(qp);
+    ibv_destroy_cq(cq);
+}
+
+} // namespace
+
+TEST(ErrProcesses, ZeroLengthWriteToKilledPeerTimesOut)
+{
+    request_to_gone_peer(KILLED, IBV_WR_RDMA_WRITE, 0);
+}
+
+TEST(ErrProcesses, ZeroLengthReadToKilledPeerTimesOut)
+{
+    request_to_gone_peer(KILLED, IBV_WR_RDMA_READ, 0);
+}
+
+TEST(ErrProcesses, ZeroLengthSendToKilledPeerTimesOut)
+{
+    request_to_gone_peer(KILLED, IBV_WR_SEND, 0);
+}
+
+/* small enough to travel in the peer's completion entry */
+TEST(ErrProcesses, SmallSendToKilledPeerTimesOut)
+{
+    request_to_gone_peer(KILLED, IBV_WR_SEND, 8);
+}
+
+/* exec keeps the pid (and its start time) but ends the process's verbs
+ * objects; a write must not land in the new program's memory either */
+TEST(ErrProcesses, RequestsToAPeerThatExecedTimeOut)
+{
+    request_to_gone_peer(EXECED, IBV_WR_SEND, 8);
+    request_to_gone_peer(EXECED, IBV_WR_RDMA_WRITE, 64);
+}
+
 /* Deregistration fences remote writes: once ibv_dereg_mr returns, no write
  * of a peer lands in the memory any more, and the peer gets an error. */
 TEST(ErrProcesses, DeregFencesRemoteWrites)
