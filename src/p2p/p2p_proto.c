@@ -281,18 +281,22 @@ static ucs_status_t p2p_am_ctl_cb(void *arg, const void *header,
                                   size_t length,
                                   const ucp_am_recv_param_t *param)
 {
-    const p2p_ctl_hdr_t *h  = header;
-    p2p_request_t       *req = (p2p_request_t*)(uintptr_t)h->sreq.ptr;
+    p2p_ctl_hdr_t h;
+    p2p_request_t *req;
 
+    if (header_length != sizeof(h)) {
+        return UCS_OK;
+    }
+    memcpy(&h, header, sizeof(h)); /* UCP does not align user headers */
+    req = (p2p_request_t*)(uintptr_t)h.sreq.ptr;
     /* Request memory is never returned before finalize, so reading it is
      * safe; the generation tells whether it is still the same send (a
      * late answer after a peer-failure verdict is dropped). */
-    if ((header_length != sizeof(*h)) || (req == NULL) ||
-        (req->gen != h->sreq.gen) || (req->kind != P2P_REQ_SEND) ||
-        !req->waiting) {
+    if ((req == NULL) || (req->gen != h.sreq.gen) ||
+        (req->kind != P2P_REQ_SEND) || !req->waiting) {
         return UCS_OK;
     }
-    p2p_wait_done(req, (int)(int32_t)h->sreq.pad);
+    p2p_wait_done(req, (int)(int32_t)h.sreq.pad);
     return UCS_OK;
 }
 
@@ -307,7 +311,9 @@ static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
         n                 = req->recv.len;
         req->status.error = P2P_ERR_TRUNCATE;
     }
-    memcpy(req->recv.buf, data, n);
+    if (n != 0) {   /* a zero-byte receive may have no buffer */
+        memcpy(req->recv.buf, data, n);
+    }
     req->status.count = n;
 }
 
@@ -400,7 +406,7 @@ static void p2p_mid_recv_cb(void *ucp_req, ucs_status_t status,
     ucp_request_free(ucp_req);
     if (req->recv.rkey != NULL) {
         /* truncating: the data went to a bounce buffer */
-        if (status == UCS_OK) {
+        if ((status == UCS_OK) && (req->recv.len != 0)) {
             memcpy(req->recv.buf, req->recv.rkey, req->recv.len);
         }
         free(req->recv.rkey);
@@ -443,7 +449,9 @@ static void p2p_mid_start(p2p_request_t *req, void *desc, size_t length)
     sp = ucp_am_recv_data_nbx(req->ctx->worker, desc, dst, length, &param);
     if (sp == NULL) {
         if (req->recv.rkey != NULL) {
-            memcpy(req->recv.buf, dst, req->recv.len);
+            if (req->recv.len != 0) {
+                memcpy(req->recv.buf, dst, req->recv.len);
+            }
             free(dst);
             req->recv.rkey = NULL;
         }
@@ -679,7 +687,9 @@ static int p2p_hold(p2p_context_t *ctx, p2p_dlist_t *list, unsigned am_id,
     h->data_len = len;
     memcpy(h->buf, hdr, hlen);
     if (how == P2P_ARR_DATA) {
-        memcpy(h->buf + hlen, data, len);
+        if (len != 0) {
+            memcpy(h->buf + hlen, data, len);
+        }
         ctx->unexp_bytes += len;
     } else {
         memcpy(h->buf + hlen, &data, sizeof(void*));
@@ -756,7 +766,12 @@ static int p2p_arrival_ret(p2p_context_t *ctx, unsigned am_id,
                            const void *hdr, size_t hdr_len, void *data,
                            size_t len, unsigned how)
 {
-    const p2p_hdr_t *h = hdr;
+    union {
+        p2p_hdr_t      base;
+        p2p_sync_hdr_t sync;
+        p2p_rts_hdr_t  rts;
+    } al;
+    const p2p_hdr_t *h = &al.base;
     p2p_comm_t      *comm;
 
     if (P2P_UNLIKELY(hdr_len != p2p_hdr_len(am_id))) {
@@ -765,6 +780,9 @@ static int p2p_arrival_ret(p2p_context_t *ctx, unsigned am_id,
                 hdr_len, p2p_hdr_len(am_id));
         return 0;
     }
+    /* UCP places the user header at any offset: read an aligned copy */
+    memcpy(&al, hdr, hdr_len);
+    hdr = &al;
     comm = p2p_comm_by_cid(ctx, h->cid);
     if (P2P_UNLIKELY((comm == NULL) || (comm == P2P_COMM_FREED))) {
         if (comm == NULL) {

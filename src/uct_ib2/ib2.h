@@ -354,6 +354,8 @@ ucs_status_t ib2_ep_connect_to_ep(uct_ep_h tl_ep,
 
 ucs_status_t ib2_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
                              const void *payload, unsigned length);
+ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                 const uct_iov_t *iov, size_t iovcnt);
 ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
                         void *arg, unsigned flags);
 ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,

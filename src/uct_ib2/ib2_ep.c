@@ -18,6 +18,7 @@
 #include "ib2.h"
 
 #include <ucs/arch/bitops.h>
+#include <uct/base/uct_iov.inl>
 
 /* ---- send helpers ----------------------------------------------------------- */
 
@@ -293,6 +294,41 @@ ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
     }
     ib2_ep_am_sent(ep, txq);
     return (ssize_t)length;
+}
+
+typedef struct {
+    const uct_iov_t *iov;
+    size_t           iovcnt;
+} ib2_ep_iov_pack_t;
+
+static size_t ib2_ep_pack_iov(void *dest, void *arg)
+{
+    ib2_ep_iov_pack_t *p = arg;
+    ucs_iov_iter_t iter;
+
+    ucs_iov_iter_init(&iter);
+    return uct_iov_to_buffer(p->iov, p->iovcnt, &iter, dest, SIZE_MAX);
+}
+
+/*
+ * UCP's active messages (ucp_am_send_nbx) send short messages as an iov
+ * with no separate header. The pieces are gathered into a bounce buffer
+ * and sent like am_bcopy: one copy of at most max_short bytes, the same
+ * wire format, queue choice and credit rules.
+ */
+ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                 const uct_iov_t *iov, size_t iovcnt)
+{
+    ib2_ep_t *ep         = ucs_derived_of(tl_ep, ib2_ep_t);
+    ib2_ep_iov_pack_t p  = { iov, iovcnt };
+    ssize_t ret;
+
+    if (ucs_unlikely(uct_iov_total_length(iov, iovcnt) >
+                     ep->iface->config.max_short)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    ret = ib2_ep_am_bcopy(tl_ep, id, ib2_ep_pack_iov, &p, 0);
+    return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
 }
 
 ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,

@@ -565,6 +565,7 @@ static uct_iface_ops_t ib2_iface_ops = {
     .ep_get_bcopy             = ib2_ep_get_bcopy,
     .ep_get_zcopy             = ib2_ep_get_zcopy,
     .ep_am_short              = ib2_ep_am_short,
+    .ep_am_short_iov          = ib2_ep_am_short_iov,
     .ep_am_bcopy              = ib2_ep_am_bcopy,
     .ep_am_zcopy              = ib2_ep_am_zcopy,
     .ep_atomic_cswap64        = ib2_ep_atomic_cswap64,

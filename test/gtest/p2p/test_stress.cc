@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 
 using namespace p2ptest;
@@ -148,12 +149,14 @@ TEST_F(P2P, OrderingStress)
     std::vector<int>                   req_posted;  /* index in posted */
     std::vector<std::vector<uint8_t>*> req_buf;
     std::vector<std::vector<uint8_t>*> free_bufs;
+    std::vector<std::unique_ptr<std::vector<uint8_t>>> owned;
     size_t outstanding = 0, received = 0, total = remaining;
 
     auto post = [&](int src, int tag) {
         std::vector<uint8_t> *b;
         if (free_bufs.empty()) {
-            b = new std::vector<uint8_t>(max_len);
+            owned.emplace_back(new std::vector<uint8_t>(max_len));
+            b = owned.back().get();
         } else {
             b = free_bufs.back();
             free_bufs.pop_back();
@@ -238,9 +241,6 @@ TEST_F(P2P, OrderingStress)
             ASSERT_EQ(P2P_OK, wait_one(&reqs[i], &st, what.c_str()));
             EXPECT_EQ(1, st.cancelled) << "an extra message arrived";
         }
-    }
-    for (auto *b : free_bufs) {
-        delete b;
     }
     /* MPI ordering */
     for (int s = 1; s < size; ++s) {

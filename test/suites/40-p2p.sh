@@ -1,0 +1,96 @@
+# p2p, the MPI-style point-to-point layer (googletest): the matching engine
+# alone, then the library end to end -- alone (a singleton without a
+# launcher), and under mpirun with 2 and 3 ranks over UCX's shared memory
+# and TCP transports, the unexpected-queue bound, a peer killed
+# mid-transfer -- and the same over rc_ib2 on the softverbs device
+# (receive queues in each mode, the transport's own dead-peer path).
+# The sanitizer pass leaves out rc_ib2: softverbs is preloaded, which an
+# instrumented program cannot take before its sanitizer runtime.
+# sanitizer: yes
+for v in $(compgen -e | grep '^P2P_\|^UCX_\|^SOFTVERBS_\|^OMPI_'); do
+    unset "$v"
+done
+
+p2pt=$BUILD/test/gtest/p2p
+# Two cores run three ranks; nothing is bound, so ranks do not share one.
+p2p_mpirun=$(command -v mpirun)
+p2p_mpi=(--allow-run-as-root --oversubscribe --bind-to none)
+p2p_gt=(--gtest_color=no)
+# the bound has its own runs below, with a bound small enough to reach
+p2p_no_bound=--gtest_filter=-P2P.UnexpectedQueueBound
+# A wait that cannot end fails its test after this many seconds.
+export P2PTEST_WAIT_LIMIT=120
+
+ib2_gtest p2p-match "$p2pt/test_p2p_match"
+ib2_gtest p2p-singleton "$p2pt/test_p2p" "${p2p_gt[@]}" "$p2p_no_bound"
+
+for tl in shm tcp; do
+    export UCX_TLS=$tl
+    ib2_gtest "p2p-$tl" "$p2p_mpirun" "${p2p_mpi[@]}" -np 2 \
+        "$p2pt/test_p2p" "${p2p_gt[@]}" "$p2p_no_bound"
+    # the wildcard ordering stress with two senders
+    ib2_gtest "p2p-$tl-3ranks" "$p2p_mpirun" "${p2p_mpi[@]}" -np 3 \
+        "$p2pt/test_p2p" "${p2p_gt[@]}" \
+        --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'
+    # what happens at the unexpected-queue bound
+    P2P_UNEXPECTED_LIMIT=64k ib2_gtest "p2p-$tl-unexpected-bound" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 2 \
+        "$p2pt/test_p2p" "${p2p_gt[@]}" --gtest_filter='P2P.UnexpectedQueue*'
+    # without --enable-recovery mpirun would kill the survivor as well
+    ib2_gtest "p2p-$tl-killed" "$p2p_mpirun" "${p2p_mpi[@]}" \
+        --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}"
+    unset UCX_TLS
+done
+
+if [ -z "${IB2_PREFIX:-}" ]; then
+    # rc_ib2 carries everything (am and rma lanes); ud_verbs only helps
+    # UCP wire up, as UCX's own rc_verbs needs it to.
+    p2p_shm=ib2-p2p-suite-$$
+    p2p_cleanup() { rm -rf "/dev/shm/$p2p_shm" "/dev/shm/$p2p_shm".* \
+                           "/dev/shm/$p2p_shm"-*; }
+    trap p2p_cleanup EXIT
+    export P2P_UCT_IB2=$BUILD/src/uct_ib2/.libs/libuct_ib2.so
+    export UCX_TLS=rc_ib2,ud_verbs:aux
+    p2p_sv=("$BUILD/contrib/softverbs/softverbs-run" --shm "$p2p_shm")
+
+    ib2_gtest p2p-rc_ib2 "${p2p_sv[@]}" "$p2p_mpirun" "${p2p_mpi[@]}" \
+        -np 2 "$p2pt/test_p2p" "${p2p_gt[@]}" "$p2p_no_bound"
+    ib2_gtest p2p-rc_ib2-3ranks "${p2p_sv[@]}" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p" "${p2p_gt[@]}" \
+        --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'
+
+    p2p_rq_tests=P2P.SendRecvAcrossProtocols:P2P.OrderingStress
+    p2p_rq_tests+=:P2P.ThousandsOutstanding:P2P.LargeMessage64MiB
+    # Every receive-queue mode carries the protocols and the ordering
+    # stress (messages cross queues of different sizes).
+    for rq in "P-only=P,128,256,192,32:P,4096,64,48,16:P,16384,16,12,4" \
+              "S-only=S,1024,256,128,32:S,16384,64,32,8" \
+              "mixed=P,256,64,48,16:S,4096,256,128,32:S,16384,64,32,8"; do
+        UCX_IB2_RECEIVE_QUEUES=${rq#*=} ib2_gtest "p2p-rc_ib2-${rq%%=*}" \
+            "${p2p_sv[@]}" "$p2p_mpirun" "${p2p_mpi[@]}" \
+            -x UCX_IB2_RECEIVE_QUEUES -np 2 "$p2pt/test_p2p" \
+            "${p2p_gt[@]}" --gtest_filter="$p2p_rq_tests"
+    done
+
+    # The traffic really goes over rc_ib2: UCP names each lane's transport.
+    ib2_check p2p-rc_ib2-lanes bash -c '
+        out=$(UCX_LOG_LEVEL=info "$@" 2>&1) || { echo "$out"; exit 1; }
+        echo "$out" | grep "ep_cfg"
+        echo "$out" | grep -q "ep_cfg\[.*am(rc_ib2/softverbs0:1" &&
+        echo "$out" | grep -q "ep_cfg\[.*rma(rc_ib2/softverbs0:1"' _ \
+        "${p2p_sv[@]}" "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_LOG_LEVEL \
+        -np 2 "$p2pt/test_p2p" "${p2p_gt[@]}" \
+        --gtest_filter=P2P.SendRecvAcrossProtocols
+
+    # A killed peer: found by p2p's same-host watch, and -- with the watch
+    # off -- by UCP's keepalive and the transports alone.
+    ib2_gtest p2p-rc_ib2-killed "${p2p_sv[@]}" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" --enable-recovery -np 2 "$p2pt/test_p2p_killed" \
+        "${p2p_gt[@]}"
+    P2P_KEEPALIVE_INTERVAL=0 UCX_KEEPALIVE_INTERVAL=500ms UCX_UD_TIMEOUT=2s \
+        ib2_gtest p2p-rc_ib2-killed-transport-detects "${p2p_sv[@]}" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
+        -x P2P_KEEPALIVE_INTERVAL -x UCX_KEEPALIVE_INTERVAL -x UCX_UD_TIMEOUT \
+        -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}"
+    unset UCX_TLS P2P_UCT_IB2
+fi
