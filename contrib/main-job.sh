@@ -1,7 +1,120 @@
 #!/usr/bin/env bash
-# The product's main job, run by `contrib/setup.sh main` after the build.
-# Today: the registration-cache benchmark against UCX's own ucs_rcache.
-# Usage: contrib/main-job.sh BUILD_DIR
+#
+# The product's main job, run by `contrib/setup.sh main` after the build:
+# two processes exchange messages through p2p over UCP over the rc_ib2
+# transport, and the same two processes run again over UCX's own
+# transports -- rc_verbs on the same device, and shared memory -- rounds
+# alternating. It prints one table: latency (half a ping-pong round trip)
+# and streaming bandwidth per message size, medians over the rounds, and
+# the ratio rc_ib2 / rc_verbs.
+#
+# Where the machine has no RDMA device, both verbs transports run on
+# softverbs, the software device built here.
+#
+#   contrib/main-job.sh BUILD_DIR [ROUNDS]
+#
+# MAIN_JOB_BENCH_ARGS adds options to p2p_bench (e.g. "-m 1048576").
+#
 set -euo pipefail
-BUILD=${1:?usage: main-job.sh BUILD_DIR}
-exec "$BUILD/contrib/bench/rcache/ib2_rcache_bench"
+BUILD=$(cd "${1:?usage: main-job.sh BUILD_DIR [ROUNDS]}" && pwd)
+ROUNDS=${2:-3}
+BENCH=$BUILD/contrib/bench/p2p/p2p_bench
+IB2_LIB=$BUILD/src/uct_ib2/.libs/libuct_ib2.so
+MPIRUN=$(command -v mpirun) || {
+    echo "main-job: mpirun not found: install openmpi-bin" \
+         "(contrib/setup.sh does)" >&2
+    exit 1
+}
+for f in "$BENCH" "$IB2_LIB"; do
+    [ -e "$f" ] || { echo "main-job: $f is missing: build first" \
+                          "(contrib/setup.sh build)" >&2; exit 1; }
+done
+case $ROUNDS in
+''|*[!0-9]*|0) echo "main-job: ROUNDS must be a positive number" >&2
+               exit 2 ;;
+esac
+
+# No variable of the caller's may change what is measured.
+for v in $(compgen -e | grep '^UCX_\|^P2P_\|^SOFTVERBS_'); do unset "$v"; done
+
+TMP=$(mktemp -d)
+SHM=ib2-main-job-$$
+trap 'rm -rf "$TMP" /dev/shm/$SHM /dev/shm/$SHM.* /dev/shm/$SHM-*' EXIT
+
+# A real adapter if there is one, else softverbs.
+if compgen -G '/sys/class/infiniband/*' >/dev/null; then
+    RUNNER=()
+    DEVICE="the machine's RDMA device"
+else
+    RUNNER=("$BUILD/contrib/softverbs/softverbs-run" --shm "$SHM")
+    DEVICE="softverbs (software RDMA device: no adapter on this machine)"
+fi
+
+# name | UCX_TLS | runs on the verbs device
+CONFIGS=(
+    "rc_ib2|rc_ib2,ud_verbs:aux|1"
+    "rc_verbs|rc_verbs,ud_verbs:aux|1"
+    "shm|shm|0"
+)
+
+run_bench() {   # run_bench NAME TLS ON_VERBS OUT
+    local runner=() vars=(UCX_TLS="$2")
+    [ "$3" = 1 ] && runner=("${RUNNER[@]}")
+    # p2p loads the transport itself when told where it is
+    [ "$1" = rc_ib2 ] && vars+=(P2P_UCT_IB2="$IB2_LIB")
+    # shellcheck disable=SC2086
+    if ! env "${vars[@]}" timeout 600 "${runner[@]}" "$MPIRUN" \
+            --allow-run-as-root --bind-to none -np 2 "$BENCH" -r 1 \
+            ${MAIN_JOB_BENCH_ARGS:-} >"$4.log" 2>&1; then
+        echo "main-job: p2p_bench over $1 (UCX_TLS=$2) failed:" >&2
+        tail -n 20 "$4.log" >&2
+        exit 1
+    fi
+    # bytes latency_us bandwidth_MBs of p2p, one line per size
+    awk '$1 ~ /^[0-9]+$/ && NF == 7 { print $1, $2, $5 }' "$4.log" >>"$4"
+}
+
+echo "p2p over UCP: two processes, latency and bandwidth by message size"
+echo "verbs device: $DEVICE"
+echo "transports: rc_ib2 (this product), rc_verbs and shm (UCX's own);"
+echo "$ROUNDS rounds, transports alternating in each; medians"
+for r in $(seq 1 "$ROUNDS"); do
+    for c in "${CONFIGS[@]}"; do
+        IFS='|' read -r name tls verbs <<<"$c"
+        printf '  round %d/%d: %s\n' "$r" "$ROUNDS" "$name" >&2
+        run_bench "$name" "$tls" "$verbs" "$TMP/$name"
+    done
+done
+
+# medians per size of column 2 (latency) and 3 (bandwidth) of each file
+medians() {   # medians FILE -> "bytes lat bw" per size, in size order
+    sort -k1,1n -k2,2g "$1" | awk '
+        { n[$1]++; lat[$1, n[$1]] = $2; bw[$1, n[$1]] = $3
+          if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
+        function med(a, s, c,    i, j, t, v) {
+            for (i = 1; i <= c; i++) v[i] = a[s, i]
+            for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++)
+                if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+            return (c % 2) ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2
+        }
+        END { for (i = 1; i <= k; i++) { s = order[i]
+                  print s, med(lat, s, n[s]), med(bw, s, n[s]) } }'
+}
+medians "$TMP/rc_ib2" >"$TMP/m_ib2"
+medians "$TMP/rc_verbs" >"$TMP/m_verbs"
+medians "$TMP/shm" >"$TMP/m_shm"
+
+echo
+printf '%9s | %-37s | %-37s\n' "" "latency (us)" "bandwidth (MB/s)"
+printf '%9s | %9s %9s %6s %9s | %9s %9s %6s %9s\n' bytes rc_ib2 rc_verbs \
+    ratio shm rc_ib2 rc_verbs ratio shm
+awk 'FILENAME == ARGV[1] { vl[$1] = $2; vb[$1] = $3; next }
+     FILENAME == ARGV[2] { sl[$1] = $2; sb[$1] = $3; next }
+     ($1 in vl) && ($1 in sl) {
+         printf "%9d | %9.3f %9.3f %6.2f %9.3f | %9.1f %9.1f %6.2f %9.1f\n",
+                $1, $2, vl[$1], $2 / vl[$1], sl[$1], $3, vb[$1],
+                $3 / vb[$1], sb[$1] }' "$TMP/m_verbs" "$TMP/m_shm" \
+    "$TMP/m_ib2"
+echo "(latency ratio below 1 and bandwidth ratio above 1: rc_ib2 is ahead)"
+echo "full output of each run: p2p_bench, also next to UCP's tag API;"
+echo "see docs/p2p.md and docs/uct_ib2.md"

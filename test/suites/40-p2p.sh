@@ -94,3 +94,15 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}"
     unset UCX_TLS P2P_UCT_IB2
 fi
+
+if [ -z "${IB2_PREFIX:-}" ]; then
+    # The README's main job, shortened: every transport's run completes and
+    # the table has a row per size with all columns.
+    ib2_check main-job bash -c '
+        MAIN_JOB_BENCH_ARGS="-m 65536 -n 200" "$1/contrib/main-job.sh" \
+            "$2" 1 >"$3" 2>&1 || { cat "$3"; exit 1; }
+        cat "$3"
+        rows=$(grep -cE "^ +[0-9]+ \| +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ \| +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$" "$3")
+        [ "$rows" -eq 14 ] || { echo "expected 14 rows (8 B .. 64 KiB), got $rows"; exit 1; }' \
+        _ "$SRC" "$BUILD" "$LOGDIR/main-job.out"
+fi
