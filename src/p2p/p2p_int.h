@@ -217,6 +217,7 @@ struct p2p_context {
     uint32_t      next_cid;     /* lowest cid this process never used */
     p2p_dlist_t   early;        /* held: for communicators not created yet */
     rcache_t      *rcache;
+    int           reg_quiet;  /* creating the cache on trial */
     p2p_request_t *free_reqs;
     p2p_ctl_t     *free_ctls;
     void          *chunks;      /* request/ctl memory, freed at finalize */

@@ -8,6 +8,7 @@
 #include "p2p_int.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int p2p_reg_mem(void *arg, rcache_region_t *region)
@@ -51,11 +52,14 @@ static const rcache_ops_t p2p_reg_ops = {
 
 static void p2p_reg_log(void *arg, int is_error, const char *msg)
 {
+    if (((p2p_context_t*)arg)->reg_quiet) {
+        return;
+    }
     p2p_log((p2p_context_t*)arg, "registration cache %s: %s",
             is_error ? "error" : "warning", msg);
 }
 
-int p2p_reg_init(p2p_context_t *ctx)
+static int p2p_reg_create(p2p_context_t *ctx, int leave_pinned, int quiet)
 {
     rcache_params_t params;
     int             ret;
@@ -64,14 +68,49 @@ int p2p_reg_init(p2p_context_t *ctx)
     params.ops         = &p2p_reg_ops;
     params.ctx         = ctx;
     params.priv_size   = sizeof(p2p_reg_t);
-    params.flags       = ctx->cfg.leave_pinned ? RCACHE_FLAG_LEAVE_PINNED : 0;
-    params.monitor     = RCACHE_MONITOR_UCM;
+    params.flags       = leave_pinned ? RCACHE_FLAG_LEAVE_PINNED : 0;
+    /* Without leave-pinned a registration lives only while its send is
+     * in flight, when the buffer may not be freed: nothing to watch. */
+    params.monitor     = leave_pinned ? RCACHE_MONITOR_UCM :
+                                        RCACHE_MONITOR_NONE;
     params.max_regions = ctx->cfg.reg_max_regions;
     params.max_pinned  = ctx->cfg.reg_max_bytes;
     params.name        = "p2p";
     params.log         = p2p_reg_log;
     params.log_arg     = ctx;
-    ret = rcache_create(&params, &ctx->rcache);
+    ctx->reg_quiet     = quiet;
+    ret                = rcache_create(&params, &ctx->rcache);
+    ctx->reg_quiet     = 0;
+    return ret;
+}
+
+int p2p_reg_init(p2p_context_t *ctx)
+{
+    const char *lp = getenv("P2P_LEAVE_PINNED");
+    int        asked = (lp != NULL) && (*lp != '\0');
+    int        ret;
+
+    /* Leave-pinned needs memory hooks (libucm). They can be missing --
+     * e.g. under valgrind, or with UCX_MEM_MALLOC_HOOKS=n -- and then the
+     * default falls back to registering per send; only an explicit
+     * P2P_LEAVE_PINNED=1 makes that an error. */
+    ret = p2p_reg_create(ctx, ctx->cfg.leave_pinned, ctx->cfg.leave_pinned);
+    if ((ret == -ENOTSUP) && ctx->cfg.leave_pinned && !asked) {
+        p2p_log(ctx, "warning: memory hooks (libucm) are not available, so "
+                "a freed buffer's registration could not be dropped: "
+                "leave-pinned is off (set P2P_LEAVE_PINNED=0 to silence "
+                "this)");
+        ctx->cfg.leave_pinned = 0;
+        ret = p2p_reg_create(ctx, 0, 0);
+    }
+    if ((ret == -ENOTSUP) && ctx->cfg.leave_pinned) {
+        ctx->rcache = NULL;
+        p2p_set_error(ctx, "P2P_LEAVE_PINNED=%s needs memory hooks (libucm), "
+                      "which are not available here (UCX_MEM_MMAP_HOOK_MODE, "
+                      "UCX_MEM_MALLOC_HOOKS, or a tool such as valgrind): "
+                      "unset it to register per send instead", lp);
+        return P2P_ERR_INIT;
+    }
     if (ret != 0) {
         ctx->rcache = NULL;
         p2p_set_error(ctx, "creating the registration cache failed (%s)",

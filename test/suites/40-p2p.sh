@@ -42,6 +42,27 @@ for tl in shm tcp; do
     unset UCX_TLS
 done
 
+# Without memory hooks leave-pinned cannot be kept safe: by default p2p says
+# so and registers per send (the tests then check that mode's accounting);
+# asked for explicitly, it refuses to start and says why.
+UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n \
+    ib2_gtest p2p-without-hooks "$p2p_mpirun" "${p2p_mpi[@]}" -np 2 \
+    -x UCX_MEM_MMAP_HOOK_MODE -x UCX_MEM_MALLOC_HOOKS "$p2pt/test_p2p" \
+    "${p2p_gt[@]}" \
+    --gtest_filter='P2P.LeavePinned*:P2P.Freed*:P2P.SendRecvAcrossProtocols'
+ib2_check p2p-without-hooks-warns bash -c '
+    out=$(UCX_MEM_MMAP_HOOK_MODE=none "$1" --gtest_filter=P2P.Truncation 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "warning: memory hooks (libucm) are not available.*leave-pinned is off"' \
+    _ "$p2pt/test_p2p"
+ib2_check p2p-leave-pinned-without-hooks-refused bash -c '
+    out=$(UCX_MEM_MMAP_HOOK_MODE=none P2P_LEAVE_PINNED=1 "$1" 2>&1)
+    rc=$?
+    echo "$out"
+    [ $rc -ne 0 ] &&
+    echo "$out" | grep -q "P2P_LEAVE_PINNED=1 needs memory hooks"' \
+    _ "$p2pt/test_p2p"
+
 if [ -z "${IB2_PREFIX:-}" ]; then
     # rc_ib2 carries everything (am and rma lanes); ud_verbs only helps
     # UCP wire up, as UCX's own rc_verbs needs it to.
