@@ -313,8 +313,9 @@ static size_t ib2_ep_pack_iov(void *dest, void *arg)
 /*
  * UCP's active messages (ucp_am_send_nbx) send short messages as an iov
  * with no separate header. The pieces are gathered into a bounce buffer
- * and sent like am_bcopy: one copy of at most max_short bytes, the same
- * wire format, queue choice and credit rules.
+ * and sent like am_bcopy: one copy of at most cap.am.max_short bytes (the
+ * am_short payload plus the 8 bytes its header takes), the same wire
+ * format, queue choice and credit rules.
  */
 ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
                                  const uct_iov_t *iov, size_t iovcnt)
@@ -324,7 +325,7 @@ ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     ssize_t ret;
 
     if (ucs_unlikely(uct_iov_total_length(iov, iovcnt) >
-                     ep->iface->config.max_short)) {
+                     ep->iface->config.max_short + sizeof(uint64_t))) {
         return UCS_ERR_INVALID_PARAM;
     }
     ret = ib2_ep_am_bcopy(tl_ep, id, ib2_ep_pack_iov, &p, 0);
