@@ -242,6 +242,7 @@ typedef struct ib2_iface {
         unsigned           tx_qp_len;
         unsigned           tx_moderation;
         unsigned           max_inline;
+        unsigned           max_send_sge;   /* per work request */
         unsigned           rx_poll_batch;
         unsigned           mtu_enum;
         unsigned           sl;

@@ -310,26 +310,70 @@ static size_t ib2_ep_pack_iov(void *dest, void *arg)
     return uct_iov_to_buffer(p->iov, p->iovcnt, &iter, dest, SIZE_MAX);
 }
 
+/* More pieces than a work request takes: gathered into a bounce buffer
+ * and sent the am_bcopy way (same wire format, queue and credit rules). */
+static UCS_F_NOINLINE ucs_status_t
+ib2_ep_am_short_iov_gather(uct_ep_h tl_ep, uint8_t id, const uct_iov_t *iov,
+                           size_t iovcnt)
+{
+    ib2_ep_iov_pack_t p = { iov, iovcnt };
+    ssize_t ret;
+
+    ret = ib2_ep_am_bcopy(tl_ep, id, ib2_ep_pack_iov, &p, 0);
+    return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
+}
+
 /*
  * UCP's active messages (ucp_am_send_nbx) send short messages as an iov
- * with no separate header. The pieces are gathered into a bounce buffer
- * and sent like am_bcopy: one copy of at most cap.am.max_short bytes (the
- * am_short payload plus the 8 bytes its header takes), the same wire
- * format, queue choice and credit rules.
+ * with no separate header: its own header, the payload, the user header.
+ * The pieces go inline in one work request behind our header, up to
+ * cap.am.max_short bytes (the am_short payload plus the 8 bytes its header
+ * takes), on the queue and with the credit rules of am_short.
  */
 ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
                                  const uct_iov_t *iov, size_t iovcnt)
 {
-    ib2_ep_t *ep         = ucs_derived_of(tl_ep, ib2_ep_t);
-    ib2_ep_iov_pack_t p  = { iov, iovcnt };
-    ssize_t ret;
+    ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
+    ib2_iface_t *iface = ep->iface;
+    struct ibv_sge sge[8];
+    struct ibv_send_wr wr;
+    ib2_ep_txq_t *txq;
+    ib2_hdr_t hdr;
+    size_t i, length = 0;
+    unsigned q, n = 1;
 
-    if (ucs_unlikely(uct_iov_total_length(iov, iovcnt) >
-                     ep->iface->config.max_short + sizeof(uint64_t))) {
+    if (ucs_unlikely(iovcnt >= iface->config.max_send_sge)) {
+        if (uct_iov_total_length(iov, iovcnt) >
+            iface->config.max_short + sizeof(uint64_t)) {
+            return UCS_ERR_INVALID_PARAM;
+        }
+        return ib2_ep_am_short_iov_gather(tl_ep, id, iov, iovcnt);
+    }
+    for (i = 0; i < iovcnt; ++i) {
+        sge[n].addr   = (uintptr_t)iov[i].buffer;
+        sge[n].length = (uint32_t)uct_iov_get_length(&iov[i]);
+        sge[n].lkey   = 0;  /* inline: not looked at */
+        length       += sge[n].length;
+        n            += (sge[n].length != 0);
+    }
+    if (ucs_unlikely(length > iface->config.max_short + sizeof(uint64_t))) {
         return UCS_ERR_INVALID_PARAM;
     }
-    ret = ib2_ep_am_bcopy(tl_ep, id, ib2_ep_pack_iov, &p, 0);
-    return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
+    txq = ib2_ep_am_queue(iface, ep, sizeof(hdr) + length, &q);
+    if (ucs_unlikely(txq == NULL)) {
+        return ib2_ep_blocked(ep);
+    }
+    ib2_ep_fill_hdr(ep, q, &hdr, id);
+    sge[0].addr   = (uintptr_t)&hdr;
+    sge[0].length = sizeof(hdr);
+    sge[0].lkey   = 0;
+    wr.opcode     = IBV_WR_SEND;
+    wr.sg_list    = sge;
+    wr.num_sge    = (int)n;
+    wr.next       = NULL;
+    ib2_ep_am_sent(ep, txq);
+    return ib2_ep_post_flags(iface, ep, q, &wr, IBV_SEND_INLINE,
+                             txq->credits == 0);
 }
 
 ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,

@@ -739,6 +739,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                                   sizeof(ib2_hdr_t);
 
     largest                  = self->rq.q[self->rq.count - 1].size;
+    self->config.max_send_sge = ucs_min(self->md->dev_attr.max_sge, 8);
     /* Header and payload fit inline and in the largest queue's buffers. */
     self->config.max_short   = (ucs_min(self->config.max_inline, largest) >
                                 sizeof(self->tx_short.am_hdr)) ?

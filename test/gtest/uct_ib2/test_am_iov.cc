@@ -1,7 +1,8 @@
 /*
  * am_short_iov: what UCP's active messages use for short messages. The
  * pieces arrive concatenated, as one message of their total length, in
- * every receive-queue mode and at the sizes around each queue's limit;
+ * every receive-queue mode and at the sizes around each queue's limit,
+ * in fewer pieces than a work request takes and in more;
  * too long is refused without sending anything; order with the other
  * active-message kinds is kept.
  */
@@ -51,7 +52,8 @@ TEST_P(DataTest, AmShortIovSizes)
     std::vector<size_t> sizes = boundaries(4, 0, max);
     uint32_t seed = 500;
 
-    for (size_t pieces : {1, 2, 5}) {
+    /* 12 pieces: more than a work request takes (gathered) */
+    for (size_t pieces : {1, 2, 5, 12}) {
         for (size_t n : sizes) {
             std::vector<uint8_t> payload(n);
             fill(payload.data(), n, seed);
