@@ -97,7 +97,7 @@ static int sv_tree_port(const char *root, const char *dname, uint32_t d,
 {
     const struct sv_hdr *h = sv_g.hdr;
     const struct sv_port_shared *ps = &h->port[d][p - 1];
-    int eth = (h->cfg.dev[d].link == SV_LINK_ETH);
+    int eth = (h->cfg.dev[d].link != SV_LINK_IB); /* RoCE, iWARP */
     char rel[256], gid[64];
     uint32_t i;
     int rc = 0;
@@ -124,7 +124,7 @@ static int sv_tree_port(const char *root, const char *dname, uint32_t d,
         sv_fmt_gid(gid, &ps->gid[i]);
         snprintf(file, sizeof(file), "gids/%u", i);
         SV_PW(file, "%s\n", gid);
-        if (i < ps->num_gids) {
+        if (i < ps->num_gids && h->cfg.dev[d].link != SV_LINK_IWARP) {
             snprintf(file, sizeof(file), "gid_attrs/types/%u", i);
             SV_PW(file, "%s\n", (ps->gid_type[i] == IBV_GID_TYPE_ROCE_V2) ?
                   "RoCE v2" : "IB/RoCE v1");
@@ -159,7 +159,8 @@ static int sv_tree_fill(const char *root)
         } while (0)
 
         sv_fmt_guid(guid, h->dev[d].node_guid);
-        SV_DW("node_type", "1: CA\n");
+        SV_DW("node_type", "%s\n", (h->cfg.dev[d].link == SV_LINK_IWARP) ?
+              "4: RNIC" : "1: CA");
         SV_DW("node_guid", "%s\n", guid);
         SV_DW("sys_image_guid", "%s\n", guid);
         SV_DW("fw_ver", "%s\n", h->cfg.fw_ver);
