@@ -308,9 +308,9 @@ static int sv_opt_ip(struct sv_dev_config *d, const char *key, char *val,
     port = strtoul(key + 2, &end, 10);
     if (key[2] == '\0' || *end != '\0' || port < 1 ||
         port > d->num_ports) {
-        snprintf(err, errlen, "SOFTVERBS_DEVICES: '%s' of '%s': give ip1= "
-                 "to ip%u= (one per port of the device)", key, d->name,
-                 d->num_ports);
+        snprintf(err, errlen, "SOFTVERBS_DEVICES: '%s' of '%s': the device "
+                 "has %u port(s); give ipN= with N from 1 to %u", key,
+                 d->name, d->num_ports, d->num_ports);
         return -1;
     }
     if (d->ip[port - 1][0].family != 0) {

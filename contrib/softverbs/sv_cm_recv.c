@@ -124,6 +124,7 @@ static void sv_cm_on_req(struct sv_cm_id *id, const struct sv_cm_msg *m)
                  (void *)(l != NULL ? &l->id : NULL));
         return; /* the caller frees the id */
     }
+    id->timer       = SV_CMT_NONE; /* the REQ came */
     id->src_ip      = m->dst;
     id->src_pn      = m->dst_port;
     id->dst_ip      = m->src;
@@ -306,9 +307,15 @@ static void sv_cm_peer_gone(struct sv_cm_id *id)
     case SV_CMS_AWAIT_REQ:
         return; /* the caller frees the id: the program never saw it */
     case SV_CMS_CONNECT:
-        sv_cm_fail(id, id->id.qp_type == IBV_QPT_UD ?
-                   RDMA_CM_EVENT_UNREACHABLE : RDMA_CM_EVENT_CONNECT_ERROR,
-                   -ECONNRESET, SV_CMEV_PLAIN);
+        /* as the transports report a listener that goes away: IB's CM
+         * rejects for the destroyed id, iWARP's TCP connection is reset */
+        if (id->id.qp_type == IBV_QPT_UD) {
+            sv_cm_fail(id, RDMA_CM_EVENT_UNREACHABLE, SV_IB_SIDR_REJECT,
+                       SV_CMEV_PLAIN);
+        } else {
+            sv_cm_fail(id, RDMA_CM_EVENT_REJECTED, sv_cm_iwarp(id) ?
+                       -ECONNRESET : SV_IB_REJ_CONSUMER, SV_CMEV_QP_ERR);
+        }
         return;
     case SV_CMS_REQ_RCVD:
     case SV_CMS_REP_RCVD:

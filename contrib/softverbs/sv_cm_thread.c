@@ -167,6 +167,8 @@ int sv_cm_try_connect(struct sv_cm_id *id)
     }
     if (full) {
         /* the listener's queue is full: again a little later */
+        sv_debug("rdmacm: the listener of port %u is full; id %p retries",
+                 (unsigned)id->dst_pn, (void *)&id->id);
         id->timer    = SV_CMT_CONNECT;
         id->retry_at = sv_now_ns() + id->retry_ns;
         if (id->retry_ns < 32000000) {

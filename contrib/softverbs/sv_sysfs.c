@@ -8,6 +8,7 @@
  * there. Other paths pass through untouched.
  */
 #include "sv_int.h"
+#include "sv_cm.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -148,6 +149,9 @@ static int sv_tree_fill(const char *root)
 
     rc = sv_tree_write(root, "sys/class/infiniband_verbs/abi_version",
                        "6\n");
+    /* the rdmacm emulation's limit, where UCX looks for the kernel's */
+    rc = rc ? rc : sv_tree_write(root, "proc/sys/net/rdma_ucm/max_backlog",
+                                 "%d\n", SV_CM_BACKLOG_MAX);
     for (d = 0; d < h->cfg.num_devices && !rc; ++d) {
         const char *n = h->cfg.dev[d].name;
 
@@ -229,12 +233,13 @@ static int sv_prefix(const char *path, const char *pfx, size_t n)
 static const char *sv_redirect(const char *path, char *buf, size_t len)
 {
     if (path == NULL || path[0] != '/' ||
-        (path[1] != 'd' && path[1] != 's')) {
+        (path[1] != 'd' && path[1] != 's' && path[1] != 'p')) {
         return path;
     }
     if (!sv_prefix(path, "/dev/infiniband", 15) &&
         !sv_prefix(path, "/sys/class/infiniband", 21) &&
-        !sv_prefix(path, "/sys/class/infiniband_verbs", 27)) {
+        !sv_prefix(path, "/sys/class/infiniband_verbs", 27) &&
+        !sv_prefix(path, "/proc/sys/net/rdma_ucm", 22)) {
         return path;
     }
     if (getenv("SOFTVERBS_NO_REDIRECT") != NULL || sv_attach() != 0) {
