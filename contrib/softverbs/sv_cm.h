@@ -181,6 +181,7 @@ int         sv_addr_roce_gid(uint32_t dev, uint32_t port,
 struct sv_iw_conn {
     uint32_t dqpn, rq_psn, sq_psn;
     uint8_t  port, mtu, max_rd_atomic, max_dest_rd_atomic;
+    uint8_t  timeout;           /* stands for TCP's retransmission */
     int      hold;              /* passive side: hold sends until RTR */
 };
 int  sv_iw_connect(struct ibv_qp *qp, const struct sv_iw_conn *c);

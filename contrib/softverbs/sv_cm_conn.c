@@ -271,6 +271,7 @@ static int sv_cm_iw_bind(struct sv_cm_id *id, int hold)
     c.mtu                = (uint8_t)sv_g.hdr->cfg.mtu;
     c.max_rd_atomic      = id->init_depth;
     c.max_dest_rd_atomic = id->resp_res;
+    c.timeout            = id->ack_timeout_set ? id->ack_timeout : 17;
     c.hold               = hold;
     return sv_iw_connect(qp, &c);
 }

@@ -136,7 +136,7 @@ int sv_iw_connect(struct ibv_qp *ibqp, const struct sv_iw_conn *c)
     a.max_rd_atomic      = c->max_rd_atomic;
     a.max_dest_rd_atomic = c->max_dest_rd_atomic;
     a.ah_attr.port_num   = c->port;     /* a TCP connection: no GRH, LID 0 */
-    a.timeout            = 17;          /* TCP retransmission stands here */
+    a.timeout            = c->timeout;
     a.retry_cnt          = 7;
     a.rnr_retry          = 7;
     a.min_rnr_timer      = 1;

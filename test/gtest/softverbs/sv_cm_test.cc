@@ -4,9 +4,22 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 
 namespace sv {
+
+bool stop_child(pid_t pid)
+{
+    int st;
+
+    if (kill(pid, SIGSTOP) != 0) {
+        return false;
+    }
+    /* the group stop is reported once every thread has stopped */
+    return waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st);
+}
 
 const CmKind kCmKinds[3] = {
     { "ib",    "d0:ib:1",    false, true },

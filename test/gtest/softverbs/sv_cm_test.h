@@ -39,6 +39,9 @@ bool cm_quiet(rdma_event_channel *ch, int ms);
 
 sockaddr_in ip4(const char *addr, uint16_t port);
 
+/* Stop a child process and return once all its threads are stopped. */
+bool stop_child(pid_t pid);
+
 /* A bound, listening id. */
 rdma_cm_id *cm_listen(rdma_event_channel *ch, const char *addr,
                       uint16_t port, int backlog = 0,

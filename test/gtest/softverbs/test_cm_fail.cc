@@ -162,7 +162,7 @@ TEST(CmFail, ListenerFullBacklog)
         });
         int tok = 0;
         SV_CHILD_CHECK(passive.chan().get(tok), 10);
-        kill(passive.pid(), SIGSTOP);
+        SV_CHILD_CHECK(stop_child(passive.pid()), 5);
         std::vector<CmEnd> a(n);
         for (int i = 0; i < n; ++i) {
             SV_CHILD_CHECK(a[i].connect("127.0.1.1", 7120) == 0, 11);
@@ -237,7 +237,7 @@ TEST(CmFail, RequesterKilledMidConnect)
                                          &req), 11);
                 SV_CHILD_CHECK(b.setup(req.id) == 0, 12);
                 if (after_accept) {
-                    kill(active.pid(), SIGSTOP);
+                    SV_CHILD_CHECK(stop_child(active.pid()), 5);
                     SV_CHILD_CHECK(rdma_accept(req.id, &p) == 0, 13);
                 }
                 active.kill9();
