@@ -19,6 +19,7 @@
 #include "sv_cm.h"
 
 #include <errno.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@
 enum { SV_CMK_WAKE = 0, SV_CMK_LISTEN = 1, SV_CMK_CONN = 2 };
 
 static void *sv_cm_main(void *arg);
+static sem_t sv_cm_started;
 
 /* The thread and its epoll set, on first use. Lock held. */
 static int sv_cm_start(void)
@@ -68,6 +70,7 @@ static int sv_cm_start(void)
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    sem_init(&sv_cm_started, 0, 0);
     rc = pthread_create(&t, &a, sv_cm_main, NULL);
     pthread_attr_destroy(&a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -75,6 +78,11 @@ static int sv_cm_start(void)
         sv_log("rdmacm: cannot start the connection manager thread: %s",
                strerror(rc));
         return rc;
+    }
+    /* Running before this returns: a fork that follows at once then never
+     * finds the thread half made (inside the C library or a sanitizer's
+     * runtime), which could leave the child unable to start threads. */
+    while (sem_wait(&sv_cm_started) != 0 && errno == EINTR) {
     }
     sv_cm.thread = 1;
     return 0;
@@ -262,13 +270,11 @@ static void *sv_cm_main(void *arg)
 {
     struct epoll_event evs[64];
     int64_t next = -1;
-    uint32_t gen;
-    int i, n, epfd;
+    /* the starter holds sv_cm.lock until it is told this runs */
+    uint32_t gen = sv_cm.gen;
+    int i, n, epfd = sv_cm.epfd;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    gen  = sv_cm.gen;
-    epfd = sv_cm.epfd;
-    pthread_mutex_unlock(&sv_cm.lock);
+    sem_post(&sv_cm_started);
     for (;;) {
         int ms = (next < 0) ? -1 : (int)((next + 999999) / 1000000);
 
