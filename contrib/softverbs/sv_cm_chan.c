@@ -554,6 +554,17 @@ SV_EXPORT int rdma_migrate_id(struct rdma_cm_id *cid,
      * old channel must be acknowledged before it returns */
     sv_cm_events_move(id, from, to);
     id->id.channel = &to->ch;
+    {
+        /* a listener's requests the program has not seen yet go along */
+        struct sv_cm_id *child;
+
+        for (child = sv_cm.ids; child != NULL; child = child->next) {
+            if (child->listener == id) {
+                sv_cm_events_move(child, from, to);
+                child->id.channel = &to->ch;
+            }
+        }
+    }
     sv_cm_wait_acks(id, "rdma_migrate_id");
     if (id->sync && from != to) {
         sv_cm_chan_free(from);

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <poll.h>
 #include <string.h>
 
 using namespace sv;
@@ -223,6 +224,59 @@ TEST(CmUd, RefusedAndDevices)
         int v = 1;
         SV_CHILD_CHECK(rdma_set_option(id, 77, 1, &v, sizeof(v)) == -1 &&
                        errno == ENOSYS, 16);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+/* A listener moved to another channel with requests waiting: they, and
+ * what follows for them, arrive on the new channel; the old one is quiet. */
+TEST(CmUd, MigrateListenerWithRequests)
+{
+    int rc = run_child_env(cm_env("migr", "d0:eth:1"), [] {
+        rdma_event_channel *a = rdma_create_event_channel();
+        rdma_event_channel *b = rdma_create_event_channel();
+        rdma_cm_id *l = cm_listen(a, "127.0.1.1", 7420);
+        SV_CHILD_CHECK(l != nullptr, 10);
+        Peer active([](Chan &c) {
+            CmEnd e[2];
+            int tok;
+
+            for (CmEnd &x : e) {
+                SV_CHILD_CHECK(x.connect("127.0.1.1", 7420) == 0, 20);
+            }
+            SV_CHILD_CHECK(c.put(1) && c.get(tok), 21);
+            for (CmEnd &x : e) {
+                SV_CHILD_CHECK(cm_expect(x.ch, RDMA_CM_EVENT_ESTABLISHED),
+                               22);
+            }
+            return 0;
+        });
+        int tok;
+        struct pollfd p = { a->fd, POLLIN, 0 };
+        SV_CHILD_CHECK(active.chan().get(tok), 11);
+        SV_CHILD_CHECK(poll(&p, 1, kTimeoutMs) == 1, 12); /* requests wait */
+        SV_CHILD_CHECK(rdma_migrate_id(l, b) == 0, 13);
+        SV_CHILD_CHECK(cm_quiet(a, 0), 14);
+        active.chan().put(0);
+        CmEnd e[2];
+        for (int i = 0, est = 0; i < 2 || est < 2;) {
+            CmEv ev;
+            rdma_conn_param prm = cm_param();
+
+            SV_CHILD_CHECK(cm_next(b, ev), 15);
+            if (ev.type == RDMA_CM_EVENT_ESTABLISHED) {
+                ++est;
+                continue;
+            }
+            SV_CHILD_CHECK(ev.type == RDMA_CM_EVENT_CONNECT_REQUEST &&
+                           ev.listen_id == l && ev.id->channel == b &&
+                           i < 2 && e[i].setup(ev.id) == 0 &&
+                           rdma_accept(ev.id, &prm) == 0, 16);
+            ++i;
+        }
+        SV_CHILD_CHECK(cm_quiet(a, 50), 17);
+        SV_CHILD_CHECK(active.wait() == 0, 18);
         return 0;
     });
     EXPECT_EQ(rc, 0);
