@@ -6,6 +6,7 @@
  * types and port addresses.
  */
 #include "sv_cm_test.h"
+#include "softverbs.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -364,6 +365,32 @@ TEST(Iwarp, PortAddresses)
         SV_CHILD_CHECK(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) == 0 &&
                        rdma_bind_addr(id, (sockaddr *)&s6) == 0 &&
                        id->port_num == 1, 16);
+        /* what a transport asks to learn a port's addresses */
+        sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        char txt[64];
+        SV_CHILD_CHECK(softverbs_port_addr("r0", 1, 1, (sockaddr *)&ss,
+                                           &len) == 0 &&
+                       len == sizeof(sockaddr_in6) &&
+                       inet_ntop(AF_INET6, &((sockaddr_in6 *)&ss)->sin6_addr,
+                                 txt, sizeof(txt)) != nullptr &&
+                       !strcmp(txt, "fd00::1"), 17);
+        len = sizeof(ss);
+        SV_CHILD_CHECK(softverbs_port_addr("iw0", 1, 0, (sockaddr *)&ss,
+                                           &len) == 0 &&
+                       len == sizeof(sockaddr_in) &&
+                       !strcmp(inet_ntop(AF_INET,
+                                         &((sockaddr_in *)&ss)->sin_addr,
+                                         txt, sizeof(txt)), "127.0.1.1"), 18);
+        SV_CHILD_CHECK(softverbs_port_addr("r0", 2, 1, (sockaddr *)&ss,
+                                           &len) == ENOENT &&
+                       softverbs_port_addr("x9", 1, 0, (sockaddr *)&ss,
+                                           &len) == ENOENT &&
+                       softverbs_port_addr("r0", 3, 0, (sockaddr *)&ss,
+                                           &len) == ENOENT, 19);
+        len = 4;
+        SV_CHILD_CHECK(softverbs_port_addr("r0", 1, 0, (sockaddr *)&ss,
+                                           &len) == EINVAL, 20);
         return 0;
     });
     EXPECT_EQ(rc, 0);
