@@ -239,9 +239,9 @@ SV_EXPORT int rdma_listen(struct rdma_cm_id *cid, int backlog)
     if (rc == 0) {
         id->backlog = (backlog > 0 && backlog < SV_CM_BACKLOG_MAX) ?
                       backlog : SV_CM_BACKLOG_MAX;
-        /* the socket's own queue holds requests beyond the backlog until
-         * they are taken: their senders wait, as IB's REQ retries do */
-        if (listen(id->res_fd, 0) != 0) {
+        /* the socket's own queue holds as many again until they are
+         * taken; beyond that their senders retry, as IB's REQs do */
+        if (listen(id->res_fd, id->backlog) != 0) {
             rc = errno;
         } else {
             rc = sv_cm_watch(id, id->res_fd, 1);
