@@ -263,6 +263,11 @@ static void sv_cm_on_msg(struct sv_cm_id *id, const struct sv_cm_msg *m)
             sv_cm_on_rej(id, m);
         }
         return;
+    case SV_CMS_REP_RCVD:
+        if (m->type == SV_CM_REJ) {
+            sv_cm_on_rej(id, m); /* the acceptor gave up waiting */
+        }
+        return;
     case SV_CMS_ACCEPTED:
         if (m->type == SV_CM_RTU) {
             id->timer = SV_CMT_NONE;

@@ -531,3 +531,39 @@ TEST(CmFail, GarbageAtListener)
     });
     EXPECT_EQ(rc, 0);
 }
+
+/* A requester that takes the response but never confirms it (no RTU:
+ * rdma_establish is never called): the acceptor gives up after the
+ * timeout and the requester learns it was rejected. */
+TEST(CmFail, AcceptedButNeverEstablished)
+{
+    int rc = run_child_env(cm_env("nortu", kRoce,
+                                  { "SOFTVERBS_CM_TIMEOUT_MS=300" }), [] {
+        rdma_event_channel *ch = rdma_create_event_channel();
+        rdma_cm_id *l = cm_listen(ch, "127.0.1.1", 7210);
+        SV_CHILD_CHECK(l != nullptr, 10);
+        Peer active([](Chan &) {
+            rdma_event_channel *ach = rdma_create_event_channel();
+            rdma_cm_id *id = cm_resolve(ach, "127.0.1.1", 7210);
+            rdma_conn_param p = cm_param();
+            CmEv ev;
+
+            p.qp_num = 0x123; /* no QP on the id: the program's own */
+            SV_CHILD_CHECK(id != nullptr && rdma_connect(id, &p) == 0, 20);
+            SV_CHILD_CHECK(cm_expect(ach, RDMA_CM_EVENT_CONNECT_RESPONSE),
+                           21);
+            SV_CHILD_CHECK(cm_expect(ach, RDMA_CM_EVENT_REJECTED, &ev) &&
+                           ev.status == 1, 22); /* timeout */
+            SV_CHILD_CHECK(rdma_establish(id) == -1 && errno == EINVAL, 23);
+            return 0;
+        });
+        CmEv ev;
+        CmEnd b;
+        SV_CHILD_CHECK(accept_next(ch, b) != nullptr, 11);
+        SV_CHILD_CHECK(cm_expect(ch, RDMA_CM_EVENT_CONNECT_ERROR, &ev) &&
+                       ev.status == -ETIMEDOUT, 12);
+        SV_CHILD_CHECK(active.wait() == 0, 13);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
