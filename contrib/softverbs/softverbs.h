@@ -35,7 +35,7 @@ uint64_t softverbs_lock_recoveries(void);
 int softverbs_cqe_inline(int on);
 
 /* The index-th IP address of port `port` of device `dev` (0-based
- * index; SOFTVERBS_DEVICES ipN=, or 127.0.<device+1>.<port>): what rdmacm
+ * index; SOFTVERBS_DEVICES pN.ip=, or 127.0.<device+1>.<port>): what rdmacm
  * resolves to that port, so a transport can listen there and tell peers
  * where to connect. On hardware the port's network interface has these
  * addresses. *len: the room at addr, then the address's length. Returns

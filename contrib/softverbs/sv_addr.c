@@ -2,7 +2,7 @@
  * IP addresses of the ports, and what derives from them.
  *
  * Every port has one to SV_PORT_IPS addresses: configured per port in
- * SOFTVERBS_DEVICES (NAME:TYPE:PORTS:ip1=A[+A...]:ip2=...), or by default
+ * SOFTVERBS_DEVICES (NAME:TYPE:PORTS/p1.ip=A[+A...]/p2.ip=...), or by default
  * 127.0.<device+1>.<port>, which this machine's loopback range answers
  * for. They are the addresses rdmacm resolves (sv_cm_*.c); on RoCE ports
  * they also give the GID table as the kernel builds it from a netdev's
@@ -291,128 +291,139 @@ static int sv_parse_ip(const char *s, struct sv_ipaddr *ip)
         ip->family = AF_INET6;
         return 0;
     }
-    if (inet_pton(AF_INET, s, ip->a) != 1) {
-        return -1;
+    if (inet_pton(AF_INET, s, ip->a) == 1) {
+        ip->family = AF_INET;
+        return 0;
     }
-    ip->family = AF_INET;
-    return 0;
+    if (inet_pton(AF_INET6, s, ip->a) == 1) {
+        ip->family = AF_INET6;
+        return 0;
+    }
+    return -1;
 }
 
-static int sv_opt_ip(struct sv_dev_config *d, const char *key, char *val,
-                     char *err, size_t errlen)
+/* pN.ip=ADDR[+ADDR...] */
+static int sv_opt_ip(struct sv_config *cfg, uint32_t dev, uint32_t port,
+                     const char *val, char *err, size_t errlen)
 {
-    char *save = NULL, *a, *end;
-    unsigned long port;
+    struct sv_dev_config *d = &cfg->dev[dev];
+    char buf[256], *save = NULL, *a;
     int n = 0;
 
-    port = strtoul(key + 2, &end, 10);
-    if (key[2] == '\0' || *end != '\0' || port < 1 ||
-        port > d->num_ports) {
-        snprintf(err, errlen, "SOFTVERBS_DEVICES: '%s' of '%s': the device "
-                 "has %u port(s); give ipN= with N from 1 to %u", key,
-                 d->name, d->num_ports, d->num_ports);
+    if (port == 0) {
+        snprintf(err, errlen, "SOFTVERBS_DEVICES: ip of '%s' is an option "
+                 "of a port: give pN.ip=ADDR", d->name);
         return -1;
     }
     if (d->ip[port - 1][0].family != 0) {
-        snprintf(err, errlen, "SOFTVERBS_DEVICES: %s of '%s' given twice",
-                 key, d->name);
+        snprintf(err, errlen, "SOFTVERBS_DEVICES: p%u.ip of '%s' given "
+                 "twice", port, d->name);
         return -1;
     }
-    for (a = strtok_r(val, "+", &save); a != NULL;
+    if (strlen(val) >= sizeof(buf)) {
+        snprintf(err, errlen, "SOFTVERBS_DEVICES: p%u.ip of '%s' is too "
+                 "long", port, d->name);
+        return -1;
+    }
+    strcpy(buf, val);
+    for (a = strtok_r(buf, "+", &save); a != NULL;
          a = strtok_r(NULL, "+", &save)) {
         struct sv_ipaddr *ip = &d->ip[port - 1][n];
         int k;
 
         if (n == SV_PORT_IPS) {
-            snprintf(err, errlen, "SOFTVERBS_DEVICES: %s of '%s' lists more "
-                     "than %d addresses", key, d->name, SV_PORT_IPS);
+            snprintf(err, errlen, "SOFTVERBS_DEVICES: p%u.ip of '%s' lists "
+                     "more than %d addresses", port, d->name, SV_PORT_IPS);
             return -1;
         }
         if (sv_parse_ip(a, ip)) {
-            snprintf(err, errlen, "SOFTVERBS_DEVICES: '%s' in %s of '%s' is "
-                     "not an address: give IPv4 (10.0.0.1) or IPv6 in "
-                     "brackets ([fd00::1]), several joined by '+'", a, key,
-                     d->name);
+            snprintf(err, errlen, "SOFTVERBS_DEVICES: '%s' in p%u.ip of '%s' "
+                     "is not an address: give IPv4 (10.0.0.1) or IPv6 "
+                     "(fd00::1), several joined by '+'", a, port, d->name);
             return -1;
         }
         if (sv_ip_is_any(ip) || sv_ip_is_loopback(ip) ||
             (ip->family == AF_INET && ip->a[0] >= 224) ||
             (ip->family == AF_INET6 && (ip->a[0] == 0xff ||
              !memcmp(ip->a, sv_v4mapped, 12)))) {
-            snprintf(err, errlen, "SOFTVERBS_DEVICES: '%s' in %s of '%s' "
+            snprintf(err, errlen, "SOFTVERBS_DEVICES: '%s' in p%u.ip of '%s' "
                      "cannot be a port's address (unspecified, multicast, "
                      "IPv4-mapped, or the loopback address, which reaches "
-                     "the first port by itself)", a, key, d->name);
+                     "the first port by itself)", a, port, d->name);
             return -1;
         }
         for (k = 0; k < n; ++k) {
             if (sv_ip_eq(&d->ip[port - 1][k], ip)) {
                 snprintf(err, errlen, "SOFTVERBS_DEVICES: '%s' appears twice "
-                         "in %s of '%s'", a, key, d->name);
+                         "in p%u.ip of '%s'", a, port, d->name);
                 return -1;
             }
         }
         ++n;
     }
     if (n == 0) {
-        snprintf(err, errlen, "SOFTVERBS_DEVICES: %s of '%s' is empty",
-                 key, d->name);
+        snprintf(err, errlen, "SOFTVERBS_DEVICES: p%u.ip of '%s' is empty",
+                 port, d->name);
         return -1;
     }
     return 0;
 }
 
-/* Options of a device, after its port count: KEY=VALUE, ':' separated
- * (IPv6 addresses are bracketed). Other options join this table. */
+/* Options of a device after its port count, '/' separated: KEY=VALUE for
+ * the device, pN.KEY=VALUE for port N. The fabric options (sv_fabric.c,
+ * where the same grammar has its own table) take this row when the two
+ * meet; the dispatcher below then goes. */
 static const struct {
-    const char *prefix;
-    int (*parse)(struct sv_dev_config *d, const char *key, char *val,
-                 char *err, size_t errlen);
-} sv_dev_opts[] = {
-    { "ip", sv_opt_ip },
+    const char *key;
+    int         port_key;   /* may be given per port */
+    int (*parse)(struct sv_config *cfg, uint32_t d, uint32_t port,
+                 const char *val, char *err, size_t errlen);
+} sv_addr_opts[] = {
+    { "ip", 1, sv_opt_ip },
 };
 
-int sv_addr_parse_opts(struct sv_dev_config *d, char *opts, char *err,
-                       size_t errlen)
+int sv_addr_options(struct sv_config *cfg, uint32_t dev, char *opts,
+                    char *err, size_t errlen)
 {
-    char *p = opts, *tok, *eq;
-    size_t i;
+    struct sv_dev_config *d = &cfg->dev[dev];
+    char *save = NULL, *o;
 
-    while (p != NULL && *p != '\0') {
-        int depth = 0;
+    for (o = strtok_r(opts, "/", &save); o != NULL;
+         o = strtok_r(NULL, "/", &save)) {
+        char *key = o, *val = strchr(o, '=');
+        uint32_t port = 0;
+        size_t i;
 
-        tok = p;
-        for (; *p != '\0'; ++p) {
-            if (*p == '[') {
-                ++depth;
-            } else if (*p == ']') {
-                --depth;
-            } else if (*p == ':' && depth == 0) {
-                break;
-            }
-        }
-        if (*p == ':') {
-            *p++ = '\0';
-        }
-        eq = strchr(tok, '=');
-        if (eq == NULL || eq == tok) {
+        if (val == NULL || val[1] == '\0') {
             snprintf(err, errlen, "SOFTVERBS_DEVICES: option '%s' of '%s' "
-                     "must be KEY=VALUE (e.g. ip1=10.0.0.1)", tok, d->name);
+                     "needs a value (KEY=VALUE)", o, d->name);
             return -1;
         }
-        *eq++ = '\0';
-        for (i = 0; i < SV_ARRAY_SIZE(sv_dev_opts); ++i) {
-            if (!strncmp(tok, sv_dev_opts[i].prefix,
-                         strlen(sv_dev_opts[i].prefix))) {
+        *val++ = '\0';
+        if (key[0] == 'p' && key[1] >= '0' && key[1] <= '9') {
+            char *dot;
+            long n = strtol(key + 1, &dot, 10);
+
+            if (*dot != '.' || n < 1 || n > d->num_ports) {
+                snprintf(err, errlen, "SOFTVERBS_DEVICES: option '%s' of "
+                         "'%s': a port option is pN.KEY with N from 1 to %u",
+                         key, d->name, d->num_ports);
+                return -1;
+            }
+            port = (uint32_t)n;
+            key  = dot + 1;
+        }
+        for (i = 0; i < SV_ARRAY_SIZE(sv_addr_opts); ++i) {
+            if (!strcmp(key, sv_addr_opts[i].key)) {
                 break;
             }
         }
-        if (i == SV_ARRAY_SIZE(sv_dev_opts)) {
+        if (i == SV_ARRAY_SIZE(sv_addr_opts)) {
             snprintf(err, errlen, "SOFTVERBS_DEVICES: unknown option '%s' of "
-                     "'%s' (known: ipN=ADDR[+ADDR...])", tok, d->name);
+                     "'%s'; give pN.ip=ADDR[+ADDR...]", key, d->name);
             return -1;
         }
-        if (sv_dev_opts[i].parse(d, tok, eq, err, errlen)) {
+        if (sv_addr_opts[i].parse(cfg, dev, port, val, err, errlen)) {
             return -1;
         }
     }

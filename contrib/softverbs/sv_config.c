@@ -90,7 +90,7 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
     for (item = strtok_r(buf, ",", &save); item != NULL;
          item = strtok_r(NULL, ",", &save)) {
         struct sv_dev_config *d;
-        char *name = item, *link, *ports, *opts = NULL, *p;
+        char *name = item, *link, *ports, *p, *opts;
 
         if (n == SV_MAX_DEVICES) {
             snprintf(err, errlen, "SOFTVERBS_DEVICES lists more than %d "
@@ -98,6 +98,10 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
             return -1;
         }
         d     = &cfg->dev[n];
+        opts  = strchr(name, '/');    /* options: see sv_addr.c */
+        if (opts != NULL) {
+            *opts++ = '\0';
+        }
         link  = strchr(name, ':');
         ports = NULL;
         if (link != NULL) {
@@ -105,10 +109,6 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
             ports   = strchr(link, ':');
             if (ports != NULL) {
                 *ports++ = '\0';
-                opts = strchr(ports, ':'); /* per-port options follow */
-                if (opts != NULL) {
-                    *opts++ = '\0';
-                }
             }
         }
         if (*name == '\0' || strlen(name) >= SV_NAME_MAX) {
@@ -156,7 +156,7 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
             }
             d->num_ports = (uint8_t)v;
         }
-        if (sv_addr_parse_opts(d, opts, err, errlen)) {
+        if (opts != NULL && sv_addr_options(cfg, n, opts, err, errlen)) {
             return -1;
         }
         ++n;

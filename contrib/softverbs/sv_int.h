@@ -70,7 +70,7 @@ struct sv_dev_config {
     char     name[SV_NAME_MAX];
     uint8_t  link;          /* SV_LINK_IB, SV_LINK_ETH or SV_LINK_IWARP */
     uint8_t  num_ports;
-    /* configured addresses per port (ipN=); none: 127.0.<dev+1>.<port> */
+    /* configured addresses per port (pN.ip=); none: 127.0.<dev+1>.<port> */
     struct sv_ipaddr ip[SV_MAX_PORTS][SV_PORT_IPS];
 };
 
@@ -656,9 +656,9 @@ void sv_local_set(int t, uint32_t idx, void *obj);
 void *sv_local_get(int t, uint32_t idx);
 uint16_t sv_port_lid(uint32_t dev, uint32_t port);
 
-/* sv_addr.c: port addresses (SOFTVERBS_DEVICES ipN=) and their GIDs */
-int  sv_addr_parse_opts(struct sv_dev_config *d, char *opts, char *err,
-                        size_t errlen);
+/* sv_addr.c: port addresses (SOFTVERBS_DEVICES pN.ip=) and their GIDs */
+int  sv_addr_options(struct sv_config *cfg, uint32_t d, char *opts,
+                     char *err, size_t errlen);
 int  sv_addr_config_check(const struct sv_config *c, char *err,
                           size_t errlen);
 void sv_addr_port_gids(const struct sv_config *c, uint32_t dev,

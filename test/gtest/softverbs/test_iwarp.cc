@@ -321,8 +321,8 @@ TEST(Iwarp, ConnectWithoutQpOnTheId)
  * what rdmacm binds to. */
 TEST(Iwarp, PortAddresses)
 {
-    auto env = cm_env("ipcfg", "iw0:iwarp:1,r0:eth:2:ip1=10.1.0.1+[fd00::1]:"
-                      "ip2=10.1.0.2");
+    auto env = cm_env("ipcfg", "iw0:iwarp:1,r0:eth:2/p1.ip=10.1.0.1+fd00::1/"
+                      "p2.ip=10.1.0.2");
     int rc = run_child_env(env, [] {
         Dev r(1);
         union ibv_gid g;
@@ -395,12 +395,14 @@ TEST(Iwarp, PortAddresses)
     });
     EXPECT_EQ(rc, 0);
     /* what the grammar refuses, with a message */
-    for (const char *bad : { "r0:eth:1:ip2=10.0.0.1", "r0:eth:1:ip1=",
-                             "r0:eth:1:ip1=10.0.0.1+10.0.0.1",
-                             "r0:eth:1:ip1=127.0.0.1", "r0:eth:1:ip1=0.0.0.0",
-                             "r0:eth:1:ip1=fd00::1", "r0:eth:1:speed=10",
-                             "r0:eth:1:ip1=10.0.0.1,r1:eth:1:ip1=10.0.0.1",
-                             "a:eth:1:ip1=127.0.2.1,b:eth:1",
+    for (const char *bad : { "r0:eth:1/p2.ip=10.0.0.1", "r0:eth:1/p1.ip=",
+                             "r0:eth:1/p1.ip=10.0.0.1+10.0.0.1",
+                             "r0:eth:1/p1.ip=127.0.0.1",
+                             "r0:eth:1/p1.ip=0.0.0.0", "r0:eth:1/p1.ip=fd00",
+                             "r0:eth:1/ip=10.0.0.1", "r0:eth:1/speed=10",
+                             "r0:eth:1/p1.ip=10.0.0.1,r1:eth:1/p1.ip=10.0.0.1",
+                             "a:eth:1/p1.ip=127.0.2.1,b:eth:1",
+                             "r0:eth:1/p1.ip=::ffff:10.0.0.1",
                              "r0:ethernet:1" }) {
         env = cm_env("ipbad", bad);
         EXPECT_EQ(run_child_env(env, [] {
