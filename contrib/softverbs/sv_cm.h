@@ -161,6 +161,12 @@ extern struct sv_cm_global sv_cm;
 
 #define SV_CM_ERR(e) (errno = (e), -1)
 
+/* An entry point's id: sv_cm.lock taken, or NULL (lock not held) if cid
+ * is not an id of this process. */
+struct sv_cm_id *sv_cm_enter(struct rdma_cm_id *cid);
+/* Release the lock; rc (0 or an errno) becomes librdmacm's return. */
+int sv_cm_leave(int rc);
+
 /* sv_addr.c */
 int         sv_ip_from_sa(const struct sockaddr *sa, struct sv_ipaddr *ip,
                           uint16_t *port);

@@ -148,6 +148,24 @@ void sv_cm_qp_gone(void)
     }
 }
 
+struct sv_cm_id *sv_cm_enter(struct rdma_cm_id *cid)
+{
+    struct sv_cm_id *id;
+
+    pthread_mutex_lock(&sv_cm.lock);
+    id = sv_cm_id_of(cid);
+    if (id == NULL) {
+        pthread_mutex_unlock(&sv_cm.lock);
+    }
+    return id;
+}
+
+int sv_cm_leave(int rc)
+{
+    pthread_mutex_unlock(&sv_cm.lock);
+    return rc ? SV_CM_ERR(rc) : 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Channels                                                            */
 /* ------------------------------------------------------------------ */

@@ -177,40 +177,39 @@ static int sv_cm_connect(struct sv_cm_id *id, struct rdma_conn_param *p)
 
 SV_EXPORT int rdma_connect(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 {
-    struct sv_cm_id *id;
+    struct sv_cm_id *id = sv_cm_enter(cid);
     int rc;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    rc = (id == NULL) ? EINVAL : sv_cm_connect(id, p);
+    if (id == NULL) {
+        return SV_CM_ERR(EINVAL);
+    }
+    rc = sv_cm_connect(id, p);
     if (rc == 0 && id->connect_len) {
         free(id->connect_data); /* sent once, as librdmacm does */
         id->connect_data = NULL;
         id->connect_len  = 0;
     }
-    pthread_mutex_unlock(&sv_cm.lock);
-    return rc ? SV_CM_ERR(rc) : sv_cm_complete(id);
+    rc = sv_cm_leave(rc);
+    return rc ? rc : sv_cm_complete(id);
 }
 
 SV_EXPORT int rdma_establish(struct rdma_cm_id *cid)
 {
-    struct sv_cm_id *id;
+    struct sv_cm_id *id = sv_cm_enter(cid);
     struct sv_cm_msg m;
-    int rc = 0;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
+    if (id == NULL) {
+        return SV_CM_ERR(EINVAL);
+    }
     /* for an id without a QP that got CONNECT_RESPONSE (iWARP reports
      * ESTABLISHED directly and has no such step) */
-    if (id == NULL || id->id.qp != NULL || id->state != SV_CMS_REP_RCVD) {
-        rc = EINVAL;
-    } else {
-        sv_cm_msg_init(id, &m, SV_CM_RTU);
-        sv_cm_send(id, &m); /* a peer gone reports itself */
-        id->state = SV_CMS_ESTABLISHED;
+    if (id->id.qp != NULL || id->state != SV_CMS_REP_RCVD) {
+        return sv_cm_leave(EINVAL);
     }
-    pthread_mutex_unlock(&sv_cm.lock);
-    return rc ? SV_CM_ERR(rc) : 0;
+    sv_cm_msg_init(id, &m, SV_CM_RTU);
+    sv_cm_send(id, &m); /* a peer gone reports itself */
+    id->state = SV_CMS_ESTABLISHED;
+    return sv_cm_leave(0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -218,14 +217,13 @@ SV_EXPORT int rdma_establish(struct rdma_cm_id *cid)
 /* ------------------------------------------------------------------ */
 SV_EXPORT int rdma_listen(struct rdma_cm_id *cid, int backlog)
 {
-    struct sv_cm_id *id;
+    struct sv_cm_id *id = sv_cm_enter(cid);
     int rc = 0;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
     if (id == NULL) {
-        rc = EINVAL;
-    } else if (id->state == SV_CMS_IDLE && id->res_fd < 0) {
+        return SV_CM_ERR(EINVAL);
+    }
+    if (id->state == SV_CMS_IDLE && id->res_fd < 0) {
         /* unbound: the wildcard address, an ephemeral port */
         struct sockaddr_in any = { .sin_family = AF_INET };
 
@@ -250,8 +248,7 @@ SV_EXPORT int rdma_listen(struct rdma_cm_id *cid, int backlog)
             id->state = SV_CMS_LISTEN;
         }
     }
-    pthread_mutex_unlock(&sv_cm.lock);
-    return rc ? SV_CM_ERR(rc) : 0;
+    return sv_cm_leave(rc);
 }
 
 /* iWARP: the adapter binds the QP to the connection. Lock held. */
@@ -341,18 +338,15 @@ static int sv_cm_accept(struct sv_cm_id *id, struct rdma_conn_param *p)
 
 SV_EXPORT int rdma_accept(struct rdma_cm_id *cid, struct rdma_conn_param *p)
 {
-    struct sv_cm_id *id;
+    struct sv_cm_id *id = sv_cm_enter(cid);
     int rc, ud;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    rc = (id == NULL) ? EINVAL : sv_cm_accept(id, p);
-    ud = (id != NULL && id->id.qp_type == IBV_QPT_UD);
-    pthread_mutex_unlock(&sv_cm.lock);
-    if (rc) {
-        return SV_CM_ERR(rc);
+    if (id == NULL) {
+        return SV_CM_ERR(EINVAL);
     }
-    return ud ? 0 : sv_cm_complete(id);
+    ud = (id->id.qp_type == IBV_QPT_UD);
+    rc = sv_cm_leave(sv_cm_accept(id, p));
+    return (rc || ud) ? rc : sv_cm_complete(id);
 }
 
 SV_EXPORT int rdma_reject(struct rdma_cm_id *cid, const void *data,
@@ -360,17 +354,16 @@ SV_EXPORT int rdma_reject(struct rdma_cm_id *cid, const void *data,
 {
     struct rdma_conn_param p = { .private_data = data,
                                  .private_data_len = len };
-    struct sv_cm_id *id;
+    struct sv_cm_id *id = sv_cm_enter(cid);
     struct sv_cm_msg m;
-    int rc = 0, ud;
+    int rc, ud;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    if (id == NULL || (id->state != SV_CMS_REQ_RCVD &&
-                       id->state != SV_CMS_REP_RCVD)) {
-        rc = (id != NULL && id->state == SV_CMS_DONE) ? 0 : EINVAL;
-        pthread_mutex_unlock(&sv_cm.lock);
-        return rc ? SV_CM_ERR(rc) : 0;
+    if (id == NULL) {
+        return SV_CM_ERR(EINVAL);
+    }
+    if (id->state != SV_CMS_REQ_RCVD && id->state != SV_CMS_REP_RCVD) {
+        /* a request whose requester is gone: nothing left to refuse */
+        return sv_cm_leave(id->state == SV_CMS_DONE ? 0 : EINVAL);
     }
     ud = (id->id.qp_type == IBV_QPT_UD);
     sv_cm_msg_init(id, &m, ud ? SV_CM_REP : SV_CM_REJ);
@@ -382,8 +375,7 @@ SV_EXPORT int rdma_reject(struct rdma_cm_id *cid, const void *data,
         sv_cm_close_conn(id);
         id->state = SV_CMS_DONE;
     }
-    pthread_mutex_unlock(&sv_cm.lock);
-    return rc ? SV_CM_ERR(rc) : 0;
+    return sv_cm_leave(rc);
 }
 
 SV_EXPORT int rdma_reject_ece(struct rdma_cm_id *cid, const void *data,
@@ -414,15 +406,15 @@ void sv_cm_qp_err(struct sv_cm_id *id, int thread)
 
 SV_EXPORT int rdma_disconnect(struct rdma_cm_id *cid)
 {
-    struct sv_cm_id *id;
+    struct sv_cm_id *id = sv_cm_enter(cid);
     struct sv_cm_msg m;
     int rc = 0;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    if (id == NULL || !id->dev_bound) {
-        pthread_mutex_unlock(&sv_cm.lock);
+    if (id == NULL) {
         return SV_CM_ERR(EINVAL);
+    }
+    if (!id->dev_bound) {
+        return sv_cm_leave(EINVAL);
     }
     sv_cm_qp_err(id, 0);
     if (id->state == SV_CMS_ESTABLISHED) {
@@ -438,20 +430,19 @@ SV_EXPORT int rdma_disconnect(struct rdma_cm_id *cid)
     } else {
         rc = EINVAL;
     }
-    pthread_mutex_unlock(&sv_cm.lock);
-    return rc ? SV_CM_ERR(rc) : sv_cm_complete(id);
+    rc = sv_cm_leave(rc);
+    return rc ? rc : sv_cm_complete(id);
 }
 
 SV_EXPORT int rdma_notify(struct rdma_cm_id *cid, enum ibv_event_type event)
 {
-    struct sv_cm_id *id;
+    struct sv_cm_id *id = sv_cm_enter(cid);
     int rc = 0;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
     if (id == NULL) {
-        rc = EINVAL;
-    } else if (event == IBV_EVENT_COMM_EST) {
+        return SV_CM_ERR(EINVAL);
+    }
+    if (event == IBV_EVENT_COMM_EST) {
         /* the QP received before the RTU: the connection is up */
         if (id->state == SV_CMS_ACCEPTED && !sv_cm_iwarp(id)) {
             id->timer = SV_CMT_NONE;
@@ -461,8 +452,7 @@ SV_EXPORT int rdma_notify(struct rdma_cm_id *cid, enum ibv_event_type event)
     } else if (event != IBV_EVENT_PATH_MIG && !sv_cm_iwarp(id)) {
         rc = EINVAL;
     }
-    pthread_mutex_unlock(&sv_cm.lock);
-    return rc ? SV_CM_ERR(rc) : 0;
+    return sv_cm_leave(rc);
 }
 
 /* ------------------------------------------------------------------ */

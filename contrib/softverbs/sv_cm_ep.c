@@ -273,31 +273,29 @@ SV_EXPORT int rsocket(int domain, int type, int protocol)
 
 SV_EXPORT int rdma_set_local_ece(struct rdma_cm_id *cid, struct ibv_ece *ece)
 {
-    struct sv_cm_id *id;
+    struct sv_cm_id *id = sv_cm_enter(cid);
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    if (id == NULL || id->id.qp != NULL || ece == NULL ||
-        ece->vendor_id == 0 || ece->comp_mask != 0) {
-        pthread_mutex_unlock(&sv_cm.lock);
+    if (id == NULL) {
         return SV_CM_ERR(EINVAL);
     }
+    if (id->id.qp != NULL || ece == NULL || ece->vendor_id == 0 ||
+        ece->comp_mask != 0) {
+        return sv_cm_leave(EINVAL);
+    }
     id->local_ece = *ece;
-    pthread_mutex_unlock(&sv_cm.lock);
-    return 0;
+    return sv_cm_leave(0);
 }
 
 SV_EXPORT int rdma_get_remote_ece(struct rdma_cm_id *cid, struct ibv_ece *ece)
 {
-    struct sv_cm_id *id;
+    struct sv_cm_id *id = sv_cm_enter(cid);
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    if (id == NULL || id->id.qp != NULL || ece == NULL) {
-        pthread_mutex_unlock(&sv_cm.lock);
+    if (id == NULL) {
         return SV_CM_ERR(EINVAL);
     }
+    if (id->id.qp != NULL || ece == NULL) {
+        return sv_cm_leave(EINVAL);
+    }
     memset(ece, 0, sizeof(*ece)); /* the peer offered none */
-    pthread_mutex_unlock(&sv_cm.lock);
-    return 0;
+    return sv_cm_leave(0);
 }

@@ -488,14 +488,9 @@ int sv_cm_bind(struct sv_cm_id *id, const struct sockaddr *sa)
 
 SV_EXPORT int rdma_bind_addr(struct rdma_cm_id *cid, struct sockaddr *addr)
 {
-    struct sv_cm_id *id;
-    int rc;
+    struct sv_cm_id *id = sv_cm_enter(cid);
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    rc = (id == NULL) ? EINVAL : sv_cm_bind(id, addr);
-    pthread_mutex_unlock(&sv_cm.lock);
-    return rc ? SV_CM_ERR(rc) : 0;
+    return id ? sv_cm_leave(sv_cm_bind(id, addr)) : SV_CM_ERR(EINVAL);
 }
 
 /* The addresses the program sees in id.route, from ours. */

@@ -128,23 +128,22 @@ SV_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid,
     if (attr == NULL) {
         return SV_CM_ERR(EINVAL);
     }
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    if (id == NULL || !id->dev_bound || id->id.qp != NULL) {
-        pthread_mutex_unlock(&sv_cm.lock);
-        return SV_CM_ERR(EINVAL); /* bind or resolve first */
+    id = sv_cm_enter(cid);
+    if (id == NULL) {
+        return SV_CM_ERR(EINVAL);
+    }
+    if (!id->dev_bound || id->id.qp != NULL) {
+        return sv_cm_leave(EINVAL); /* bind or resolve first */
     }
     if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || attr->pd == NULL) {
         attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
         attr->pd         = id->id.pd;
     } else if (attr->pd->context != id->id.verbs) {
-        pthread_mutex_unlock(&sv_cm.lock);
-        return SV_CM_ERR(EINVAL);
+        return sv_cm_leave(EINVAL);
     }
     if ((id->id.recv_cq && attr->recv_cq && id->id.recv_cq != attr->recv_cq) ||
         (id->id.send_cq && attr->send_cq && id->id.send_cq != attr->send_cq)) {
-        pthread_mutex_unlock(&sv_cm.lock);
-        return SV_CM_ERR(EINVAL);
+        return sv_cm_leave(EINVAL);
     }
     if (attr->recv_cq == NULL && id->id.recv_cq == NULL) {
         rc = sv_cm_make_cq(&id->id, attr->cap.max_recv_wr,
@@ -156,8 +155,7 @@ SV_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid,
     }
     if (rc) {
         sv_cm_destroy_cqs(&id->id);
-        pthread_mutex_unlock(&sv_cm.lock);
-        return SV_CM_ERR(rc);
+        return sv_cm_leave(rc);
     }
     if (attr->send_cq == NULL) {
         attr->send_cq = id->id.send_cq;
@@ -175,13 +173,11 @@ SV_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid,
             ibv_destroy_qp(qp);
         }
         sv_cm_destroy_cqs(&id->id);
-        pthread_mutex_unlock(&sv_cm.lock);
-        return SV_CM_ERR(rc);
+        return sv_cm_leave(rc);
     }
     id->id.pd = qp->pd;
     id->id.qp = qp;
-    pthread_mutex_unlock(&sv_cm.lock);
-    return 0;
+    return sv_cm_leave(0);
 }
 
 SV_EXPORT int rdma_create_qp(struct rdma_cm_id *cid, struct ibv_pd *pd,
@@ -207,10 +203,8 @@ SV_EXPORT void rdma_destroy_qp(struct rdma_cm_id *cid)
     struct sv_cm_id *id;
     struct ibv_qp *qp;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
+    id = sv_cm_enter(cid);
     if (id == NULL) {
-        pthread_mutex_unlock(&sv_cm.lock);
         return;
     }
     qp = id->id.qp;
@@ -232,11 +226,12 @@ SV_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *cid,
     if (attr == NULL) {
         return SV_CM_ERR(EINVAL);
     }
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    if (id == NULL || !id->dev_bound || id->id.srq != NULL) {
-        pthread_mutex_unlock(&sv_cm.lock);
+    id = sv_cm_enter(cid);
+    if (id == NULL) {
         return SV_CM_ERR(EINVAL);
+    }
+    if (!id->dev_bound || id->id.srq != NULL) {
+        return sv_cm_leave(EINVAL);
     }
     if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || attr->pd == NULL) {
         attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
@@ -244,8 +239,7 @@ SV_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *cid,
     }
     if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) &&
         attr->srq_type != IBV_SRQT_BASIC) {
-        pthread_mutex_unlock(&sv_cm.lock);
-        return SV_CM_ERR(EOPNOTSUPP); /* XRC and tag matching */
+        return sv_cm_leave(EOPNOTSUPP); /* XRC and tag matching */
     }
     if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) && attr->cq == NULL &&
         id->id.recv_cq == NULL) {
@@ -257,13 +251,11 @@ SV_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *cid,
     if (srq == NULL) {
         rc = rc ? rc : errno;
         sv_cm_destroy_cqs(&id->id);
-        pthread_mutex_unlock(&sv_cm.lock);
-        return SV_CM_ERR(rc);
+        return sv_cm_leave(rc);
     }
     id->id.pd  = attr->pd;
     id->id.srq = srq;
-    pthread_mutex_unlock(&sv_cm.lock);
-    return 0;
+    return sv_cm_leave(0);
 }
 
 SV_EXPORT int rdma_create_srq(struct rdma_cm_id *cid, struct ibv_pd *pd,
@@ -289,9 +281,11 @@ SV_EXPORT void rdma_destroy_srq(struct rdma_cm_id *cid)
 {
     struct sv_cm_id *id;
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    if (id != NULL && id->id.srq != NULL) {
+    id = sv_cm_enter(cid);
+    if (id == NULL) {
+        return;
+    }
+    if (id->id.srq != NULL) {
         ibv_destroy_srq(id->id.srq);
         id->id.srq = NULL;
         if (id->id.qp == NULL) {

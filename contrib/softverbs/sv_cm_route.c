@@ -86,17 +86,11 @@ SV_EXPORT int rdma_resolve_addr(struct rdma_cm_id *cid,
     int rc;
 
     (void)timeout_ms; /* resolution is immediate here */
-    if (dst == NULL) {
+    if (dst == NULL || (id = sv_cm_enter(cid)) == NULL) {
         return SV_CM_ERR(EINVAL);
     }
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    rc = (id == NULL) ? EINVAL : sv_cm_resolve_addr(id, src, dst);
-    pthread_mutex_unlock(&sv_cm.lock);
-    if (rc) {
-        return SV_CM_ERR(rc);
-    }
-    return sv_cm_complete(id);
+    rc = sv_cm_leave(sv_cm_resolve_addr(id, src, dst));
+    return rc ? rc : sv_cm_complete(id);
 }
 
 SV_EXPORT int rdma_resolve_route(struct rdma_cm_id *cid, int timeout_ms)
@@ -274,16 +268,11 @@ SV_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *cid,
                                 struct ibv_qp_attr *attr, int *mask)
 {
     struct sv_cm_id *id;
-    int rc;
 
-    if (attr == NULL || mask == NULL) {
+    if (attr == NULL || mask == NULL || (id = sv_cm_enter(cid)) == NULL) {
         return SV_CM_ERR(EINVAL);
     }
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    rc = (id == NULL) ? EINVAL : sv_cm_init_attr(id, attr, mask);
-    pthread_mutex_unlock(&sv_cm.lock);
-    return rc ? SV_CM_ERR(rc) : 0;
+    return sv_cm_leave(sv_cm_init_attr(id, attr, mask));
 }
 
 /* The private data a message carries: what the wire gives on InfiniBand
@@ -363,14 +352,10 @@ static int sv_cm_set_option(struct sv_cm_id *id, int level, int name,
 SV_EXPORT int rdma_set_option(struct rdma_cm_id *cid, int level, int name,
                               void *val, size_t len)
 {
-    struct sv_cm_id *id;
-    int rc;
+    struct sv_cm_id *id = sv_cm_enter(cid);
 
-    pthread_mutex_lock(&sv_cm.lock);
-    id = sv_cm_id_of(cid);
-    rc = (id == NULL) ? EINVAL : sv_cm_set_option(id, level, name, val, len);
-    pthread_mutex_unlock(&sv_cm.lock);
-    return rc ? SV_CM_ERR(rc) : 0;
+    return id ? sv_cm_leave(sv_cm_set_option(id, level, name, val, len)) :
+                SV_CM_ERR(EINVAL);
 }
 
 static __be16 sv_cm_sa_port(const struct sockaddr *sa)
