@@ -125,11 +125,7 @@ SV_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *cid,
     struct ibv_qp *qp;
     int rc = 0;
 
-    if (attr == NULL) {
-        return SV_CM_ERR(EINVAL);
-    }
-    id = sv_cm_enter(cid);
-    if (id == NULL) {
+    if (attr == NULL || (id = sv_cm_enter(cid)) == NULL) {
         return SV_CM_ERR(EINVAL);
     }
     if (!id->dev_bound || id->id.qp != NULL) {
@@ -223,11 +219,7 @@ SV_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *cid,
     struct ibv_srq *srq;
     int rc = 0;
 
-    if (attr == NULL) {
-        return SV_CM_ERR(EINVAL);
-    }
-    id = sv_cm_enter(cid);
-    if (id == NULL) {
+    if (attr == NULL || (id = sv_cm_enter(cid)) == NULL) {
         return SV_CM_ERR(EINVAL);
     }
     if (!id->dev_bound || id->id.srq != NULL) {
