@@ -153,6 +153,20 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         done
     done
 
+    # every function librdmacm exports is the emulation's (but the
+    # rsocket calls, which need rsocket's descriptors, refused by rsocket)
+    ib2_check softverbs/rdmacm/defines-every-librdmacm-function bash -c '
+        lib=$(ldconfig -p | sed -n "s/.*librdmacm\.so\.1 .*=> //p" | head -1)
+        theirs=$(objdump -T "$lib" | awk "\$2 ~ /g/ && \$4 == \".text\" \
+                 { print \$NF }" | sort -u)
+        ours=$(nm -D --defined-only "$0" | awk "{ print \$3 }" | sort -u)
+        missing=$(comm -23 <(echo "$theirs") <(echo "$ours") |
+                  grep -v "^r[a-z]*$" || true)
+        echo "librdmacm: $(echo "$theirs" | wc -l) functions; not defined:" \
+             "${missing:-none}"
+        [ -z "$missing" ] && echo "$ours" | grep -qx rsocket' \
+        "$BUILD/contrib/softverbs/.libs/libsoftverbs.so"
+
     # the iWARP device as ibv_devinfo shows it; perftest without rdmacm
     # cannot connect it (an iWARP QP takes no address vector)
     ib2_check softverbs/rdmacm/iwarp/ibv_devinfo bash -c '
