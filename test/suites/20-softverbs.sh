@@ -185,18 +185,21 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         ib_write_bw -d iw0 -n 100 -p @PORT@
 
     # UCX's own rdmacm connection manager (the only one allowed here) on
-    # RoCE: UCX's client/server example from libucx-dev, unmodified
+    # RoCE (and InfiniBand): UCX's client/server example from libucx-dev,
+    # unmodified
     ucs_ex=/usr/share/doc/libucx-dev/examples/ucp_client_server.c
     ucs_bin=$BUILD/test/gtest/softverbs/ucp_client_server
     ib2_check softverbs/rdmacm/ucx/build-ucp_client_server \
         cc -O1 -o "$ucs_bin" -I"$(dirname "$ucs_ex")" "$ucs_ex" -lucp -lucs
-    for c in tag stream am; do
-        ib2_check "softverbs/rdmacm/ucx/ucp_client_server-$c" \
+    for t in roce/tag roce/stream roce/am ib/tag; do
+        c=${t#*/}
+        ib2_check "softverbs/rdmacm/ucx/${t%/*}/ucp_client_server-$c" \
             env UCX_SOCKADDR_TLS_PRIORITY=rdmacm UCX_TLS=rc_verbs,ud_verbs \
                 UCX_LOG_LEVEL=debug "$SV_CM_PAIR" --port 13337 \
                 --server-stays 'received a connection request on the rdmacm' \
                 --expect 'iteration #10' \
-                "$SV_RUN" --shm "$SV_SHM-ucx-$c" --devices roce0:eth:1 -- \
+                "$SV_RUN" --shm "$SV_SHM-ucx-${t//\//-}" \
+                --devices "${SV_DEV[${t%/*}]}" -- \
                 "$ucs_bin" -l 127.0.1.1 -p 13337 -c "$c" -i 10 -- \
                 env UCX_LOG_LEVEL=warn "$ucs_bin" -a 127.0.1.1 -p 13337 \
                 -c "$c" -i 10
