@@ -43,6 +43,7 @@ PACKAGES=(
     build-essential autoconf automake libtool pkg-config dpkg-dev
     libucx-dev ucx-utils libucx0
     libibverbs-dev librdmacm-dev ibverbs-utils rdma-core perftest
+    rdmacm-utils
     libhwloc-dev libpmix-dev
     openmpi-bin libopenmpi-dev
     libgtest-dev

@@ -11,6 +11,7 @@
 #define SOFTVERBS_H
 
 #include <stdint.h>
+#include <sys/socket.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +33,16 @@ uint64_t softverbs_lock_recoveries(void);
  * than with a process_vm_writev call. On by default; SOFTVERBS_CQE_INLINE=0
  * turns it off at start. Returns the previous setting. */
 int softverbs_cqe_inline(int on);
+
+/* The index-th IP address of port `port` of device `dev` (0-based
+ * index; SOFTVERBS_DEVICES pN.ip=, or 127.0.<device+1>.<port>): what rdmacm
+ * resolves to that port, so a transport can listen there and tell peers
+ * where to connect. On hardware the port's network interface has these
+ * addresses. *len: the room at addr, then the address's length. Returns
+ * 0, ENOENT (no such device, port or index), EINVAL (no room), or ENODEV
+ * (softverbs could not attach). */
+int softverbs_port_addr(const char *dev, unsigned port, unsigned index,
+                        struct sockaddr *addr, socklen_t *len);
 
 /* Test support: take the shared lock of the queue pair with this QPN
  * (of any process) and return holding it, so that a test can kill the

@@ -36,6 +36,10 @@ SV_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd,
         errno = EINVAL;
         return NULL;
     }
+    if (sv_dev_iwarp(d)) {
+        errno = EOPNOTSUPP; /* no datagrams on iWARP */
+        return NULL;
+    }
     eth = (sv_g.hdr->cfg.dev[d].link == SV_LINK_ETH);
     if ((eth && !attr->is_global) ||
         (!attr->is_global && attr->dlid == 0) ||

@@ -3,9 +3,11 @@
  * crash-recovery tests use to die while holding a shared lock.
  */
 #include "sv_int.h"
+#include "sv_cm.h"
 #include "softverbs.h"
 
 #include <errno.h>
+#include <string.h>
 
 SV_EXPORT int softverbs_present(void)
 {
@@ -32,6 +34,40 @@ SV_EXPORT int softverbs_cqe_inline(int on)
     was = sv_g.cqe_inline;
     sv_g.cqe_inline = !!on;
     return was;
+}
+
+SV_EXPORT int softverbs_port_addr(const char *dev, unsigned port,
+                                  unsigned index, struct sockaddr *addr,
+                                  socklen_t *len)
+{
+    struct sv_ipaddr ips[SV_PORT_IPS];
+    struct sockaddr_storage ss;
+    socklen_t n;
+    uint32_t d;
+    int k;
+
+    if (sv_attach() != 0) {
+        return ENODEV;
+    }
+    for (d = 0; d < sv_g.hdr->cfg.num_devices; ++d) {
+        if (dev != NULL && !strcmp(sv_g.hdr->cfg.dev[d].name, dev)) {
+            break;
+        }
+    }
+    if (d == sv_g.hdr->cfg.num_devices || !sv_port_valid(d, port)) {
+        return ENOENT;
+    }
+    k = sv_addr_port_ips(d, port, ips);
+    if ((int)index >= k) {
+        return ENOENT;
+    }
+    n = sv_ip_to_sa(&ips[index], 0, ips[index].family, &ss);
+    if (addr == NULL || len == NULL || *len < n) {
+        return EINVAL;
+    }
+    memcpy(addr, &ss, n);
+    *len = n;
+    return 0;
 }
 
 SV_EXPORT int softverbs_test_hold_qp_lock(uint32_t qpn)

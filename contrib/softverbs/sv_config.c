@@ -90,7 +90,7 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
     for (item = strtok_r(buf, ",", &save); item != NULL;
          item = strtok_r(NULL, ",", &save)) {
         struct sv_dev_config *d;
-        char *name = item, *link, *ports, *p;
+        char *name = item, *link, *ports, *p, *opts;
 
         if (n == SV_MAX_DEVICES) {
             snprintf(err, errlen, "SOFTVERBS_DEVICES lists more than %d "
@@ -98,6 +98,10 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
             return -1;
         }
         d     = &cfg->dev[n];
+        opts  = strchr(name, '/');    /* options: see sv_addr.c */
+        if (opts != NULL) {
+            *opts++ = '\0';
+        }
         link  = strchr(name, ':');
         ports = NULL;
         if (link != NULL) {
@@ -133,9 +137,11 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
                 d->link = SV_LINK_IB;
             } else if (!strcmp(link, "eth") || !strcmp(link, "roce")) {
                 d->link = SV_LINK_ETH;
+            } else if (!strcmp(link, "iwarp")) {
+                d->link = SV_LINK_IWARP;
             } else {
-                snprintf(err, errlen, "SOFTVERBS_DEVICES: link layer '%s' of "
-                         "'%s' must be 'ib' or 'eth'", link, name);
+                snprintf(err, errlen, "SOFTVERBS_DEVICES: type '%s' of '%s' "
+                         "must be 'ib', 'eth' or 'iwarp'", link, name);
                 return -1;
             }
         }
@@ -150,6 +156,9 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
             }
             d->num_ports = (uint8_t)v;
         }
+        if (opts != NULL && sv_addr_options(cfg, n, opts, err, errlen)) {
+            return -1;
+        }
         ++n;
     }
     if (n == 0) {
@@ -158,7 +167,7 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
         return -1;
     }
     cfg->num_devices = n;
-    return 0;
+    return sv_addr_config_check(cfg, err, errlen);
 }
 
 int sv_config_load(struct sv_config *cfg, char *err, size_t errlen)

@@ -78,8 +78,10 @@ static int sv_make_devices(void)
         }
         sd->index               = d;
         sd->ops                 = sv_device_ops_tag;
-        sd->dev.node_type       = IBV_NODE_CA;
-        sd->dev.transport_type  = IBV_TRANSPORT_IB;
+        sd->dev.node_type       = sv_dev_iwarp(d) ? IBV_NODE_RNIC :
+                                                    IBV_NODE_CA;
+        sd->dev.transport_type  = sv_dev_iwarp(d) ? IBV_TRANSPORT_IWARP :
+                                                    IBV_TRANSPORT_IB;
         snprintf(sd->dev.name, sizeof(sd->dev.name), "%s",
                  sv_g.hdr->cfg.dev[d].name);
         snprintf(sd->dev.dev_name, sizeof(sd->dev.dev_name), "uverbs%u", d);
@@ -285,6 +287,11 @@ static void sv_fill_device_attr(uint32_t d, struct ibv_device_attr *a)
     a->max_pkeys           = 1;
     a->local_ca_ack_delay  = 16;
     a->phys_port_cnt       = c->dev[d].num_ports;
+    if (sv_dev_iwarp(d)) {
+        /* an iWARP read request carries one sink; no atomics */
+        a->max_sge_rd = 1;
+        a->atomic_cap = IBV_ATOMIC_NONE;
+    }
 }
 
 SV_EXPORT int ibv_query_device(struct ibv_context *c,
@@ -318,19 +325,20 @@ static int sv_fill_port_attr(struct sv_context *ctx, uint8_t port,
                              struct ibv_port_attr *a)
 {
     uint32_t d = ctx->dev->index;
-    int eth;
+    int eth, roce;
 
     if (!sv_port_valid(d, port)) {
         return EINVAL;
     }
-    eth = (sv_g.hdr->cfg.dev[d].link == SV_LINK_ETH);
+    eth  = (sv_g.hdr->cfg.dev[d].link != SV_LINK_IB); /* RoCE, iWARP */
+    roce = (sv_g.hdr->cfg.dev[d].link == SV_LINK_ETH);
     memset(a, 0, sizeof(*a));
     a->state          = IBV_PORT_ACTIVE;
     a->max_mtu        = IBV_MTU_4096;
     a->active_mtu     = (enum ibv_mtu)sv_g.hdr->cfg.mtu;
     a->gid_tbl_len    = SV_GID_TBL_LEN;
     a->port_cap_flags = IBV_PORT_CM_SUP |
-                        (eth ? IBV_PORT_IP_BASED_GIDS : 0);
+                        (roce ? IBV_PORT_IP_BASED_GIDS : 0);
     a->max_msg_sz     = SV_MAX_MSG_SIZE;
     a->pkey_tbl_len   = 1;
     a->lid            = sv_port_lid(d, port);
@@ -342,7 +350,7 @@ static int sv_fill_port_attr(struct sv_context *ctx, uint8_t port,
     a->phys_state     = 5;  /* LinkUp */
     a->link_layer     = eth ? IBV_LINK_LAYER_ETHERNET :
                               IBV_LINK_LAYER_INFINIBAND;
-    a->flags          = eth ? IBV_QPF_GRH_REQUIRED : 0;
+    a->flags          = roce ? IBV_QPF_GRH_REQUIRED : 0;
     return 0;
 }
 
@@ -423,7 +431,7 @@ static int sv_gid_entry(uint32_t d, uint32_t port, uint32_t index,
     e->gid_index    = index;
     e->port_num     = port;
     e->gid_type     = ps->gid_type[index];
-    e->ndev_ifindex = (sv_g.hdr->cfg.dev[d].link == SV_LINK_ETH) ? 1 : 0;
+    e->ndev_ifindex = (sv_g.hdr->cfg.dev[d].link != SV_LINK_IB) ? 1 : 0;
     return 0;
 }
 

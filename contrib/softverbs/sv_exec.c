@@ -691,6 +691,10 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
         need = IBV_ACCESS_LOCAL_WRITE;
     }
     st = sv_local_iov(qp, w, need, liov, &nl, &len);
+    if (SV_UNLIKELY(qp->iwarp) && st == IBV_WC_SUCCESS &&
+        w->opcode == IBV_WR_RDMA_READ && !sv_iw_read_sink_ok(qp, w)) {
+        st = IBV_WC_LOC_PROT_ERR; /* the sink lacks remote write access */
+    }
     if (SV_UNLIKELY(st != IBV_WC_SUCCESS)) {
         a->res    = SV_ERR;
         a->status = st;
@@ -971,10 +975,16 @@ static int sv_wr_check(struct sv_qp *qp, const struct ibv_send_wr *wr)
         }
         break;
     case IBV_WR_RDMA_READ:
+        if (t != IBV_QPT_RC || (wr->send_flags & IBV_SEND_INLINE) ||
+            (qp->iwarp && wr->num_sge > 1)) {
+            return EINVAL; /* iWARP: a read request names one sink */
+        }
+        break;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        if (t != IBV_QPT_RC || (wr->send_flags & IBV_SEND_INLINE)) {
-            return EINVAL;
+        if (t != IBV_QPT_RC || (wr->send_flags & IBV_SEND_INLINE) ||
+            qp->iwarp) {
+            return EINVAL; /* iWARP adapters have no atomics */
         }
         break;
     default:
@@ -1115,10 +1125,12 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
             sv_complete(qp, &w, IBV_WC_WR_FLUSH_ERR, 0);
             continue;
         }
-        if (SV_UNLIKELY(state != IBV_QPS_RTS || qp->sq_head != qp->sq_tail)) {
-            /* behind earlier requests (or drained): keep the order */
+        if (SV_UNLIKELY(state != IBV_QPS_RTS || qp->sq_head != qp->sq_tail ||
+                        qp->iw_hold)) {
+            /* behind earlier requests (or drained, or held until the
+             * iWARP peer's first message): keep the order */
             sv_sq_enqueue(qp, &w);
-            if (state == IBV_QPS_RTS) {
+            if (state == IBV_QPS_RTS && !qp->iw_hold) {
                 sv_progress_add(qp);
             }
             continue;
@@ -1153,8 +1165,8 @@ int sv_qp_progress_locked(struct sv_qp *qp, uint64_t *next)
             sv_sq_flush_locked(qp);
             break;
         }
-        if (state != IBV_QPS_RTS) {
-            return 0; /* resumes when the QP returns to RTS */
+        if (state != IBV_QPS_RTS || qp->iw_hold) {
+            return 0; /* resumes when the QP returns to RTS (released) */
         }
         w = &qp->sq[qp->sq_head & (qp->sq_size - 1)];
         if (w->deadline > now) {

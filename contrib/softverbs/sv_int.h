@@ -36,7 +36,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 8
+#define SV_LAYOUT_VERSION 9
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -44,7 +44,6 @@
 #define SV_NAME_MAX       32
 #define SV_GID_TBL_LEN    16
 #define SV_IB_GIDS        1   /* valid GIDs on an InfiniBand port */
-#define SV_ETH_GIDS       4   /* link-local and IPv4 GIDs, RoCE v1 and v2 */
 #define SV_CHUNK          (64 * 1024)
 #define SV_ATOMIC_STRIPES 256
 #define SV_EVQ_ENTRIES    4096
@@ -55,12 +54,24 @@
 /* Configuration (fixed-size, stored in the segment header)            */
 /* ------------------------------------------------------------------ */
 
-enum { SV_LINK_IB = 1, SV_LINK_ETH = 2 };
+/* Device types: InfiniBand; RoCE (Ethernet link layer, IB transport);
+ * iWARP (Ethernet link layer, iWARP transport: see sv_iwarp.c). */
+enum { SV_LINK_IB = 1, SV_LINK_ETH = 2, SV_LINK_IWARP = 3 };
+
+/* An IP address of a port (see sv_addr.c). */
+#define SV_PORT_IPS 4
+struct sv_ipaddr {
+    uint8_t family;         /* AF_INET or AF_INET6; 0: none */
+    uint8_t pad[3];
+    uint8_t a[16];          /* network order; IPv4 in the first 4 bytes */
+};
 
 struct sv_dev_config {
     char     name[SV_NAME_MAX];
-    uint8_t  link;          /* SV_LINK_IB or SV_LINK_ETH */
+    uint8_t  link;          /* SV_LINK_IB, SV_LINK_ETH or SV_LINK_IWARP */
     uint8_t  num_ports;
+    /* configured addresses per port (pN.ip=); none: 127.0.<dev+1>.<port> */
+    struct sv_ipaddr ip[SV_MAX_PORTS][SV_PORT_IPS];
 };
 
 struct sv_config {
@@ -583,6 +594,10 @@ struct sv_qp {
     struct ibv_qp_attr attr;
     uint32_t          sq_psn;
     uint32_t          async_events;
+    /* iWARP (sv_iwarp.c): the device type, and sends held until the
+     * active side's first message arrives (MPA peer-to-peer mode) */
+    uint8_t           iwarp;
+    int               iw_hold;       /* under sq_lock */
     /* extended post interface (ibv_qp_ex) */
     uint64_t          ex_send_ops;
     int               ex_err;
@@ -641,6 +656,26 @@ void sv_local_set(int t, uint32_t idx, void *obj);
 void *sv_local_get(int t, uint32_t idx);
 uint16_t sv_port_lid(uint32_t dev, uint32_t port);
 
+/* sv_addr.c: port addresses (SOFTVERBS_DEVICES pN.ip=) and their GIDs */
+int  sv_addr_options(struct sv_config *cfg, uint32_t d, char *opts,
+                     char *err, size_t errlen);
+int  sv_addr_config_check(const struct sv_config *c, char *err,
+                          size_t errlen);
+void sv_addr_port_gids(const struct sv_config *c, uint32_t dev,
+                       uint32_t port, struct sv_port_shared *ps);
+
+/* sv_iwarp.c: the rules of an iWARP adapter */
+static inline int sv_dev_iwarp(uint32_t dev)
+{
+    return sv_g.hdr->cfg.dev[dev].link == SV_LINK_IWARP;
+}
+int  sv_iw_modify_check(enum ibv_qp_state cur, enum ibv_qp_state next,
+                        int mask, int from_cm);
+int  sv_iw_read_sink_ok(struct sv_qp *qp, const struct sv_swqe *w);
+
+/* sv_cm_*.c: the rdmacm emulation */
+void sv_cm_qp_gone(void);  /* a QP is being destroyed: fence CM users */
+
 /* sv_sysfs.c */
 int  sv_tree_build(void);
 const char *sv_tree_root(void);
@@ -673,6 +708,9 @@ int  sv_cq_push_send(uint32_t cq_handle, const struct ibv_wc *wc,
 void sv_cq_land_inline(uint64_t addr, uint64_t len);
 
 /* sv_qp.c */
+/* ibv_modify_qp; from_cm: the connection manager connects an iWARP QP */
+int  sv_qp_modify(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask,
+                  int from_cm);
 /* Lock a QP slot, completing in error a receive its last holder consumed
  * but died before completing. */
 void sv_qp_lock(struct sv_qp_shared *q);

@@ -320,6 +320,14 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
         errno = EOPNOTSUPP;
         return NULL;
     }
+    if (sv_dev_iwarp(ctx->dev->index) &&
+        (a->qp_type != IBV_QPT_RC ||
+         ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+          (a->send_ops_flags & (IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                                IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD))))) {
+        errno = EOPNOTSUPP; /* iWARP: reliable connected, no atomics */
+        return NULL;
+    }
     if (a->send_cq == NULL || a->recv_cq == NULL ||
         a->send_cq->context != c || a->recv_cq->context != c ||
         (a->srq != NULL && a->srq->context != c)) {
@@ -423,6 +431,7 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     qp->qpx.qp_base.qp_num     = qpn;
     qp->qpx.qp_base.state      = IBV_QPS_RESET;
     qp->qpx.qp_base.qp_type    = a->qp_type;
+    qp->iwarp                  = (uint8_t)sv_dev_iwarp(ctx->dev->index);
     pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
     pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
     if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
@@ -562,6 +571,12 @@ static int sv_check_values(struct sv_qp *qp, const struct ibv_qp_attr *a,
 SV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
                             int mask)
 {
+    return sv_qp_modify(ibqp, a, mask, 0);
+}
+
+int sv_qp_modify(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask,
+                 int from_cm)
+{
     struct sv_qp *qp = sv_qp_of(ibqp);
     struct sv_qp_shared *sh = qp->sh;
     enum ibv_qp_state cur, next;
@@ -576,7 +591,12 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
         rc = EINVAL;
         goto out;
     }
-    if (!sv_transition_ok(cur, next, ibqp->qp_type, mask)) {
+    if (qp->iwarp) {
+        rc = sv_iw_modify_check(cur, next, mask, from_cm);
+        if (rc) {
+            goto out;
+        }
+    } else if (!sv_transition_ok(cur, next, ibqp->qp_type, mask)) {
         rc = EINVAL;
         goto out;
     }
@@ -654,6 +674,7 @@ SV_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a,
         atomic_store(&sh->comm_est, 0);
         qp->sq_head  = qp->sq_tail;
         qp->sq_freed = qp->sq_posted;
+        qp->iw_hold  = 0;
         atomic_store(&sh->state, IBV_QPS_RESET);
     } else if (next == IBV_QPS_ERR) {
         sv_qp_set_error_remote(sh);
@@ -745,6 +766,7 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 
     sv_progress_remove(qp);
     sv_local_set(SV_T_QP, qp->idx, NULL);
+    sv_cm_qp_gone(); /* the connection manager may have looked it up */
     sv_qp_lock(sh);
     atomic_store(&sh->state, IBV_QPS_ERR);
     sv_slot_unpublish(sh);

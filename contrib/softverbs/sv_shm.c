@@ -146,36 +146,8 @@ static void sv_init_ports(struct sv_hdr *h)
                 }
                 ps->gid_type[0] = IBV_GID_TYPE_IB;
             } else {
-                /* MAC 02:53:56:<dev>:00:<port>; IPv4 127.0.<dev+1>.<port> */
-                uint8_t mac[6] = { 0x02, 0x53, 0x56, (uint8_t)d, 0,
-                                   (uint8_t)p };
-                union ibv_gid ll = { .raw = { 0xfe, 0x80 } };
-                union ibv_gid v4 = { .raw = { 0 } };
-
-                ll.raw[8]  = mac[0] ^ 0x02;
-                ll.raw[9]  = mac[1];
-                ll.raw[10] = mac[2];
-                ll.raw[11] = 0xff;
-                ll.raw[12] = 0xfe;
-                ll.raw[13] = mac[3];
-                ll.raw[14] = mac[4];
-                ll.raw[15] = mac[5];
-                v4.raw[10] = 0xff;
-                v4.raw[11] = 0xff;
-                v4.raw[12] = 127;
-                v4.raw[13] = 0;
-                v4.raw[14] = (uint8_t)(d + 1);
-                v4.raw[15] = (uint8_t)p;
-                ps->lid         = 0;
-                ps->num_gids    = SV_ETH_GIDS;
-                ps->gid[0]      = ll;
-                ps->gid_type[0] = IBV_GID_TYPE_ROCE_V1;
-                ps->gid[1]      = ll;
-                ps->gid_type[1] = IBV_GID_TYPE_ROCE_V2;
-                ps->gid[2]      = v4;
-                ps->gid_type[2] = IBV_GID_TYPE_ROCE_V1;
-                ps->gid[3]      = v4;
-                ps->gid_type[3] = IBV_GID_TYPE_ROCE_V2;
+                /* RoCE and iWARP: GIDs from the MAC and the addresses */
+                sv_addr_port_gids(c, d, p, ps);
             }
         }
     }

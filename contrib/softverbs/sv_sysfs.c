@@ -8,6 +8,7 @@
  * there. Other paths pass through untouched.
  */
 #include "sv_int.h"
+#include "sv_cm.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -97,7 +98,7 @@ static int sv_tree_port(const char *root, const char *dname, uint32_t d,
 {
     const struct sv_hdr *h = sv_g.hdr;
     const struct sv_port_shared *ps = &h->port[d][p - 1];
-    int eth = (h->cfg.dev[d].link == SV_LINK_ETH);
+    int eth = (h->cfg.dev[d].link != SV_LINK_IB); /* RoCE, iWARP */
     char rel[256], gid[64];
     uint32_t i;
     int rc = 0;
@@ -124,7 +125,7 @@ static int sv_tree_port(const char *root, const char *dname, uint32_t d,
         sv_fmt_gid(gid, &ps->gid[i]);
         snprintf(file, sizeof(file), "gids/%u", i);
         SV_PW(file, "%s\n", gid);
-        if (i < ps->num_gids) {
+        if (i < ps->num_gids && h->cfg.dev[d].link != SV_LINK_IWARP) {
             snprintf(file, sizeof(file), "gid_attrs/types/%u", i);
             SV_PW(file, "%s\n", (ps->gid_type[i] == IBV_GID_TYPE_ROCE_V2) ?
                   "RoCE v2" : "IB/RoCE v1");
@@ -148,6 +149,9 @@ static int sv_tree_fill(const char *root)
 
     rc = sv_tree_write(root, "sys/class/infiniband_verbs/abi_version",
                        "6\n");
+    /* the rdmacm emulation's limit, where UCX looks for the kernel's */
+    rc = rc ? rc : sv_tree_write(root, "proc/sys/net/rdma_ucm/max_backlog",
+                                 "%d\n", SV_CM_BACKLOG_MAX);
     for (d = 0; d < h->cfg.num_devices && !rc; ++d) {
         const char *n = h->cfg.dev[d].name;
 
@@ -159,7 +163,8 @@ static int sv_tree_fill(const char *root)
         } while (0)
 
         sv_fmt_guid(guid, h->dev[d].node_guid);
-        SV_DW("node_type", "1: CA\n");
+        SV_DW("node_type", "%s\n", (h->cfg.dev[d].link == SV_LINK_IWARP) ?
+              "4: RNIC" : "1: CA");
         SV_DW("node_guid", "%s\n", guid);
         SV_DW("sys_image_guid", "%s\n", guid);
         SV_DW("fw_ver", "%s\n", h->cfg.fw_ver);
@@ -228,12 +233,13 @@ static int sv_prefix(const char *path, const char *pfx, size_t n)
 static const char *sv_redirect(const char *path, char *buf, size_t len)
 {
     if (path == NULL || path[0] != '/' ||
-        (path[1] != 'd' && path[1] != 's')) {
+        (path[1] != 'd' && path[1] != 's' && path[1] != 'p')) {
         return path;
     }
     if (!sv_prefix(path, "/dev/infiniband", 15) &&
         !sv_prefix(path, "/sys/class/infiniband", 21) &&
-        !sv_prefix(path, "/sys/class/infiniband_verbs", 27)) {
+        !sv_prefix(path, "/sys/class/infiniband_verbs", 27) &&
+        !sv_prefix(path, "/proc/sys/net/rdma_ucm", 22)) {
         return path;
     }
     if (getenv("SOFTVERBS_NO_REDIRECT") != NULL || sv_attach() != 0) {

@@ -109,6 +109,102 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         "${SVE[@]}" env UCX_TLS=rc_verbs,ud_verbs -- \
         ucx_perftest -n 20000 -w 1000 -p @PORT@ -t tag_lat
 
+    # rdmacm (docs/softverbs.md, "rdmacm"): unmodified programs of
+    # rdmacm-utils and perftest, on each device type; a segment per pair
+    # (rdmacm ports belong to the segment, so fixed ports never collide)
+    SV_CM_PAIR=$SRC/test/gtest/softverbs/sv_cm_pair.sh
+    sv_cm() {   # sv_cm NAME DEVICES PORT [PAIR-OPTIONS] -- SERVER -- CLIENT
+        local name=$1 dev=$2 port=$3 opts=()
+        shift 3
+        while [ $# -gt 0 ] && [ "$1" != -- ]; do
+            opts+=("$1")
+            shift
+        done
+        ib2_check "softverbs/rdmacm/$name" "$SV_CM_PAIR" --port "$port" \
+            "${opts[@]}" "$SV_RUN" --shm "$SV_SHM-cm-${name//\//-}" \
+            --devices "$dev" "$@"
+    }
+    declare -A SV_DEV=([ib]=ib0:ib:1 [roce]=roce0:eth:1 [iwarp]=iw0:iwarp:1)
+    for k in ib roce iwarp; do
+        d=${SV_DEV[$k]}
+        # -V: the client verifies every byte it reads back
+        sv_cm "$k/rping_-V" "$d" 7471 -- \
+            rping -s -a 127.0.1.1 -p 7471 -C 200 -S 4096 -V -- \
+            rping -c -a 127.0.1.1 -p 7471 -C 200 -S 4096 -V
+        sv_cm "$k/ucmatose" "$d" 7472 --expect 'data transfers complete' -- \
+            ucmatose -p 7472 -c 4 -C 50 -- \
+            ucmatose -s 127.0.1.1 -p 7472 -c 4 -C 50
+        sv_cm "$k/rdma_server-rdma_client" "$d" 7471 --expect 'end 0' -- \
+            rdma_server -- rdma_client -s 127.0.1.1
+    done
+    for k in ib roce; do   # UD: not on iWARP
+        sv_cm "$k/udaddy" "${SV_DEV[$k]}" 7174 \
+            --expect 'data transfers complete' -- \
+            udaddy -c 2 -- udaddy -s 127.0.1.1 -c 2
+    done
+    for k in roce iwarp; do
+        d=${SV_DEV[$k]}
+        for t in ib_send_bw ib_write_bw ib_read_lat; do
+            # (perftest's own race of its two listens: see sv_cm_pair.sh)
+            sv_cm "$k/perftest-R/$t" "$d" 18515 --expect '^ *[0-9]+ +1000 ' \
+                --again-if 'REJECTED; error: (8|-111)\.' \
+                -- $t -R -d "${d%%:*}" -n 1000 -- \
+                $t -R -d "${d%%:*}" -n 1000 127.0.1.1
+        done
+    done
+
+    # every function librdmacm exports is the emulation's (but the
+    # rsocket calls, which need rsocket's descriptors, refused by rsocket)
+    ib2_check softverbs/rdmacm/defines-every-librdmacm-function bash -c '
+        lib=$(ldconfig -p | sed -n "s/.*librdmacm\.so\.1 .*=> //p" | head -1)
+        theirs=$(objdump -T "$lib" | awk "\$2 ~ /g/ && \$4 == \".text\" \
+                 { print \$NF }" | sort -u)
+        ours=$(nm -D --defined-only "$0" | awk "{ print \$3 }" | sort -u)
+        missing=$(comm -23 <(echo "$theirs") <(echo "$ours") |
+                  grep -v "^r[a-z]*$" || true)
+        echo "librdmacm: $(echo "$theirs" | wc -l) functions; not defined:" \
+             "${missing:-none}"
+        [ -z "$missing" ] && echo "$ours" | grep -qx rsocket' \
+        "$BUILD/contrib/softverbs/.libs/libsoftverbs.so"
+
+    # the iWARP device as ibv_devinfo shows it; perftest without rdmacm
+    # cannot connect it (an iWARP QP takes no address vector)
+    ib2_check softverbs/rdmacm/iwarp/ibv_devinfo bash -c '
+        out=$("$@" ibv_devinfo -v) || exit 1
+        echo "$out"
+        echo "$out" | grep -q "transport:[[:space:]]*iWARP (1)" &&
+        echo "$out" | grep -q "link_layer:[[:space:]]*Ethernet" &&
+        echo "$out" | grep -q "atomic_cap:[[:space:]]*ATOMIC_NONE" &&
+        echo "$out" | grep -q "max_sge_rd:[[:space:]]*1$"' \
+        sv "$SV_RUN" --shm "$SV_SHM-iwdev" --devices iw0:iwarp:1
+    ib2_check softverbs/rdmacm/iwarp/perftest-without-rdmacm-refused \
+        bash -c '! "$@" >"$0" 2>&1; cat "$0"
+                 grep -q "Failed to modify QP .* to RTR" "$0"' \
+        "$LOGDIR/softverbs-iwarp-no-cm.out" "$SV_PAIR" "$SV_RUN" \
+        --shm "$SV_SHM-iwnocm" --devices iw0:iwarp:1 -- \
+        ib_write_bw -d iw0 -n 100 -p @PORT@
+
+    # UCX's own rdmacm connection manager (the only one allowed here) on
+    # RoCE (and InfiniBand): UCX's client/server example from libucx-dev,
+    # unmodified
+    ucs_ex=/usr/share/doc/libucx-dev/examples/ucp_client_server.c
+    ucs_bin=$BUILD/test/gtest/softverbs/ucp_client_server
+    ib2_check softverbs/rdmacm/ucx/build-ucp_client_server \
+        cc -O1 -o "$ucs_bin" -I"$(dirname "$ucs_ex")" "$ucs_ex" -lucp -lucs
+    for t in roce/tag roce/stream roce/am ib/tag; do
+        c=${t#*/}
+        ib2_check "softverbs/rdmacm/ucx/${t%/*}/ucp_client_server-$c" \
+            env UCX_SOCKADDR_TLS_PRIORITY=rdmacm UCX_TLS=rc_verbs,ud_verbs \
+                UCX_LOG_LEVEL=debug "$SV_CM_PAIR" --port 13337 \
+                --server-stays 'received a connection request on the rdmacm' \
+                --expect 'iteration #10' \
+                "$SV_RUN" --shm "$SV_SHM-ucx-${t//\//-}" \
+                --devices "${SV_DEV[${t%/*}]}" -- \
+                "$ucs_bin" -l 127.0.1.1 -p 13337 -c "$c" -i 10 -- \
+                env UCX_LOG_LEVEL=warn "$ucs_bin" -a 127.0.1.1 -p 13337 \
+                -c "$c" -i 10
+    done
+
     # a short run of the benchmark (it must complete; the numbers of a full
     # run are in docs/softverbs.md)
     ib2_check softverbs/benchmark-runs \
