@@ -320,6 +320,7 @@ static void p2p_teardown(p2p_context_t *ctx)
         p2p_close_eps(ctx);
     }
     p2p_reg_cleanup(ctx);
+    p2p_rndv_cleanup(ctx);
     if (ctx->address != NULL) {
         ucp_worker_release_address(ctx->worker, ctx->address);
     }
@@ -370,6 +371,9 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     ret = p2p_ucp_setup(ctx, (params != NULL) ? params->flags : 0);
     if (ret == P2P_OK) {
         ret = p2p_recv_init(ctx);
+    }
+    if (ret == P2P_OK) {
+        ret = p2p_rndv_init(ctx);
     }
     if (ret == P2P_OK) {
         ret = p2p_wireup_init(ctx);

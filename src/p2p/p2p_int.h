@@ -163,6 +163,8 @@ struct p2p_request {
             size_t         len;
             ucp_rkey_h     rkey;
             uint64_t       sreq;      /* rendezvous: whom to send FIN */
+            size_t         msg_len;   /* truncating UCP protocol: length
+                                         the sender declared */
         } recv;
     };
 };
@@ -223,6 +225,8 @@ struct p2p_context {
     ucp_address_t *address;
     size_t        address_len;
     unsigned      am_id;        /* the one UCP AM id p2p uses */
+    ucp_datatype_t sink_dt;     /* truncating receives (p2p_rndv.c) */
+    int           have_sink_dt;
     int           rank;         /* world */
     int           size;
     int           have_pmix;
@@ -345,6 +349,10 @@ size_t p2p_drop_held(p2p_context_t *ctx, p2p_dlist_t *list);
 p2p_peer_t *p2p_rx_peer(p2p_context_t *ctx, ucp_ep_h ep);
 
 /* p2p_rndv.c */
+int  p2p_rndv_init(p2p_context_t *ctx);
+void p2p_rndv_cleanup(p2p_context_t *ctx);
+/* A packed UCP rkey from a peer is well formed (UCP takes no length). */
+int  p2p_rkey_valid(const void *buf, size_t len);
 void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
                     uint64_t length, uint64_t address, const void *rkey_buf,
                     size_t rkey_len);

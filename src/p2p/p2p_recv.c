@@ -391,6 +391,15 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
         rx.sreq    = P2P_FROM_LE64(h.r.sreq);
         rx.length  = P2P_FROM_LE64(h.r.length);
         rx.address = P2P_FROM_LE64(h.r.address);
+        /* the key is kept and later unpacked: its length and layout must
+         * hold up (UCP walks it by the sizes inside) */
+        if ((rx.how != P2P_ARR_DATA) ||
+            (P2P_FROM_LE32(h.r.rkey_len) != length) ||
+            !p2p_rkey_valid(data, length)) {
+            p2p_rx_malformed(ctx, "rendezvous key length or layout",
+                             header_length);
+            return UCS_OK;
+        }
     } else if (type != P2P_WIRE_EAGER) {
         rx.sreq = P2P_FROM_LE64(h.s.sreq);
     }

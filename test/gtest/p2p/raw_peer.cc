@@ -254,6 +254,42 @@ ucs_status_t RawPeer::send_raw(int dest, const void *hdr, size_t hdr_len,
     return status;
 }
 
+void RawPeer::send_nb(int dest, const void *hdr, size_t hdr_len,
+                      const void *data, size_t len, uint32_t flags,
+                      Pending *p)
+{
+    ucp_request_param_t param;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
+                         UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA;
+    param.flags        = flags;
+    param.cb.send      = send_cb;
+    param.user_data    = &p->status;
+    p->sp = ucp_am_send_nbx(ep(dest), P2P_WIRE_AM_ID_DEFAULT, hdr, hdr_len,
+                            data, len, &param);
+    if (!UCS_PTR_IS_PTR(p->sp)) {
+        p->status = UCS_PTR_STATUS(p->sp);
+        p->sp     = nullptr;
+    }
+}
+
+ucs_status_t RawPeer::finish(Pending *p)
+{
+    double deadline = now() + 60;
+    while (p->status == UCS_INPROGRESS) {
+        progress();
+        if (now() > deadline) {
+            die("a send did not complete in 60 s");
+        }
+    }
+    if (p->sp != nullptr) {
+        ucp_request_free(p->sp);
+        p->sp = nullptr;
+    }
+    return p->status;
+}
+
 p2p_wire_match_t RawPeer::match_hdr(unsigned type, int32_t src, int32_t tag,
                                     uint32_t seq)
 {

@@ -52,6 +52,16 @@ public:
     ucs_status_t send_raw(int dest, const void *hdr, size_t hdr_len,
                           const void *data, size_t len, bool reply = true,
                           uint32_t flags = UCP_AM_SEND_FLAG_EAGER);
+    /* The same without waiting: finish() it later (its header and data
+     * must live until then). */
+    struct Pending {
+        ucs_status_t     status = UCS_INPROGRESS;
+        ucs_status_ptr_t sp     = nullptr;
+    };
+    void send_nb(int dest, const void *hdr, size_t hdr_len,
+                 const void *data, size_t len, uint32_t flags,
+                 Pending *p);
+    ucs_status_t finish(Pending *p);
 
     /* A well-formed header of the world communicator (cid 0, epoch 0),
      * token 0 (to be sent with the reply flag) */

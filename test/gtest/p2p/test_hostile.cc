@@ -27,6 +27,8 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,8 +45,22 @@ enum {
     TAG_HELLO = 10, TAG_M_FORGED = 11, TAG_SYNC = 20, TAG_M_WRONGKIND = 21,
     TAG_GO_ACK = 22, TAG_M_REPLAYED_ACK = 23, TAG_RNDV = 24,
     TAG_M_REPLAYED_FIN = 25, TAG_M_DUP = 26, TAG_M_IMPERSONATE = 27,
-    TAG_M_MALFORMED = 28, TAG_IMP = 30, TAG_GO_HONEST = 40
+    TAG_M_MALFORMED = 28, TAG_M_LENGTHS = 29, TAG_IMP = 30, TAG_HUGE = 31,
+    TAG_TRUNC = 32, TAG_GO_HONEST = 40
 };
+
+/* the rendezvous rank 1 offers with a length far beyond its buffer */
+const uint64_t HUGE_LEN  = (uint64_t)1 << 40;
+const size_t   HUGE_RECV = 100;
+/* a message UCP delivers by its rendezvous, received into a few bytes */
+const size_t   TRUNC_LEN  = (size_t)128 << 20;
+const size_t   TRUNC_RECV = 64;
+const uint64_t HUGE_SREQ  = 0x1234;
+
+uint8_t byte_at(size_t i)
+{
+    return (uint8_t)(i * 7 + 3);
+}
 
 double now()
 {
@@ -284,6 +300,87 @@ void hostile()
     bad.src = 99;
     ASSERT_EQ(UCS_OK, raw.send_raw(0, &bad, sizeof(bad), "x", 1));
     marker(TAG_M_MALFORMED);
+
+    /* lengths: rendezvous keys that are short, long, inconsistent or
+     * whose inner sizes run past their end; a key is a real one packed
+     * here, which p2p must unpack only when its layout holds */
+    const size_t buf_len = 65536;
+    std::vector<uint8_t> mem(buf_len);
+    for (size_t i = 0; i < buf_len; ++i) {
+        mem[i] = byte_at(i);
+    }
+    ucp_mem_map_params_t mp;
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address    = mem.data();
+    mp.length     = buf_len;
+    ucp_mem_h memh;
+    void      *key;
+    size_t    key_len;
+    ASSERT_EQ(UCS_OK, ucp_mem_map(raw.context(), &mp, &memh));
+    ASSERT_EQ(UCS_OK, ucp_rkey_pack(raw.context(), memh, &key, &key_len));
+    std::vector<uint8_t> k((uint8_t*)key, (uint8_t*)key + key_len);
+    ucp_rkey_buffer_release(key);
+
+    p2p_wire_rts_t rts;
+    rts.m        = RawPeer::match_hdr(P2P_WIRE_RTS, 1, TAG_HUGE,
+                                      raw.next_seq(0));
+    rts.m.token  = raw.token(0);
+    rts.sreq     = HUGE_SREQ;
+    rts.length   = HUGE_LEN;
+    rts.address  = (uintptr_t)mem.data();
+    auto rts_with = [&](const std::vector<uint8_t> &data, uint32_t len) {
+        p2p_wire_rts_t r = rts;
+        r.rkey_len = len;
+        return raw.send_raw(0, &r, sizeof(r), data.data(), data.size(),
+                            false);
+    };
+    ASSERT_EQ(UCS_OK, rts_with(k, (uint32_t)k.size() + 1));
+    ASSERT_EQ(UCS_OK, rts_with(std::vector<uint8_t>(), 0));
+    std::vector<uint8_t> shortk(k.begin(), k.begin() + 5);
+    ASSERT_EQ(UCS_OK, rts_with(shortk, (uint32_t)shortk.size()));
+    std::vector<uint8_t> overrun(16, 0xff);   /* every domain, 255 bytes */
+    overrun[8] = 0;                           /* host memory */
+    ASSERT_EQ(UCS_OK, rts_with(overrun, (uint32_t)overrun.size()));
+    std::vector<uint8_t> badtype = k;
+    badtype[8] = 200;
+    ASSERT_EQ(UCS_OK, rts_with(badtype, (uint32_t)badtype.size()));
+    std::vector<uint8_t> longk(P2P_WIRE_RKEY_MAX + 1, 0);
+    ASSERT_EQ(UCS_OK, rts_with(longk, (uint32_t)longk.size()));
+    /* now a good key, with a length far beyond the buffer: the receive
+     * is small, p2p reads only what fits */
+    ASSERT_EQ(UCS_OK, rts_with(k, (uint32_t)k.size()));
+    raw.consume_seq(0);
+
+    /* a long message UCP delivers by its rendezvous */
+    void *big = mmap(nullptr, TRUNC_LEN, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ASSERT_NE(MAP_FAILED, big);
+    for (size_t i = 0; i < 4096; ++i) {
+        ((uint8_t*)big)[i] = byte_at(i);
+    }
+    p2p_wire_sync_t mid;
+    mid.m       = RawPeer::match_hdr(P2P_WIRE_MID, 1, TAG_TRUNC,
+                                     raw.next_seq(0));
+    mid.m.token = raw.token(0);
+    mid.sreq    = 0;
+    RawPeer::Pending pmid;
+    raw.send_nb(0, &mid, sizeof(mid), big, TRUNC_LEN, UCP_AM_SEND_FLAG_RNDV,
+                &pmid);
+    raw.consume_seq(0);
+    marker(TAG_M_LENGTHS);
+    EXPECT_EQ(UCS_OK, raw.finish(&pmid));
+    munmap(big, TRUNC_LEN);
+
+    /* the good key was used and answered */
+    RawMsg fin = raw.wait([](const RawMsg &m) {
+        return m.type() == P2P_WIRE_FIN;
+    }, "FIN of the huge rendezvous");
+    p2p_wire_ctl_t c2;
+    memcpy(&c2, fin.hdr.data(), sizeof(c2));
+    EXPECT_EQ(HUGE_SREQ, c2.sreq);
+    EXPECT_EQ(0, c2.status);
+    ucp_mem_unmap(raw.context(), memh);
 }
 
 /* ---- rank 0: the victim ---- */
@@ -364,6 +461,39 @@ void victim()
     EXPECT_EQ("mark", recv_marker(TAG_M_MALFORMED));
     expect_drops(7, 0, 0, 0, "malformed messages");
     next_phase(TAG_M_MALFORMED);
+
+    /* lengths: six broken rendezvous keys dropped; a huge declared length
+     * reads only what the receive holds; a message longer than the
+     * receive costs no memory of its length */
+    EXPECT_EQ("mark", recv_marker(TAG_M_LENGTHS));
+    expect_drops(6, 0, 0, 0, "rendezvous keys");
+    std::vector<uint8_t> small(HUGE_RECV + 1, 0xee);
+    p2p_request_t        *lreq;
+    p2p_status_t         lst;
+    ASSERT_EQ(P2P_OK, p2p_irecv(small.data(), HUGE_RECV, 1, TAG_HUGE, world,
+                                &lreq));
+    EXPECT_EQ(P2P_ERR_TRUNCATE, wait_req(&lreq, &lst, "the huge one"));
+    EXPECT_EQ(HUGE_RECV, lst.count);
+    for (size_t i = 0; i < HUGE_RECV; ++i) {
+        ASSERT_EQ(byte_at(i), small[i]) << "byte " << i;
+    }
+    EXPECT_EQ(0xee, small[HUGE_RECV]) << "written past the receive";
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    ASSERT_EQ(P2P_OK, p2p_irecv(small.data(), TRUNC_RECV, 1, TAG_TRUNC,
+                                world, &lreq));
+    EXPECT_EQ(P2P_ERR_TRUNCATE, wait_req(&lreq, &lst, "the long one"));
+    getrusage(RUSAGE_SELF, &ru1);
+    EXPECT_EQ(TRUNC_RECV, lst.count);
+    for (size_t i = 0; i < TRUNC_RECV; ++i) {
+        ASSERT_EQ(byte_at(i), small[i]) << "byte " << i;
+    }
+    EXPECT_LT(ru1.ru_maxrss - ru0.ru_maxrss, 32 * 1024)
+        << "a " << TRUNC_LEN << "-byte message into a " << TRUNC_RECV
+        << "-byte receive raised the peak memory by "
+        << (ru1.ru_maxrss - ru0.ru_maxrss) << " KiB";
+    expect_drops(0, 0, 0, 0, "long messages");
+    next_phase(TAG_M_LENGTHS);
 
     /* nothing of it is queued anywhere, and the replayed receive never
      * matched */
