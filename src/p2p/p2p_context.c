@@ -321,7 +321,7 @@ static void p2p_teardown(p2p_context_t *ctx)
     uint32_t    cid;
 
     for (cid = 0; cid < ctx->ncomms; ++cid) {
-        if ((ctx->comms[cid] != NULL) && (ctx->comms[cid] != P2P_COMM_FREED)) {
+        if (ctx->comms[cid] != NULL) {
             p2p_comm_destroy(ctx->comms[cid]);
         }
     }
@@ -413,12 +413,11 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     ctx->peers[ctx->rank].tx_token = ctx->peers[ctx->rank].rx_token;
     ret = p2p_reg_init(ctx);
     if (ret == P2P_OK) {
-        ret = p2p_comm_create(ctx, 0, ctx->rank, ctx->size, world,
+        ret = p2p_comm_create(ctx, 0, 0, ctx->rank, ctx->size, world,
                               &ctx->world);
     }
     free(world);
     if (ret == P2P_OK) {
-        ctx->next_cid = 1;
         ret = p2p_wireup_exchange(ctx);
     }
     if (ret != P2P_OK) {

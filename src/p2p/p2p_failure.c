@@ -82,7 +82,7 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
          * this peer) could satisfy would wait forever */
         for (cid = 0; cid < ctx->ncomms; ++cid) {
             p2p_comm_t *comm = ctx->comms[cid];
-            if ((comm == NULL) || (comm == P2P_COMM_FREED)) {
+            if (comm == NULL) {
                 continue;
             }
             for (r = 0; r < comm->size; ++r) {

@@ -41,7 +41,7 @@
 /* The matching fields of an arrived message, in host byte order. */
 typedef struct p2p_rx_match {
     uint32_t cid;
-    uint16_t cepoch;
+    uint32_t cepoch;
     int32_t  src;
     int32_t  tag;
     uint32_t seq;
@@ -139,7 +139,7 @@ KHASH_MAP_INIT_INT(p2p_early, p2p_early_q_t)
 struct p2p_comm {
     p2p_context_t *ctx;
     uint32_t      cid;
-    uint16_t      cepoch;       /* incarnation of the slot cid */
+    uint32_t      cepoch;       /* agreed at creation (p2p_comm.c) */
     int           rank;
     int           size;
     uint32_t      *world;       /* comm rank -> world rank */
@@ -248,10 +248,10 @@ struct p2p_context {
     ucp_ep_h      last_rx_ep;   /* one-entry cache in front of ep_rank */
     p2p_peer_t    *last_rx_peer;
     p2p_comm_t    *world;
-    /* communicators by context id; P2P_COMM_FREED marks a freed one */
+    /* communicators by context id (a slot, reused after a free) */
     p2p_comm_t    **comms;
     uint32_t      ncomms;       /* capacity of comms[] */
-    uint32_t      next_cid;     /* lowest cid this process never used */
+    uint32_t      epoch;        /* the highest communicator epoch seen */
     khash_t(p2p_early) early;   /* held: for communicators not created yet */
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
@@ -283,7 +283,6 @@ enum {
     P2P_WARNED_SOURCE    = 1u << 1
 };
 
-#define P2P_COMM_FREED ((p2p_comm_t*)(uintptr_t)1)
 
 /* p2p_context.c */
 void p2p_set_error(p2p_context_t *ctx, const char *fmt, ...)
@@ -465,9 +464,14 @@ int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
                    p2p_request_t **req_p);
 
 /* p2p_comm.c */
-int  p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
-                     const uint32_t *world, p2p_comm_t **comm_p);
+int  p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
+                     int rank, int size, const uint32_t *world,
+                     p2p_comm_t **comm_p);
 void p2p_comm_destroy(p2p_comm_t *comm);
+
+/* p2p_coll.c */
+/* Everyone's sz bytes, in comm rank order. */
+int  p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out);
 int  p2p_barrier_timeout(p2p_comm_t *comm, double timeout);
 
 static inline p2p_comm_t *p2p_comm_by_cid(p2p_context_t *ctx, uint32_t cid)

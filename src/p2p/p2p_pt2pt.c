@@ -8,7 +8,7 @@
 
 static int p2p_check_comm(const p2p_comm_t *comm, const char *fn)
 {
-    if (P2P_UNLIKELY((comm == NULL) || (comm == P2P_COMM_FREED))) {
+    if (P2P_UNLIKELY(comm == NULL)) {
         fprintf(stderr, "p2p: error: %s: no communicator (NULL or freed); "
                 "pass p2p_comm_world(ctx) or one made from it\n", fn);
         return P2P_ERR_INVALID;

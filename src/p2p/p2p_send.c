@@ -224,9 +224,10 @@ static inline void p2p_fill_match(p2p_wire_match_t *hdr, unsigned type,
                                   const p2p_peer_t *peer, int tag,
                                   uint32_t seq)
 {
-    hdr->type    = (uint8_t)type;
-    hdr->version = P2P_WIRE_VERSION;
-    hdr->cepoch  = P2P_LE16(comm->cepoch);
+    hdr->type     = (uint8_t)type;
+    hdr->version  = P2P_WIRE_VERSION;
+    hdr->reserved = 0;
+    hdr->cepoch   = P2P_LE32(comm->cepoch);
     hdr->cid     = P2P_LE32(comm->cid);
     hdr->token   = peer->tx_token;
     hdr->src     = (int32_t)P2P_LE32((uint32_t)comm->rank);

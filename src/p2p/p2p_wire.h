@@ -30,9 +30,15 @@
  * type, of an unknown type or of another version is dropped and counted.
  *
  * Matching. EAGER, EAGER_SYNC, MID and RTS carry p2p_wire_match_t:
- *   cid, cepoch  the communicator: its slot (reused after a free) and the
- *                incarnation of the slot (16 bits, wrapping), both agreed
- *                when the communicator was created (p2p_comm.c);
+ *   cid, cepoch  the communicator: its id, a slot reused after a free,
+ *                and its epoch, which tells incarnations of a slot apart;
+ *                both agreed by its members when it was created: the
+ *                lowest slot free at all of them, and an epoch above all
+ *                they have seen (wrapping, compared as a signed
+ *                difference). A receiver holds a message whose epoch is
+ *                above the last it has seen (its communicator is about to
+ *                be created here) and drops one for an epoch it has seen
+ *                but no longer has (freed);
  *   src          the sender's rank in the communicator;
  *   tag          user tags 0..2^31-1; negative ones are the library's
  *                (P2P_WIRE_TAG_*);
@@ -92,18 +98,19 @@ typedef enum p2p_wire_type {
 typedef struct __attribute__((packed)) p2p_wire_match {
     uint8_t  type;
     uint8_t  version;
-    uint16_t cepoch;
+    uint16_t reserved;                      /* 0 */
     uint32_t cid;
-    uint64_t token;                         /* 0: authenticate by endpoint */
+    uint32_t cepoch;
     int32_t  src;
+    uint64_t token;                         /* 0: authenticate by endpoint */
     int32_t  tag;
     uint32_t seq;
-} p2p_wire_match_t;                         /* 28 bytes */
+} p2p_wire_match_t;                         /* 32 bytes */
 
 typedef struct __attribute__((packed)) p2p_wire_sync {
     p2p_wire_match_t m;
     uint64_t         sreq;                  /* 0: no answer wanted (MID) */
-} p2p_wire_sync_t;                          /* 36 bytes */
+} p2p_wire_sync_t;                          /* 40 bytes */
 
 typedef struct __attribute__((packed)) p2p_wire_rts {
     p2p_wire_match_t m;
@@ -111,7 +118,7 @@ typedef struct __attribute__((packed)) p2p_wire_rts {
     uint64_t         length;                /* message length */
     uint64_t         address;               /* sender's buffer */
     uint32_t         rkey_len;              /* = AM data length, 1.. max */
-} p2p_wire_rts_t;                           /* 60 bytes */
+} p2p_wire_rts_t;                           /* 64 bytes */
 
 typedef struct __attribute__((packed)) p2p_wire_ctl {
     uint8_t  type;

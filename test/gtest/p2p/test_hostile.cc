@@ -419,7 +419,8 @@ void hostile()
     std::vector<uint8_t> payload(EARLY_SIZE, 0x33);
     for (uint32_t i = 0; i < count; ++i) {
         p2p_wire_match_t e = RawPeer::match_hdr(P2P_WIRE_EAGER, 1, 5, i);
-        e.cid   = EARLY_CID;
+        e.cid    = EARLY_CID;
+        e.cepoch = 1000;    /* above any rank 0 has seen: early */
         e.token = raw.token(0);
         ASSERT_EQ(UCS_OK, raw.send_raw(0, &e, sizeof(e), payload.data(),
                                        payload.size(), false));

@@ -1,0 +1,119 @@
+/*
+ * The library's own collectives, point-to-point on a communicator with
+ * reserved (negative) tags: the allgather behind communicator creation,
+ * and the barrier. Bounded waits let finalize give up on a dead peer.
+ */
+#include "p2p_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Wait for all, giving up at the deadline (timeout < 0: never). On a
+ * timeout the receives are cancelled and the rest released. */
+static int p2p_wait_bounded(p2p_context_t *ctx, int n, p2p_request_t **reqs,
+                            double timeout)
+{
+    double deadline = p2p_time() + timeout;
+    int    i, done, err = P2P_OK, ret;
+
+    for (;;) {
+        done = 1;
+        for (i = 0; i < n; ++i) {
+            done &= (reqs[i] == NULL) || reqs[i]->complete;
+        }
+        if (done) {
+            break;
+        }
+        p2p_ctx_progress(ctx);
+        if ((timeout >= 0) && (p2p_time() > deadline)) {
+            for (i = 0; i < n; ++i) {
+                if (reqs[i] != NULL) {
+                    p2p_cancel(reqs[i]);
+                    p2p_request_free(&reqs[i]);
+                }
+            }
+            return P2P_ERR_TIMEOUT;
+        }
+    }
+    for (i = 0; i < n; ++i) {
+        ret = p2p_wait(&reqs[i], NULL);
+        if ((ret != P2P_OK) && (err == P2P_OK)) {
+            err = ret;
+        }
+    }
+    return err;
+}
+
+/* Everyone's sz bytes, in comm rank order. */
+int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz,
+                         void *out)
+{
+    p2p_request_t **reqs;
+    int           i, n = 0, ret = P2P_OK;
+
+    reqs = calloc(2 * comm->size, sizeof(*reqs));
+    if (reqs == NULL) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    memcpy((char*)out + comm->rank * sz, in, sz);
+    for (i = 0; (i < comm->size) && (ret == P2P_OK); ++i) {
+        if (i == comm->rank) {
+            continue;
+        }
+        ret = p2p_post_recv(comm, (char*)out + i * sz, sz, i,
+                            P2P_TAG_ALLGATHER, &reqs[n++]);
+        if (ret == P2P_OK) {
+            ret = p2p_send_start(comm, in, sz, i, P2P_TAG_ALLGATHER, 0,
+                                 &reqs[n++]);
+        }
+    }
+    if (ret == P2P_OK) {
+        ret = p2p_wait_bounded(comm->ctx, n, reqs, -1);
+    } else {
+        p2p_wait_bounded(comm->ctx, n, reqs, 0);
+    }
+    free(reqs);
+    return ret;
+}
+
+int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
+{
+    double        deadline = p2p_time() + timeout;
+    p2p_request_t *reqs[2];
+    int           k, ret;
+    char          dummy;
+
+    /* dissemination: round k talks to rank +- 2^k; distinct sources per
+     * round, so per-source ordering keeps consecutive barriers apart */
+    for (k = 1; k < comm->size; k <<= 1) {
+        reqs[0] = reqs[1] = NULL;
+        ret = p2p_post_recv(comm, &dummy, 0,
+                            (comm->rank - k + comm->size) % comm->size,
+                            P2P_TAG_BARRIER, &reqs[0]);
+        if (ret == P2P_OK) {
+            ret = p2p_send_start(comm, NULL, 0, (comm->rank + k) % comm->size,
+                                 P2P_TAG_BARRIER, 0, &reqs[1]);
+        }
+        if (ret == P2P_OK) {
+            ret = p2p_wait_bounded(comm->ctx, 2, reqs,
+                                   (timeout < 0) ? -1 :
+                                   (deadline - p2p_time() > 0 ?
+                                    deadline - p2p_time() : 0));
+        } else {
+            p2p_wait_bounded(comm->ctx, 2, reqs, 0);
+        }
+        if (ret != P2P_OK) {
+            return ret;
+        }
+    }
+    return P2P_OK;
+}
+
+int p2p_barrier(p2p_comm_t *comm)
+{
+    if (comm == NULL) {
+        fprintf(stderr, "p2p: error: p2p_barrier: no communicator\n");
+        return P2P_ERR_INVALID;
+    }
+    return p2p_barrier_timeout(comm, -1);
+}
