@@ -76,22 +76,34 @@ int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz,
     return ret;
 }
 
+/*
+ * Dissemination barrier: in round k every rank sends to rank + 2^k and
+ * receives from rank - 2^k (distinct sources per round, so per-source
+ * ordering keeps consecutive barriers apart). It must end at every live
+ * rank even if a member died: a rank that finds a partner dead does not
+ * stop but goes through all rounds, and each message carries one byte
+ * saying whether its sender knows of a failure. Every live rank hears,
+ * through some chain of rounds, from every rank -- the chain from a dead
+ * rank starts at the rank whose receive from it failed -- so all of them
+ * return P2P_ERR_PEER_FAILED. (A rank that stopped early would leave a
+ * live partner waiting for it forever.)
+ */
 int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
 {
     double        deadline = p2p_time() + timeout;
     p2p_request_t *reqs[2];
-    int           k, ret;
-    char          dummy;
+    int           k, ret, err = P2P_OK;
+    uint8_t       failed = 0, in;
 
-    /* dissemination: round k talks to rank +- 2^k; distinct sources per
-     * round, so per-source ordering keeps consecutive barriers apart */
     for (k = 1; k < comm->size; k <<= 1) {
         reqs[0] = reqs[1] = NULL;
-        ret = p2p_post_recv(comm, &dummy, 0,
+        in  = 0;
+        ret = p2p_post_recv(comm, &in, sizeof(in),
                             (comm->rank - k + comm->size) % comm->size,
                             P2P_TAG_BARRIER, &reqs[0]);
         if (ret == P2P_OK) {
-            ret = p2p_send_start(comm, NULL, 0, (comm->rank + k) % comm->size,
+            ret = p2p_send_start(comm, &failed, sizeof(failed),
+                                 (comm->rank + k) % comm->size,
                                  P2P_TAG_BARRIER, 0, &reqs[1]);
         }
         if (ret == P2P_OK) {
@@ -102,11 +114,18 @@ int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
         } else {
             p2p_wait_bounded(comm->ctx, 2, reqs, 0);
         }
-        if (ret != P2P_OK) {
+        if ((ret == P2P_ERR_TIMEOUT) || (ret == P2P_ERR_NO_MEMORY)) {
             return ret;
         }
+        if ((ret != P2P_OK) || (in != 0)) {
+            /* a partner died, or knows that one did */
+            failed = 1;
+            if (err == P2P_OK) {
+                err = (ret != P2P_OK) ? ret : P2P_ERR_PEER_FAILED;
+            }
+        }
     }
-    return P2P_OK;
+    return err;
 }
 
 int p2p_barrier(p2p_comm_t *comm)

@@ -44,6 +44,34 @@ static void p2p_peer_close_ep(p2p_peer_t *peer)
     }
 }
 
+/* Make sure a failure of peer is noticed while we wait for it: UCP's
+ * keepalive and the same-host watch only cover peers we have an endpoint
+ * to. A peer that cannot be reached is failed. */
+void p2p_peer_watch(p2p_peer_t *peer)
+{
+    ucp_ep_h ep;
+
+    if (P2P_UNLIKELY((peer->ep == NULL) && !peer->failed) &&
+        (p2p_peer_ep(peer, &ep) != P2P_OK) && !peer->failed) {
+        p2p_peer_failed(peer, UCS_ERR_UNREACHABLE, 0);
+    }
+}
+
+/* A receive or probe from anyone of comm: a failure of any member must be
+ * noticed. Once per communicator (endpoints stay until a peer fails). */
+void p2p_comm_watch_all(p2p_comm_t *comm)
+{
+    int r;
+
+    if (P2P_LIKELY(comm->watched)) {
+        return;
+    }
+    comm->watched = 1;
+    for (r = 0; r < comm->size; ++r) {
+        p2p_peer_watch(p2p_comm_peer(comm, r));
+    }
+}
+
 void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
 {
     p2p_context_t *ctx = peer->ctx;
@@ -88,6 +116,8 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
             for (r = 0; r < comm->size; ++r) {
                 if (comm->world[r] == peer->rank) {
                     void *arg[3] = { comm, &r, &peer->fail_error };
+                    /* blocking calls on comm waiting for anyone notice */
+                    ++comm->n_failed;
                     p2p_mq_foreach_posted(&comm->mq, p2p_fail_posted_cb,
                                           arg);
                     break;

@@ -92,7 +92,8 @@ typedef struct p2p_peer {
     uint32_t      rank;
     uint8_t       failed;
     uint8_t       close_ep;     /* failed in a UCP callback: close later */
-    uint8_t       local;        /* same host: watched by p2p_liveness.c */
+    uint8_t       local;        /* same host and PID namespace: watched by
+                                   p2p_liveness.c */
     uint8_t       rma_sw;       /* UCP emulates RMA to it with active
                                    messages: large sends use UCP's own
                                    rendezvous (p2p_wireup.c says why) */
@@ -146,6 +147,8 @@ struct p2p_comm {
     uint32_t      *send_seq;    /* next seq to each comm rank */
     uint32_t      *recv_seq;    /* next seq expected from each comm rank */
     khash_t(p2p_held) held;     /* arrived ahead of their seq */
+    unsigned      n_failed;     /* failures among the members so far */
+    int           watched;      /* every member watched (p2p_failure.c) */
     p2p_mq_t      mq;
 };
 
@@ -305,8 +308,8 @@ void p2p_wireup_forget(p2p_context_t *ctx, ucp_ep_h ep);
 void p2p_wireup_finalize(p2p_context_t *ctx);
 
 /* p2p_liveness.c */
-void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, char *host,
-                       size_t hostlen);
+void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, uint64_t *pidns,
+                       char *host, size_t hostlen);
 uint64_t p2p_proc_start_time(int32_t pid);
 void p2p_slow_progress(p2p_context_t *ctx);
 
@@ -440,6 +443,8 @@ void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u);
 
 /* p2p_failure.c */
 void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp);
+void p2p_peer_watch(p2p_peer_t *peer);
+void p2p_comm_watch_all(p2p_comm_t *comm);
 
 static inline p2p_peer_t *p2p_comm_peer(p2p_comm_t *comm, int rank)
 {

@@ -159,12 +159,17 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
         p2p_recv_from_unexp(req, u);
         return P2P_OK;
     }
-    if ((src != P2P_ANY_SOURCE) &&
-        P2P_UNLIKELY(p2p_comm_peer(comm, src)->failed)) {
-        /* nothing more will come from it */
-        p2p_req_fail(req, p2p_comm_peer(comm, src)->fail_error);
-        p2p_req_event(req);
-        return P2P_OK;
+    if (src == P2P_ANY_SOURCE) {
+        p2p_comm_watch_all(comm);
+    } else {
+        p2p_peer_t *peer = p2p_comm_peer(comm, src);
+        p2p_peer_watch(peer);
+        if (P2P_UNLIKELY(peer->failed)) {
+            /* nothing more will come from it */
+            p2p_req_fail(req, peer->fail_error);
+            p2p_req_event(req);
+            return P2P_OK;
+        }
     }
     if (P2P_UNLIKELY(p2p_mq_post(&comm->mq, &req->recv.mq, src, tag) != 0)) {
         p2p_req_put(req);
@@ -218,6 +223,7 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
                             const char *fn)
 {
     struct p2p_unexp *u;
+    unsigned         n_failed;
     int              ret = p2p_check_src_tag(comm, src, tag, fn);
 
     if (ret != P2P_OK) {
@@ -229,6 +235,15 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
                       (flag == NULL && !blocking) ? "flag" : "message");
         return P2P_ERR_INVALID;
     }
+    if (blocking) {
+        /* a failure of whom we wait for must end the wait */
+        if (src != P2P_ANY_SOURCE) {
+            p2p_peer_watch(p2p_comm_peer(comm, src));
+        } else {
+            p2p_comm_watch_all(comm);
+        }
+    }
+    n_failed = comm->n_failed;
     for (;;) {
         u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
                                                  msg_p != NULL);
@@ -240,6 +255,17 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
         }
         if ((u != NULL) || !blocking) {
             break;
+        }
+        /* as a posted receive would: a specific source that failed, or
+         * for ANY_SOURCE any member that failed meanwhile */
+        if ((src != P2P_ANY_SOURCE) ?
+            p2p_comm_peer(comm, src)->failed :
+            (comm->n_failed != n_failed)) {
+            ret = (src != P2P_ANY_SOURCE) ?
+                  p2p_comm_peer(comm, src)->fail_error : P2P_ERR_PEER_FAILED;
+            p2p_set_error(comm->ctx, "%s: the awaited rank failed (%s)", fn,
+                          p2p_strerror(ret));
+            return ret;
         }
     }
     if (flag != NULL) {

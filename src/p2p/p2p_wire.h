@@ -80,7 +80,11 @@ extern "C" {
 /* Largest packed remote key accepted in an RTS */
 #define P2P_WIRE_RKEY_MAX       4096
 
-/* Tags the library's own collectives use (below every user tag) */
+/* Tags the library's own collectives use (below every user tag). The
+ * barrier is a dissemination: in round k = 1, 2, 4, ... < size every rank
+ * sends rank + k one byte (nonzero: it knows of a failed member) and
+ * receives one from rank - k. Communicator creation is an allgather:
+ * every rank sends every other its contribution (p2p_comm.c). */
 #define P2P_WIRE_TAG_ALLGATHER  (-2)
 #define P2P_WIRE_TAG_BARRIER    (-3)
 
@@ -139,16 +143,18 @@ typedef struct __attribute__((packed)) p2p_wire_token {
 /*
  * Wire-up: what each process publishes through PMIx under the key
  * P2P_WIRE_PMIX_KEY (a byte object): this header, then its UCP worker
- * address. pid, start_time and host/pidns let peers on the same host and
- * in the same PID namespace watch each other's process (p2p_liveness.c).
+ * address. pid, start_time, pidns and host let peers on the same host and
+ * in the same PID namespace watch each other's process (p2p_liveness.c):
+ * a pid means another process, or none, in another namespace.
  */
 #define P2P_WIRE_PMIX_KEY       "ib2.p2p.ucp.addr"
-#define P2P_WIRE_ADDR_MAGIC     0x69623270u     /* "ib2p" */
+#define P2P_WIRE_ADDR_MAGIC     0x69623271u     /* "ib2q" */
 
 typedef struct __attribute__((packed)) p2p_wire_addr {
     uint32_t magic;
-    uint32_t pid;
+    uint32_t pid;           /* in its own PID namespace */
     uint64_t start_time;    /* field 22 of /proc/<pid>/stat */
+    uint64_t pidns;         /* inode of /proc/self/ns/pid, 0: unknown */
     char     host[128];     /* "hostname/boot-id", NUL-terminated */
 } p2p_wire_addr_t;
 

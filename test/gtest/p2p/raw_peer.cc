@@ -127,6 +127,7 @@ bool RawPeer::init()
     p2p_wire_addr_t  *wa = (p2p_wire_addr_t*)blob.data();
     wa->magic = P2P_WIRE_ADDR_MAGIC;
     wa->pid   = (uint32_t)getpid();
+    wa->pidns = 0;
     snprintf(wa->host, sizeof(wa->host), "raw-peer-not-watched");
     memcpy(blob.data() + sizeof(*wa), addr, addr_len);
     ucp_worker_release_address(worker_, addr);
@@ -354,8 +355,9 @@ RawMsg RawPeer::wait_tag(int from, int32_t tag, const char *what)
 void RawPeer::barrier()
 {
     /* dissemination, as p2p_barrier: round k talks to rank +- k */
+    uint8_t failed = 0;
     for (int k = 1; k < size; k <<= 1) {
-        eager((rank + k) % size, P2P_WIRE_TAG_BARRIER, nullptr, 0);
+        eager((rank + k) % size, P2P_WIRE_TAG_BARRIER, &failed, 1);
         wait_tag((rank - k + size) % size, P2P_WIRE_TAG_BARRIER,
                  "a barrier message");
     }
