@@ -1,0 +1,95 @@
+/*
+ * P queue credits: what the peer gives back, and the explicit credit
+ * messages we send when the peer sends us nothing to piggyback them on.
+ *
+ * Owner and bound of each counter (per endpoint and P queue q):
+ *   txq.credits     peer data buffers we may fill: taken by our active
+ *                   messages, returned in the peer's headers; 0..num
+ *   txq.cm_credits  peer buffers reserved for credit messages: taken by a
+ *                   credit message, returned by IB2_HDR_F_CM_RET;
+ *                   0..reserved
+ *   rxq.credits_owed  buffers we replaced, not yet told; 0..num
+ *   rxq.cm_owed     credit messages received, not yet answered; 0..reserved
+ * The receive path checks a peer's returns against these bounds before
+ * calling ib2_ep_credits_returned (ib2_rx.c).
+ */
+#include "ib2_tx.h"
+
+void ib2_ep_credits_returned(ib2_ep_t *ep, unsigned q, unsigned credits,
+                             int cm_return)
+{
+    const ib2_rq_spec_t *spec = &ep->iface->rq.q[q];
+    ib2_ep_txq_t *txq         = &ep->txq[q];
+
+    txq->credits += (int32_t)credits;
+    ucs_assert(txq->credits <= (int32_t)spec->num);
+    if (cm_return) {
+        ++txq->cm_credits;
+        ucs_assert(txq->cm_credits <= (int32_t)spec->reserved);
+    }
+    ib2_ep_resources_back(ep);
+}
+
+void ib2_ep_schedule_ctrl(ib2_ep_t *ep)
+{
+    if (!ep->ctrl_queued && !ep->failed && !ep->destroyed) {
+        ucs_list_add_tail(&ep->iface->ctrl_pending, &ep->ctrl_list);
+        ep->ctrl_queued = 1;
+    }
+}
+
+/*
+ * Send the credits owed on each P queue that gathered a window's worth and
+ * was not piggybacked meanwhile. A credit message uses one of the peer's
+ * reserved buffers (a credit-message credit), never a data credit.
+ */
+unsigned ib2_ep_send_ctrl(ib2_ep_t *ep)
+{
+    ib2_iface_t *iface = ep->iface;
+    unsigned q, sent = 0, still = 0;
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+    ib2_hdr_t hdr;
+
+    for (q = 0; q < ep->nq; ++q) {
+        const ib2_rq_spec_t *spec = &iface->rq.q[q];
+        ib2_ep_rxq_t *rxq         = &ep->rxq[q];
+        ib2_ep_txq_t *txq         = &ep->txq[q];
+
+        while ((spec->type == IB2_RQ_PER_PEER) &&
+               (rxq->credits_owed >= spec->window)) {
+            if ((txq->cm_credits <= 0) || !ib2_txq_ready(iface, txq) ||
+                !ep->connected || ep->failed) {
+                still = !ep->failed;
+                break;
+            }
+            hdr.am_id   = IB2_HDR_F_CTRL;
+            hdr.credits = (uint8_t)ucs_min(rxq->credits_owed, 255u);
+            hdr.seq     = 0;
+            if (rxq->cm_owed != 0) {
+                hdr.am_id |= IB2_HDR_F_CM_RET;
+            }
+            sge.addr   = (uintptr_t)&hdr;
+            sge.length = sizeof(hdr);
+            sge.lkey   = 0;
+            wr.opcode  = IBV_WR_SEND;
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            if (ib2_ep_post(iface, ep, q, &wr, IBV_SEND_INLINE, 0) !=
+                UCS_OK) {
+                break;
+            }
+            --txq->cm_credits;
+            rxq->credits_owed -= hdr.credits;
+            if (hdr.am_id & IB2_HDR_F_CM_RET) {
+                --rxq->cm_owed;
+            }
+            ++sent;
+        }
+    }
+    if (!still && ep->ctrl_queued) {
+        ucs_list_del(&ep->ctrl_list);
+        ep->ctrl_queued = 0;
+    }
+    return sent;
+}
