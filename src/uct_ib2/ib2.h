@@ -53,7 +53,8 @@ extern uct_tl_t        uct_rc_ib2_tl;
 
 typedef struct ib2_md_config {
     uct_md_config_t super;
-    int             rcache_enable;         /* ucs_ternary_auto_value_t */
+    UCS_CONFIG_STRING_ARRAY_FIELD(methods) reg_methods;
+    int             indirect_atomic;       /* accepted, no effect */
     size_t          rcache_max_regions;
     size_t          rcache_max_pinned;
     int             fork_safe;             /* MADV_DONTFORK */
@@ -93,6 +94,17 @@ static UCS_F_ALWAYS_INLINE struct ibv_mr *ib2_memh_mr(ib2_md_t *md,
     }
     return ((ib2_memh_t*)memh)->mr;
 }
+
+/* Registration (ib2_md_reg.c). */
+int ib2_md_access(ib2_md_t *md);
+ucs_status_t ib2_md_setup_reg(ib2_md_t *md, const ib2_md_config_t *config);
+ucs_status_t ib2_md_mem_reg(uct_md_h uct_md, void *address, size_t length,
+                            unsigned flags, uct_mem_h *memh_p);
+ucs_status_t ib2_md_mem_dereg(uct_md_h uct_md,
+                              const uct_md_mem_dereg_params_t *params);
+ucs_status_t ib2_md_mkey_pack(uct_md_h uct_md, uct_mem_h memh,
+                              const uct_md_mkey_pack_params_t *params,
+                              void *rkey_buffer);
 
 /* Registration error message with what to do about it (memlock, MTT). */
 void ib2_md_reg_error(ib2_md_t *md, void *address, size_t length, int err,

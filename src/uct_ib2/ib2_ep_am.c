@@ -36,7 +36,9 @@ static UCS_F_NOINLINE ucs_status_t
 ib2_ep_am_short_other(ib2_iface_t *iface, ib2_ep_t *ep, uint8_t id,
                       uint64_t header, const void *payload, unsigned length)
 {
-    UCT_CHECK_LENGTH((size_t)length, 0, iface->config.max_short, "am_short");
+    UCT_CHECK_PARAM(length <= iface->config.max_short,
+                    "Invalid am_short length: %u (expected: <= %u)", length,
+                    iface->config.max_short);
     return ib2_ep_am_short_queue(iface, ep,
                                  ib2_ep_am_queue(iface,
                                      sizeof(iface->tx_short.am_hdr) + length),
@@ -221,8 +223,9 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_IOV_SIZE(iovcnt, (size_t)iface->config.max_send_sge - 1,
                        "ib2_ep_am_zcopy");
-    UCT_CHECK_LENGTH((size_t)header_length, 0, iface->config.max_am_hdr,
-                     "am_zcopy header");
+    UCT_CHECK_PARAM(header_length <= iface->config.max_am_hdr,
+                    "Invalid am_zcopy header length: %u (expected: <= %zu)",
+                    header_length, iface->config.max_am_hdr);
     length = uct_iov_total_length(iov, iovcnt);
     UCT_CHECK_LENGTH(header_length + length, 0, iface->config.max_am,
                      "am_zcopy");

@@ -16,8 +16,9 @@ ucs_status_t ib2_ep_put_short(uct_ep_h tl_ep, const void *buffer,
     ucs_status_t status;
     unsigned flags;
 
-    UCT_CHECK_LENGTH((size_t)length, 0, iface->config.max_inline,
-                     "put_short");
+    UCT_CHECK_PARAM(length <= iface->config.max_inline,
+                    "Invalid put_short length: %u (expected: <= %u)", length,
+                    iface->config.max_inline);
     status = ib2_ep_tx_check(iface, ep, 0, 0, &flags);
     if (ucs_unlikely(status != UCS_OK)) {
         return status;

@@ -211,7 +211,7 @@ static uint32_t ib2_hash_string(const char *s)
 
 /* "dev:port" -> port number, checking the device is this md's. */
 ucs_status_t ib2_parse_dev_name(ib2_md_t *md, const char *dev_name,
-                                       uint8_t *port)
+                                uint8_t *port)
 {
     const char *colon = strrchr(dev_name, ':');
     unsigned long num;
@@ -234,7 +234,7 @@ ucs_status_t ib2_parse_dev_name(ib2_md_t *md, const char *dev_name,
 }
 
 ucs_status_t ib2_iface_select_gid(ib2_iface_t *iface,
-                                         const ib2_iface_config_t *config)
+                                  const ib2_iface_config_t *config)
 {
     struct ibv_gid_entry entry;
     int i;
@@ -275,7 +275,7 @@ ucs_status_t ib2_iface_select_gid(ib2_iface_t *iface,
  * defaults.
  */
 ucs_status_t ib2_iface_apply_device_params(ib2_iface_t *iface,
-                                                  const ib2_iface_config_t *config)
+                                           const ib2_iface_config_t *config)
 {
     const char *rq = config->receive_queues;
     ib2_devparams_t dp;

@@ -13,14 +13,62 @@
 
 /* ---- interface operations ------------------------------------------------- */
 
-ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
-                                    uct_iface_attr_t *attr)
+/*
+ * The port's link, as UCP's protocol selection weighs it: bandwidth from
+ * lanes x lane rate (after line coding), and a latency that falls with the
+ * link generation (typical one-way small-message figures of adapters of
+ * each generation, adapter and one switch; faster links also serialize a
+ * packet sooner). The CPU's cost of posting (overhead) does not depend on
+ * the link.
+ */
+static void ib2_iface_perf(ib2_iface_t *iface, uct_iface_attr_t *attr)
 {
-    static const double width_x[] = { 0, 1, 4, 0, 8, 0, 0, 0, 12 };
+    static const struct {
+        uint8_t speed;      /* ibv_port_attr.active_speed */
+        double  lane_gbps;  /* data rate per lane */
+        double  latency;    /* seconds */
+    } links[] = {
+        {   1,   2.0,   2.6e-6 },  /* SDR, 8b/10b */
+        {   2,   4.0,   1.6e-6 },  /* DDR */
+        {   4,   8.0,   1.2e-6 },  /* QDR */
+        {   8,  10.0,   1.0e-6 },  /* FDR10 */
+        {  16,  13.64,  0.8e-6 },  /* FDR, 64b/66b */
+        {  32,  25.0,   0.7e-6 },  /* EDR */
+        {  64,  50.0,   0.6e-6 },  /* HDR */
+        { 128, 100.0,   0.6e-6 },  /* NDR */
+    };
+    static const double width_x[] = { 0, 1, 4, 0, 8, 0, 0, 0, 12, 0, 0, 0,
+                                       0, 0, 0, 0, 2 };
+    double lane_gbps = 25.0, latency = 0.7e-6, lanes = 0;
+    unsigned i;
+
+    for (i = 0; i < ucs_static_array_size(links); ++i) {
+        if (links[i].speed == iface->port_attr.active_speed) {
+            lane_gbps = links[i].lane_gbps;
+            latency   = links[i].latency;
+        }
+    }
+    if (iface->port_attr.active_width < ucs_static_array_size(width_x)) {
+        lanes = width_x[iface->port_attr.active_width];
+    }
+    if (lanes == 0) {
+        ucs_debug("%s:%u: unknown link width %u, taken as 4x",
+                  iface->md->name, iface->port,
+                  iface->port_attr.active_width);
+        lanes = 4;
+    }
+    attr->bandwidth.dedicated = 0;
+    attr->bandwidth.shared    = lanes * lane_gbps * 1e9 / 8;
+    attr->latency             = ucs_linear_func_make(latency, 0);
+    attr->overhead            = 50e-9;
+}
+
+ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
+                             uct_iface_attr_t *attr)
+{
     ib2_iface_t *iface = ucs_derived_of(tl_iface, ib2_iface_t);
     size_t max_msg     = iface->port_attr.max_msg_sz;
-    unsigned max_sge   = ucs_min(iface->md->dev_attr.max_sge, 8);
-    double lane_gbps, lanes;
+    unsigned max_sge   = iface->config.max_send_sge;
 
     uct_base_iface_query(&iface->super, attr);
 
@@ -44,7 +92,7 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
     attr->cap.put.max_iov         = max_sge;
 
     attr->cap.get.max_bcopy       = iface->tx_buf_size;
-    attr->cap.get.min_zcopy       = 0;
+    attr->cap.get.min_zcopy       = 1; /* a zero-length read reads nothing */
     attr->cap.get.max_zcopy       = max_msg;
     attr->cap.get.opt_zcopy_align = 512;
     attr->cap.get.align_mtu       = attr->cap.put.align_mtu;
@@ -59,7 +107,7 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
     attr->cap.am.max_zcopy        = iface->config.max_am;
     attr->cap.am.opt_zcopy_align  = 512;
     attr->cap.am.align_mtu        = attr->cap.put.align_mtu;
-    attr->cap.am.max_hdr          = ucs_min((size_t)128, iface->config.max_am);
+    attr->cap.am.max_hdr          = iface->config.max_am_hdr;
     attr->cap.am.max_iov          = max_sge - 1;
 
     if (iface->md->dev_attr.atomic_cap != IBV_ATOMIC_NONE) {
@@ -74,33 +122,13 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
     attr->ep_addr_len     = sizeof(ib2_ep_addr_t);
     attr->max_conn_priv   = 0;
 
-    /* Link rate from the port: lanes x lane speed (SDR..HDR). */
-    switch (iface->port_attr.active_speed) {
-    case 1:   lane_gbps = 2.0;     break; /* SDR, 8b/10b */
-    case 2:   lane_gbps = 4.0;     break; /* DDR */
-    case 4:   lane_gbps = 8.0;     break; /* QDR */
-    case 8:   lane_gbps = 10.0;    break; /* FDR10 */
-    case 16:  lane_gbps = 13.64;   break; /* FDR */
-    case 32:  lane_gbps = 25.0;    break; /* EDR */
-    case 64:  lane_gbps = 50.0;    break; /* HDR */
-    case 128: lane_gbps = 100.0;   break; /* NDR */
-    default:  lane_gbps = 25.0;    break;
-    }
-    lanes = (iface->port_attr.active_width < ucs_static_array_size(width_x)) ?
-            width_x[iface->port_attr.active_width] : 0;
-    if (lanes == 0) {
-        lanes = 4;
-    }
-    attr->bandwidth.dedicated = 0;
-    attr->bandwidth.shared    = lanes * lane_gbps * 1e9 / 8;
-    attr->latency             = ucs_linear_func_make(700e-9, 0);
-    attr->overhead            = 75e-9;
+    ib2_iface_perf(iface, attr);
     attr->priority            = 0;
     return UCS_OK;
 }
 
 ucs_status_t ib2_iface_get_device_address(uct_iface_h tl_iface,
-                                                 uct_device_addr_t *addr)
+                                          uct_device_addr_t *addr)
 {
     ib2_iface_t *iface    = ucs_derived_of(tl_iface, ib2_iface_t);
     ib2_dev_addr_t *dev   = (ib2_dev_addr_t*)addr;
@@ -113,7 +141,7 @@ ucs_status_t ib2_iface_get_device_address(uct_iface_h tl_iface,
 }
 
 ucs_status_t ib2_iface_get_address(uct_iface_h tl_iface,
-                                          uct_iface_addr_t *addr)
+                                   uct_iface_addr_t *addr)
 {
     return UCS_OK;
 }
@@ -126,8 +154,8 @@ int ib2_iface_is_global(ib2_iface_t *iface, const ib2_dev_addr_t *remote)
 }
 
 int ib2_iface_is_reachable(const uct_iface_h tl_iface,
-                                  const uct_device_addr_t *dev_addr,
-                                  const uct_iface_addr_t *iface_addr)
+                           const uct_device_addr_t *dev_addr,
+                           const uct_iface_addr_t *iface_addr)
 {
     ib2_iface_t *iface           = ucs_derived_of(tl_iface, ib2_iface_t);
     const ib2_dev_addr_t *remote = (const ib2_dev_addr_t*)dev_addr;
@@ -145,8 +173,8 @@ int ib2_iface_is_reachable(const uct_iface_h tl_iface,
 
 /* One transport device per active port. */
 ucs_status_t ib2_query_tl_devices(uct_md_h tl_md,
-                                         uct_tl_device_resource_t **devs_p,
-                                         unsigned *num_p)
+                                  uct_tl_device_resource_t **devs_p,
+                                  unsigned *num_p)
 {
     ib2_md_t *md = ucs_derived_of(tl_md, ib2_md_t);
     uct_tl_device_resource_t *devs;
