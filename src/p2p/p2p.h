@@ -201,6 +201,9 @@ typedef struct p2p_stats {
     uint64_t eager_sent;            /* messages sent by each protocol */
     uint64_t mid_sent;              /* (protocol chosen by UCP) */
     uint64_t rndv_sent;
+    uint64_t rndv_ucp_sent;         /* rendezvous sizes sent by UCP's own
+                                       rendezvous: UCP emulates RMA to that
+                                       peer (TCP), docs/p2p.md */
     uint64_t sync_acks;             /* ACKs sent for synchronous sends */
     uint64_t unexp_msgs;            /* messages that arrived unexpected */
     size_t   unexp_bytes;           /* payload bytes queued now */

@@ -479,14 +479,17 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
     p2p_get_stats(ctx, &s);
     fprintf(stream,
             "p2p[%d] stats: eager sends %llu, UCP-protocol sends %llu, "
-            "rendezvous sends %llu, sync acks %llu\n"
+            "rendezvous sends %llu (by UCP's rendezvous %llu), "
+            "sync acks %llu\n"
             "p2p[%d] stats: unexpected messages %llu, bytes now %zu, "
             "peak %zu, limit %zu, dropped %llu\n"
             "p2p[%d] stats: registration cache (leave pinned %s): hits %llu,"
             " misses %llu, evictions %llu, invalidations %llu, "
             "regions %llu\n",
             ctx->rank, (unsigned long long)s.eager_sent,
-            (unsigned long long)s.mid_sent, (unsigned long long)s.rndv_sent,
+            (unsigned long long)s.mid_sent,
+            (unsigned long long)(s.rndv_sent + s.rndv_ucp_sent),
+            (unsigned long long)s.rndv_ucp_sent,
             (unsigned long long)s.sync_acks,
             ctx->rank, (unsigned long long)s.unexp_msgs, s.unexp_bytes,
             s.unexp_bytes_peak, s.unexp_limit,

@@ -93,6 +93,9 @@ typedef struct p2p_peer {
     uint8_t       failed;
     uint8_t       close_ep;     /* failed in a UCP callback: close later */
     uint8_t       local;        /* same host: watched by p2p_liveness.c */
+    uint8_t       rma_sw;       /* UCP emulates RMA to it with active
+                                   messages: large sends use UCP's own
+                                   rendezvous (p2p_wireup.c says why) */
     int32_t       pid;
     uint64_t      start_time;   /* of its process, from /proc (pid reuse) */
     void          *close_req;   /* forced close of a dead peer's endpoint */

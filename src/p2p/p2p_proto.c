@@ -234,14 +234,18 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     req->send.hdr.sync.sreq.ptr = sync ? (uintptr_t)req : 0;
     req->send.hdr.sync.sreq.gen = req->gen;
     req->send.hdr.sync.sreq.pad = 0;
-    if (len < ctx->cfg.rndv_thresh) {
+    if ((len < ctx->cfg.rndv_thresh) || P2P_UNLIKELY(peer->rma_sw)) {
         /* UCP picks the protocol; ACK only if synchronous */
         param.flags  = 0;
         req->pending = sync ? 2 : 1;
         if (sync) {
             p2p_wait_link(req);
         }
-        ++ctx->stats.mid_sent;
+        if (len < ctx->cfg.rndv_thresh) {
+            ++ctx->stats.mid_sent;
+        } else {
+            ++ctx->stats.rndv_ucp_sent;
+        }
         sp = ucp_am_send_nbx(ep, P2P_AM_MID, &req->send.hdr.sync,
                              sizeof(req->send.hdr.sync), buf, len, &param);
         p2p_send_posted(req, sp);

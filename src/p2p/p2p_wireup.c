@@ -9,6 +9,7 @@
  */
 #include "p2p_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,6 +108,39 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
     return P2P_OK;
 }
 
+/*
+ * Whether UCP has no RMA lane to this peer and would emulate a get with
+ * active messages (UCX 1.13 over TCP). The emulation is not safe against
+ * peer failure: the data owner answers a GET request in
+ * ucp_get_req_handler even on an endpoint that has already failed, the
+ * answer cannot be sent, and ucp_request_try_send() treats that as fatal
+ * ("ucp_request.inl:346 Fatal: unexpected error: Endpoint timeout") -- a
+ * receiver dying mid-rendezvous takes the sender down. UCP's own
+ * rendezvous sends the data as active messages there and completes the
+ * send with an error instead, so such peers get it (docs/p2p.md).
+ *
+ * UCX 1.13 has no query for an endpoint's lanes; ucp_ep_print_info()
+ * lists a "get[lane]" line for every RMA lane. Output that does not look
+ * as expected keeps the get path.
+ */
+static int p2p_ep_rma_emulated(ucp_ep_h ep)
+{
+    char   *text = NULL;
+    size_t len   = 0;
+    FILE   *f    = open_memstream(&text, &len);
+    int    emulated;
+
+    if (f == NULL) {
+        return 0;
+    }
+    ucp_ep_print_info(ep, f);
+    fclose(f);
+    emulated = (text != NULL) && (strstr(text, "rndv_rkey_size") != NULL) &&
+               (strstr(text, " get[") == NULL);
+    free(text);
+    return emulated;
+}
+
 static void p2p_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     p2p_peer_failed((p2p_peer_t*)arg, status, 1);
@@ -175,6 +209,7 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
                       ucs_status_string(status));
         return P2P_ERR_TRANSPORT;
     }
+    peer->rma_sw = p2p_ep_rma_emulated(peer->ep);
     return P2P_OK;
 }
 

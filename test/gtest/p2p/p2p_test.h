@@ -59,6 +59,11 @@ long check(const void *buf, size_t len, uint64_t seed);
 
 p2p_stats_t stats();
 
+/* Whether UCP emulates RMA between the ranks (only TCP allowed: UCX 1.13's
+ * tcp has no RMA lane). p2p then sends rendezvous sizes by UCP's own
+ * rendezvous and registers nothing itself. */
+bool rma_emulated();
+
 class P2P : public ::testing::Test {
 protected:
     p2p_comm_t *comm = nullptr;

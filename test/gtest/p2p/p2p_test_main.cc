@@ -129,6 +129,12 @@ p2p_stats_t stats()
     return s;
 }
 
+bool rma_emulated()
+{
+    const char *tls = getenv("UCX_TLS");
+    return (wsize > 1) && (tls != nullptr) && (strcmp(tls, "tcp") == 0);
+}
+
 void P2P::SetUp()
 {
     ASSERT_EQ(P2P_OK, p2p_comm_dup(world, &comm));
