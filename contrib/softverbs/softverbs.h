@@ -10,6 +10,7 @@
 #ifndef SOFTVERBS_H
 #define SOFTVERBS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -43,6 +44,17 @@ int softverbs_cqe_inline(int on);
  * (softverbs could not attach). */
 int softverbs_port_addr(const char *dev, unsigned port, unsigned index,
                         struct sockaddr *addr, socklen_t *len);
+
+/* Fault injection: replace this process's fault rules with those of spec,
+ * in the grammar of SOFTVERBS_FAULTS (docs/softverbs.md, "Fault
+ * injection"); NULL or "" removes them. Counting starts anew, and object
+ * ordinals (qp=#1, ...) count objects created from now on. Returns 0, or
+ * EINVAL with a message naming what was wrong in err (when err is not
+ * NULL), or ENODEV (softverbs could not attach). */
+int softverbs_faults(const char *spec, char *err, size_t errlen);
+
+/* How many faults the rules of this process have injected so far. */
+uint64_t softverbs_faults_injected(void);
 
 /* Test support: take the shared lock of the queue pair with this QPN
  * (of any process) and return holding it, so that a test can kill the

@@ -52,7 +52,7 @@ static const struct sv_num_opt sv_num_opts[] = {
              1 << 20),
 };
 
-static int sv_parse_u64(const char *s, uint64_t *v)
+int sv_parse_u64(const char *s, uint64_t *v)
 {
     char *end;
     unsigned long long x;

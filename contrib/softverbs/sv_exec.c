@@ -890,10 +890,55 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
 /* Execution                                                           */
 /* ------------------------------------------------------------------ */
 
+/* A request with an injected fault (sv_fault.c): held for its delay, or
+ * failed as the adapter would fail it. */
+static int sv_exec_fault(struct sv_qp *qp, struct sv_swqe *w)
+{
+    enum ibv_wc_status st = (enum ibv_wc_status)w->fault_status;
+    struct sv_qp_shared *dst;
+    uint32_t dqpn = qp->sh->dest_qpn;
+    int ev = -1;
+
+    switch (w->fault) {
+    case SV_WF_DELAY:
+        /* a slow path through the fabric: nothing happens until then */
+        w->fault    = SV_WF_NONE;
+        w->deadline = sv_now_ns() + w->fault_delay;
+        return SV_X_BLOCKED;
+    case SV_WF_FATAL:
+        /* the adapter gives up on the QP: QP_FATAL, everything flushed */
+        w->fault = SV_WF_NONE;
+        sv_qp_fatal(qp);
+        sv_complete(qp, w, IBV_WC_WR_FLUSH_ERR, 0);
+        return SV_X_FAILED;
+    default:
+        break;
+    }
+    w->fault = SV_WF_NONE;
+    /* a NAK of the responder: it detected the error and stops too */
+    if (st == IBV_WC_REM_ACCESS_ERR) {
+        ev = IBV_EVENT_QP_ACCESS_ERR;
+    } else if (st == IBV_WC_REM_INV_REQ_ERR) {
+        ev = IBV_EVENT_QP_REQ_ERR;
+    }
+    if (ev >= 0 && qp->qpx.qp_base.qp_type == IBV_QPT_RC) {
+        dst = sv_lookup(SV_T_QP, dqpn);
+        if (dst != NULL && dst->dest_qpn == qp->qpx.qp_base.qp_num) {
+            sv_responder_error(dst, dqpn, 0, (enum ibv_event_type)ev);
+        }
+    }
+    sv_complete(qp, w, st, 0);
+    return SV_X_FAILED;
+}
+
 static int sv_exec(struct sv_qp *qp, struct sv_swqe *w)
 {
     struct sv_attempt a = { .res = SV_OK, .peer_proc = SV_NO_PROC };
     uint64_t now, t;
+
+    if (SV_UNLIKELY(w->fault != SV_WF_NONE)) {
+        return sv_exec_fault(qp, w);
+    }
 
     /* regions of peers may not go away during the attempt */
     sv_xfer_begin();
@@ -1024,6 +1069,7 @@ static void sv_swqe_from_wr(struct sv_swqe *w, const struct ibv_send_wr *wr,
     w->deadline   = 0;
     w->rnr_left   = 0xff;
     w->retry_left = 0xff;
+    w->fault      = SV_WF_NONE;
     if (t == IBV_QPT_UD) {
         const struct sv_ah *ah = (const struct sv_ah *)wr->wr.ud.ah;
 
@@ -1118,7 +1164,14 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
             rc = ENOMEM; /* as ConnectX: see struct sv_qp */
             break;
         }
+        if (sv_fault_on() && sv_fault_post(SV_FP_POST_SEND, ibqp->qp_num)) {
+            rc = ENOMEM; /* injected: as if the send queue were full */
+            break;
+        }
         sv_swqe_from_wr(&w, wr, t);
+        if (sv_fault_on()) {
+            sv_fault_send(ibqp->qp_num, wr, &w);
+        }
         w.sq_seq = qp->sq_posted++;
         if (SV_UNLIKELY(state == IBV_QPS_ERR)) {
             sv_sq_flush_locked(qp);

@@ -36,7 +36,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 9
+#define SV_LAYOUT_VERSION 10
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -276,6 +276,9 @@ struct sv_cq_shared {
     uint32_t         async_evq;
     _Atomic uint32_t deferred;   /* events that found the channel full */
     uint32_t         ignore_overrun;
+    /* an injected overrun (sv_fault.c): the completion with producer
+     * index fault_at - 1 and every later one overrun the CQ; 0: none */
+    _Atomic uint64_t fault_at;
 };
 
 struct sv_event {
@@ -551,18 +554,22 @@ struct sv_swqe {
     uint8_t         ud_valid;
     uint8_t         inl;             /* data lives in inl_data */
     uint8_t         started;         /* counted against retries */
-    uint8_t         pad;
+    uint8_t         fault;           /* SV_WF_*: an injected fault */
     uint32_t        inl_len;
     uint8_t        *inl_data;
     struct ibv_ah_attr ud_ah;
     uint8_t         ud_dev;
     uint8_t         rnr_left;
     uint8_t         retry_left;
-    uint8_t         pad2;
+    uint8_t         fault_status;    /* SV_WF_STATUS: enum ibv_wc_status */
     uint64_t        deadline;        /* ns, CLOCK_MONOTONIC */
     uint32_t        sq_seq;          /* number in the send queue */
     uint32_t        pad3;
+    uint64_t        fault_delay;     /* SV_WF_DELAY: ns */
 };
+
+/* What an injected fault does to a send request (sv_fault.c). */
+enum { SV_WF_NONE = 0, SV_WF_STATUS = 1, SV_WF_FATAL = 2, SV_WF_DELAY = 3 };
 
 struct sv_qp {
     struct ibv_qp_ex  qpx;           /* first: also a struct ibv_qp */
@@ -628,6 +635,8 @@ uint64_t sv_now_ns(void);
 
 /* sv_config.c */
 int  sv_config_load(struct sv_config *cfg, char *err, size_t errlen);
+/* A number with an optional k/m/g/t suffix; 0, or -1 if malformed. */
+int  sv_parse_u64(const char *s, uint64_t *v);
 uint64_t sv_config_hash(const struct sv_config *cfg);
 const char *sv_shm_name(char *buf, size_t len);
 
@@ -676,6 +685,33 @@ int  sv_iw_read_sink_ok(struct sv_qp *qp, const struct sv_swqe *w);
 /* sv_cm_*.c: the rdmacm emulation */
 void sv_cm_qp_gone(void);  /* a QP is being destroyed: fence CM users */
 
+/* sv_fault.c: fault injection (SOFTVERBS_FAULTS) */
+enum {
+    SV_FP_REG_MR, SV_FP_POST_SEND, SV_FP_POST_RECV, SV_FP_POST_SRQ_RECV,
+    SV_FP_SEND_WC, SV_FP_QP_FATAL, SV_FP_CQ_OVERRUN, SV_FP_DELAY, SV_FP_NUM
+};
+enum { SV_FO_QP, SV_FO_SRQ, SV_FO_CQ, SV_FO_MR, SV_FO_NUM };
+extern _Atomic int sv_fault_active;   /* rules are set: take the slow path */
+int  sv_fault_load_env(char *err, size_t errlen);
+/* An object of kind SV_FO_* was created by this process (ordinals). */
+void sv_fault_created(int kind, uint32_t handle);
+/* Does the next registration of len bytes fail? */
+int  sv_fault_reg_mr(uint64_t len);
+/* Does the next post (SV_FP_POST_*) of a request on QP/SRQ handle fail? */
+int  sv_fault_post(int point, uint32_t handle);
+/* Decide the injected fault of a send request as it is posted. */
+void sv_fault_send(uint32_t qpn, const struct ibv_send_wr *wr,
+                   struct sv_swqe *w);
+/* For a CQ of this process: its fault_at (see sv_cq_shared), or 0. */
+uint64_t sv_fault_cq(uint32_t cq_handle, uint64_t tail);
+void sv_cq_fault_apply(void);          /* sv_cq.c: rules changed */
+
+static inline int sv_fault_on(void)
+{
+    return SV_UNLIKELY(atomic_load_explicit(&sv_fault_active,
+                                            memory_order_relaxed));
+}
+
 /* sv_sysfs.c */
 int  sv_tree_build(void);
 const char *sv_tree_root(void);
@@ -720,10 +756,13 @@ void sv_qp_to_error(struct sv_qp *qp);
 int  sv_qp_rq_post(struct sv_qp_shared *sh, struct ibv_recv_wr *wr,
                    struct ibv_recv_wr **bad, uint32_t max_sge);
 
+/* fault_point/fault_handle: SV_FP_POST_RECV or _SRQ_RECV and the QPN or
+ * SRQ number, for fault injection */
 int  sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
                   uint32_t max_sge, _Atomic uint32_t *head,
                   _Atomic uint32_t *tail, struct ibv_recv_wr *wr,
-                  struct ibv_recv_wr **bad);
+                  struct ibv_recv_wr **bad, int fault_point,
+                  uint32_t fault_handle);
 
 /* sv_srq.c */
 void sv_srq_get(struct sv_srq *srq);

@@ -233,6 +233,10 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
         errno = rc;
         return NULL;
     }
+    if (sv_fault_on() && sv_fault_reg_mr(length)) {
+        errno = ENOMEM; /* as pinning or the MTT running out */
+        return NULL;
+    }
     pin = sv_pin_bytes((uintptr_t)addr, length);
     rc  = sv_charge(dev, length, pin);
     if (rc) {
@@ -259,6 +263,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
     m->vaddr  = (uintptr_t)addr;
     m->dev    = (uint8_t)dev;
     sv_slot_publish(m, key);
+    sv_fault_created(SV_FO_MR, key);
 
     mr->idx        = sv_handle_idx(SV_T_MR, key);
     mr->access     = (int)access;

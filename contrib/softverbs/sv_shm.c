@@ -783,7 +783,7 @@ int sv_attach(void)
 {
     static int atfork_done;
     struct sv_config cfg;
-    char err[256];
+    char err[512];
     int rc, t;
 
     if (SV_LIKELY(sv_g.attached)) {
@@ -800,7 +800,8 @@ int sv_attach(void)
         pthread_atfork(NULL, NULL, sv_atfork_child);
         atfork_done = 1;
     }
-    if (sv_config_load(&cfg, err, sizeof(err))) {
+    if (sv_config_load(&cfg, err, sizeof(err)) ||
+        sv_fault_load_env(err, sizeof(err))) {
         sv_log("%s", err);
         rc = EINVAL;
         goto out;
