@@ -199,6 +199,11 @@ static int ib2_rx_header(ib2_iface_t *iface, ib2_ep_t *ep,
                     "longer than the queue's buffers");
         return 1;
     }
+    if (ucs_unlikely(hdr->am_id & IB2_HDR_F_RSVD)) {
+        ib2_rx_drop(iface, ep, desc, &iface->counters.rx_reserved,
+                    "a reserved header bit set");
+        return 1;
+    }
     if (hdr->credits | cm_ret) {
         if (ucs_unlikely(spec->type != IB2_RQ_PER_PEER)) {
             ib2_rx_drop(iface, ep, desc, &iface->counters.rx_bad_credits,

@@ -50,6 +50,30 @@ static void ib2_op_complete(ib2_iface_t *iface, ib2_op_t *op,
     }
 }
 
+/* The oldest active message not completed moved on: so does the window
+ * of sequence numbers the endpoint may send (ib2_ep_seq_room). */
+static void ib2_ep_ams_completed(ib2_iface_t *iface, ib2_ep_t *ep,
+                                 uint32_t ams)
+{
+    uint16_t oldest = ep->tx_seq, seq;
+    ib2_ep_txq_t *txq;
+    unsigned q;
+
+    ucs_assert(ep->am_inflight >= ams);
+    ep->am_inflight -= ams;
+    for (q = 0; (q < ep->nq) && (ep->am_inflight != 0); ++q) {
+        txq = &ep->txq[q];
+        if (txq->am_sn != txq->am_acked) {
+            seq = txq->am_seqs[txq->am_acked & txq->am_seq_mask];
+            if ((uint16_t)(ep->tx_seq - seq) >
+                (uint16_t)(ep->tx_seq - oldest)) {
+                oldest = seq;
+            }
+        }
+    }
+    ep->seq_limit = (uint16_t)(oldest + iface->config.seq_window);
+}
+
 /* Queue q completed its sends up to the one of wr_id (or they were
  * flushed). */
 static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep,
@@ -75,6 +99,9 @@ static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep,
     ucs_assertv(ams <= (uint32_t)count, "ep %p q %u: %u AMs in %d sends", ep,
                 q, ams, count);
     txq->am_acked += ams;
+    if (ams != 0) {
+        ib2_ep_ams_completed(iface, ep, ams);
+    }
     if (iface->rq.q[q].type != IB2_RQ_PER_PEER) {
         /* S queues: credits are active messages allowed in flight. */
         txq->credits += (int32_t)ams;

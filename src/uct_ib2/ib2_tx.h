@@ -37,7 +37,8 @@ ib2_ep_tx_check(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, int am,
 
     *flags = 0;
     if (ucs_likely(ib2_txq_ready(iface, txq) &
-                   ((txq->credits > 0) | !am) & !ep->blocked)) {
+                   (((txq->credits > 0) & ib2_ep_seq_room(ep)) | !am) &
+                   !ep->blocked)) {
         return UCS_OK;
     }
     return ib2_ep_tx_slow(ep, q, am, flags);
@@ -120,13 +121,30 @@ static UCS_F_ALWAYS_INLINE void ib2_ep_fill_hdr(ib2_ep_t *ep, unsigned q,
     }
 }
 
-/* An active message takes its credit and sequence number. */
+/* An active message takes its credit and sequence number (and is
+ * remembered until it completes: ib2_ep_seq_room). Called before the post,
+ * which counts it in am_sn. */
 static UCS_F_ALWAYS_INLINE void ib2_ep_am_sent(ib2_ep_t *ep,
                                                ib2_ep_txq_t *txq)
 {
     ucs_assert(txq->credits > 0);
+    ucs_assert(txq->am_sn - txq->am_acked <= txq->am_seq_mask);
     --txq->credits;
+    txq->am_seqs[txq->am_sn & txq->am_seq_mask] = ep->tx_seq;
+    ++ep->am_inflight;
     ++ep->tx_seq;
+}
+
+/*
+ * An active message that leaves its queue without credits or the endpoint
+ * without room in its window asks for a completion: S queue credits and
+ * the window come back only with completions, and with moderation alone
+ * the sender could wait for one never asked for. (After ib2_ep_am_sent.)
+ */
+static UCS_F_ALWAYS_INLINE int ib2_ep_am_signal(ib2_ep_t *ep,
+                                                ib2_ep_txq_t *txq)
+{
+    return (txq->credits == 0) | !ib2_ep_seq_room(ep);
 }
 
 static UCS_F_ALWAYS_INLINE ib2_tx_desc_t *ib2_ep_get_desc(ib2_iface_t *iface)
@@ -136,6 +154,8 @@ static UCS_F_ALWAYS_INLINE ib2_tx_desc_t *ib2_ep_get_desc(ib2_iface_t *iface)
     if (ucs_likely(desc != NULL)) {
         desc->op.kind = IB2_OP_DESC;
         desc->op.comp = NULL;
+    } else {
+        ib2_iface_tx_desc_short(iface);
     }
     return desc;
 }

@@ -15,6 +15,7 @@
  * never produces it):
  *
  *   - byte_len >= sizeof(ib2_hdr_t) and <= the queue's buffer size;
+ *   - IB2_HDR_F_RSVD clear;
  *   - IB2_HDR_F_CTRL (explicit credit message): only on P queues, exactly
  *     the 4-byte header, no AM id, seq 0;
  *   - credits and IB2_HDR_F_CM_RET: only on P queues (S queue credits are
@@ -35,13 +36,14 @@
 
 /* Header of every message on an ib2 QP. */
 typedef struct ib2_hdr {
-    uint8_t  am_id;    /* AM id in the low 6 bits, IB2_HDR_F_* on top */
+    uint8_t  am_id;    /* AM id in the low 5 bits, IB2_HDR_F_* on top */
     uint8_t  credits;  /* P queue buffers reposted for the sender on the
                           queue this message travels on (returned credits) */
     uint16_t seq;      /* endpoint order; 0 in credit messages */
 } UCS_S_PACKED ib2_hdr_t;
 
-#define IB2_HDR_AM_MASK   0x3f  /* UCT_AM_ID_MAX is 64 */
+#define IB2_HDR_AM_MASK   0x1f  /* UCT_AM_ID_MAX is 32 in UCX 1.13 */
+#define IB2_HDR_F_RSVD    0x20  /* never set: a message with it is dropped */
 #define IB2_HDR_F_CM_RET  0x40  /* returns one credit-message buffer */
 #define IB2_HDR_F_CTRL    0x80  /* an explicit credit message, not an AM */
 
