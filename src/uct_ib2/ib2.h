@@ -147,7 +147,8 @@ typedef struct ib2_iface_config {
 
 struct ib2_ep;
 
-/* QP number -> endpoint (uintptr_t of ib2_ep_t*). */
+/* QP number -> endpoint and queue: the ib2_ep_t pointer (aligned) with
+ * the queue index in its low bits (ib2_qp_ep_make). */
 KHASH_INIT(ib2_qp_ep, uint32_t, uintptr_t, 1, kh_int_hash_func,
            kh_int_hash_equal)
 
@@ -215,7 +216,7 @@ typedef struct ib2_iface {
     int                    rx_cq_needed;   /* receive buffers that could
                                               complete at once */
     unsigned               num_srqs;
-    khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep */
+    khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep | queue */
     ucs_list_link_t        eps;            /* open endpoints */
     ucs_list_link_t        zombies;        /* destroyed, buffers pending */
     ucs_list_link_t        ctrl_pending;   /* eps owing credit messages */
@@ -374,7 +375,6 @@ typedef struct ib2_ep {
     uint16_t          ooo_mask;
     uint32_t          ooo_count;        /* messages in the ring */
     uint32_t          pending_count;    /* requests in arb_group */
-    uint32_t          am_inflight;      /* active messages not completed */
     uint16_t          seq_limit;        /* first seq not to be sent: the
                                            oldest not completed (tx_seq if
                                            none) + seq_window */
@@ -394,6 +394,30 @@ typedef struct ib2_ep {
 static UCS_F_ALWAYS_INLINE int ib2_ep_seq_room(ib2_ep_t *ep)
 {
     return (int16_t)(ep->tx_seq - ep->seq_limit) < 0;
+}
+
+#define IB2_QP_EP_Q_MASK  ((uintptr_t)IB2_MAX_QUEUES - 1)
+
+static UCS_F_ALWAYS_INLINE uintptr_t ib2_qp_ep_make(ib2_ep_t *ep, unsigned q)
+{
+    ucs_assert(!((uintptr_t)ep & IB2_QP_EP_Q_MASK));
+    return (uintptr_t)ep | q;
+}
+
+/* The endpoint and queue of a QP number, or NULL. */
+static UCS_F_ALWAYS_INLINE ib2_ep_t *ib2_qp_ep_find(ib2_iface_t *iface,
+                                                   uint32_t qp_num,
+                                                   unsigned *q_p)
+{
+    khiter_t it = kh_get(ib2_qp_ep, iface->qp_ep, qp_num);
+    uintptr_t v;
+
+    if (it == kh_end(iface->qp_ep)) {
+        return NULL;
+    }
+    v    = kh_val(iface->qp_ep, it);
+    *q_p = (unsigned)(v & IB2_QP_EP_Q_MASK);
+    return (ib2_ep_t*)(v & ~IB2_QP_EP_Q_MASK);
 }
 
 UCS_CLASS_DECLARE(ib2_ep_t, const uct_ep_params_t*);

@@ -45,6 +45,8 @@ void ib2_ep_schedule_ctrl(ib2_ep_t *ep)
 static ucs_status_t ib2_ep_post_ctrl(ib2_iface_t *iface, ib2_ep_t *ep,
                                      unsigned q, const ib2_hdr_t *hdr)
 {
+    /* Like every send, signaled when the CQ budget runs low (ib2_tx.h). */
+    int signal = iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation;
     struct ibv_send_wr wr;
     struct ibv_sge sge;
     ib2_tx_desc_t *desc;
@@ -57,7 +59,7 @@ static ucs_status_t ib2_ep_post_ctrl(ib2_iface_t *iface, ib2_ep_t *ep,
         sge.addr   = (uintptr_t)hdr;
         sge.length = sizeof(*hdr);
         sge.lkey   = 0;
-        return ib2_ep_post(iface, ep, q, &wr, IBV_SEND_INLINE, 0);
+        return ib2_ep_post(iface, ep, q, &wr, IBV_SEND_INLINE, signal);
     }
     desc = ib2_ep_get_desc(iface);
     if (desc == NULL) {
@@ -67,7 +69,7 @@ static ucs_status_t ib2_ep_post_ctrl(ib2_iface_t *iface, ib2_ep_t *ep,
     sge.addr   = (uintptr_t)ib2_tx_data(desc);
     sge.length = sizeof(*hdr);
     sge.lkey   = desc->lkey;
-    status     = ib2_ep_post(iface, ep, q, &wr, 0, 0);
+    status     = ib2_ep_post(iface, ep, q, &wr, 0, signal);
     if (status != UCS_OK) {
         ucs_mpool_put_inline(desc);
         return status;

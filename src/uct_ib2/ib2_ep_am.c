@@ -7,21 +7,15 @@
 
 #include <uct/base/uct_iov.inl>
 
-/* am_short on queue q; q is a constant where it is inlined on the fast
- * path, so the queue's fields are at fixed offsets. */
+/* am_short on queue q once it may go; q is a constant where it is
+ * inlined on the fast path, so the queue's fields are at fixed offsets. */
 static UCS_F_ALWAYS_INLINE ucs_status_t
-ib2_ep_am_short_queue(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
-                      uint8_t id, uint64_t header, const void *payload,
-                      unsigned length)
+ib2_ep_am_short_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                     uint8_t id, uint64_t header, const void *payload,
+                     unsigned length, unsigned flags)
 {
     ib2_ep_txq_t *txq = &ep->txq[q];
-    ucs_status_t status;
-    unsigned flags;
 
-    status = ib2_ep_tx_check(iface, ep, q, 1, &flags);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
     ib2_ep_fill_hdr(ep, q, &iface->tx_short.am_hdr.hdr, id);
     iface->tx_short.am_hdr.header    = header;
     iface->tx_short.am_sge[1].addr   = (uintptr_t)payload;
@@ -31,6 +25,33 @@ ib2_ep_am_short_queue(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     return ib2_ep_post_flags(iface, ep, q, &iface->tx_short.am_wr,
                              IBV_SEND_INLINE | flags,
                              ib2_ep_am_signal(ep, txq), 1);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+ib2_ep_am_short_slow(ib2_ep_t *ep, unsigned q, uint8_t id, uint64_t header,
+                     const void *payload, unsigned length)
+{
+    unsigned flags = 0;
+    ucs_status_t status;
+
+    status = ib2_ep_tx_slow(ep, q, 1, &flags);
+    if (status != UCS_OK) {
+        return status;
+    }
+    return ib2_ep_am_short_post(ep->iface, ep, q, id, header, payload,
+                                length, flags);
+}
+
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ib2_ep_am_short_queue(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                      uint8_t id, uint64_t header, const void *payload,
+                      unsigned length)
+{
+    if (ucs_unlikely(!ib2_ep_tx_fast(iface, ep, q, 1))) {
+        return ib2_ep_am_short_slow(ep, q, id, header, payload, length);
+    }
+    return ib2_ep_am_short_post(iface, ep, q, id, header, payload, length,
+                                0);
 }
 
 static UCS_F_NOINLINE ucs_status_t

@@ -183,7 +183,7 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
             status  = UCS_ERR_NO_MEMORY;
             goto err;
         }
-        kh_val(iface->qp_ep, it) = (uintptr_t)self;
+        kh_val(iface->qp_ep, it) = ib2_qp_ep_make(self, q);
         txq->sq_avail = (int32_t)iface->config.tx_qp_len;
         ucs_queue_head_init(&txq->ops);
         if (spec->type == IB2_RQ_PER_PEER) {

@@ -23,10 +23,17 @@ static UCS_F_ALWAYS_INLINE int ib2_sn_before(uint32_t a, uint32_t b)
     return (int32_t)(a - b) < 0;
 }
 
+/* A post failed: its bookkeeping is undone (no completion will come for
+ * it) and the endpoint fails, as the QP's state is unknown now. */
 UCS_F_NOINLINE
-ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q, int ret)
+ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q, int am, int ret)
 {
     ib2_iface_t *iface = ep->iface;
+
+    --ep->txq[q].sn;
+    ep->txq[q].am_sn -= (uint32_t)am;
+    ++ep->txq[q].sq_avail;
+    ++iface->tx_cq_avail;
 
     ucs_error("%s:%u: ibv_post_send on QP 0x%x failed: %s",
               iface->md->name, iface->port, ep->txq[q].qp->qp_num,
@@ -218,6 +225,10 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
     }
     if (!ib2_txq_ready(iface, txq) || (am && (txq->credits <= 0))) {
         return UCS_ERR_NO_RESOURCE;
+    }
+    if (iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation) {
+        /* Budget runs low: this send asks for its completion. */
+        *flags |= IBV_SEND_SIGNALED;
     }
     if (ep->blocked & IB2_EP_BLOCK_FENCE) {
         return ib2_ep_fence_check(ep, q, flags);

@@ -69,24 +69,15 @@ typedef struct ib2_ep_addr {
 } UCS_S_PACKED ib2_ep_addr_t;
 
 /*
- * Send work request ids: a send completion tells which queue, which send
- * (the 32-bit send number, so everything up to it is done too) and how
- * many active messages had been posted on the queue by then (24 bits,
- * wrapping): on S queues only those give credits back.
+ * Send work request ids: a send completion tells which send it completes
+ * (the QP's 32-bit send number, so everything up to it is done too) and
+ * how many active messages had been posted on the QP by then (32 bits,
+ * wrapping): on S queues only those give credits back. The queue comes
+ * from the QP number (the interface's QP table).
  */
-#define IB2_WRID_SN_BITS   32
-#define IB2_WRID_AM_BITS   24
-#define IB2_WRID_AM_MASK   ((1u << IB2_WRID_AM_BITS) - 1)
-
-static inline uint64_t ib2_wrid_make(unsigned q, uint32_t sn, uint32_t am_sn)
+static inline uint64_t ib2_wrid_make(uint32_t sn, uint32_t am_sn)
 {
-    return ((uint64_t)q << 56) |
-           ((uint64_t)(am_sn & IB2_WRID_AM_MASK) << IB2_WRID_SN_BITS) | sn;
-}
-
-static inline unsigned ib2_wrid_queue(uint64_t wr_id)
-{
-    return (unsigned)(wr_id >> 56);
+    return ((uint64_t)am_sn << 32) | sn;
 }
 
 static inline uint32_t ib2_wrid_sn(uint64_t wr_id)
@@ -96,7 +87,7 @@ static inline uint32_t ib2_wrid_sn(uint64_t wr_id)
 
 static inline uint32_t ib2_wrid_am(uint64_t wr_id)
 {
-    return (uint32_t)(wr_id >> IB2_WRID_SN_BITS) & IB2_WRID_AM_MASK;
+    return (uint32_t)(wr_id >> 32);
 }
 
 #endif
