@@ -147,7 +147,8 @@ typedef struct ib2_iface_config {
 
 struct ib2_ep;
 
-/* QP number -> endpoint (uintptr_t of ib2_ep_t*). */
+/* QP number -> endpoint and queue: the ib2_ep_t pointer (aligned) with
+ * the queue index in its low bits (ib2_qp_ep_make). */
 KHASH_INIT(ib2_qp_ep, uint32_t, uintptr_t, 1, kh_int_hash_func,
            kh_int_hash_equal)
 
@@ -215,7 +216,7 @@ typedef struct ib2_iface {
     int                    rx_cq_needed;   /* receive buffers that could
                                               complete at once */
     unsigned               num_srqs;
-    khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep */
+    khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep | queue */
     ucs_list_link_t        eps;            /* open endpoints */
     ucs_list_link_t        zombies;        /* destroyed, buffers pending */
     ucs_list_link_t        ctrl_pending;   /* eps owing credit messages */
@@ -224,6 +225,10 @@ typedef struct ib2_iface {
                                               per endpoint (ib2_pending.c) */
     struct ib2_ep          *pending_ep;    /* whose request is dispatched */
     ib2_iface_counters_t   counters;
+    unsigned               fence_eps;      /* endpoints an interface fence
+                                              waits for */
+    unsigned               in_progress;    /* inside ib2_iface_progress:
+                                              zombies are freed after it */
     /* Work request templates of the short sends: only what changes is
      * written per call. (An interface is used by one thread at a time, and
      * inline data is copied by the time ibv_post_send returns.) */
@@ -259,6 +264,10 @@ typedef struct ib2_iface {
         size_t             max_am;         /* payload + user header */
         size_t             max_am_hdr;     /* am_zcopy user header */
         unsigned           max_short;      /* am_short payload */
+        size_t             max_short_iov;  /* am_short_iov: 0 or
+                                              max_short + 8 */
+        unsigned           am_short_q0;    /* am_short (with its header)
+                                              inline on queue 0 */
         size_t             max_get_put;
     } config;
 } ib2_iface_t;
@@ -314,14 +323,26 @@ typedef struct ib2_ep_txq {
     int32_t       cm_credits;   /* P: peer buffers for credit messages
                                    (<= reserved) */
     ucs_queue_head_t ops;       /* ib2_op_t by sn */
+    uint16_t      *am_seqs;     /* endpoint seq of each active message not
+                                   completed, by am_sn & am_seq_mask */
+    uint32_t      am_seq_mask;
 } ib2_ep_txq_t;
 
 enum {
     IB2_EP_BLOCK_FENCE   = 1, /* a fence waits for sends before it */
     IB2_EP_BLOCK_FAILED  = 2, /* every op returns ep->failed */
-    IB2_EP_BLOCK_PENDING = 4  /* requests are pending: new sends wait
+    IB2_EP_BLOCK_PENDING = 4, /* requests are pending: new sends wait
                                  behind them (except from their dispatch) */
+    IB2_EP_BLOCK_IFACE_FENCE = 8 /* an interface fence waits for other
+                                    endpoints */
 };
+
+/* What an endpoint's pending requests wait for (ib2_pending.c). */
+typedef enum {
+    IB2_TX_READY,
+    IB2_TX_WAIT_EP,      /* its completions or credits bring it back */
+    IB2_TX_WAIT_IFACE    /* the interface's CQ budget brings it back */
+} ib2_tx_state_t;
 
 /* Receive side of one queue of an endpoint (P queues). */
 typedef struct ib2_ep_rxq {
@@ -354,16 +375,57 @@ typedef struct ib2_ep {
     uint16_t          ooo_mask;
     uint32_t          ooo_count;        /* messages in the ring */
     uint32_t          pending_count;    /* requests in arb_group */
+    uint16_t          seq_limit;        /* first seq not to be sent: the
+                                           oldest not completed (tx_seq if
+                                           none) + seq_window */
+    uint8_t           fence_iface;      /* counted in iface->fence_eps */
     ucs_arbiter_group_t arb_group;      /* pending requests */
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
 } ib2_ep_t;
+
+/*
+ * Room in the endpoint's reorder window for one more active message: the
+ * receiver holds a message that arrives ahead of its turn, and completed
+ * sends (S queues give their credits back then) are not yet delivered
+ * ones, so the sender itself keeps every message within seq_window of the
+ * oldest one not completed (see ib2_wire.h).
+ */
+static UCS_F_ALWAYS_INLINE int ib2_ep_seq_room(ib2_ep_t *ep)
+{
+    return (int16_t)(ep->tx_seq - ep->seq_limit) < 0;
+}
+
+#define IB2_QP_EP_Q_MASK  ((uintptr_t)IB2_MAX_QUEUES - 1)
+
+static UCS_F_ALWAYS_INLINE uintptr_t ib2_qp_ep_make(ib2_ep_t *ep, unsigned q)
+{
+    ucs_assert(!((uintptr_t)ep & IB2_QP_EP_Q_MASK));
+    return (uintptr_t)ep | q;
+}
+
+/* The endpoint and queue of a QP number, or NULL. */
+static UCS_F_ALWAYS_INLINE ib2_ep_t *ib2_qp_ep_find(ib2_iface_t *iface,
+                                                   uint32_t qp_num,
+                                                   unsigned *q_p)
+{
+    khiter_t it = kh_get(ib2_qp_ep, iface->qp_ep, qp_num);
+    uintptr_t v;
+
+    if (it == kh_end(iface->qp_ep)) {
+        return NULL;
+    }
+    v    = kh_val(iface->qp_ep, it);
+    *q_p = (unsigned)(v & IB2_QP_EP_Q_MASK);
+    return (ib2_ep_t*)(v & ~IB2_QP_EP_Q_MASK);
+}
 
 UCS_CLASS_DECLARE(ib2_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_NEW_FUNC(ib2_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_DELETE_FUNC(ib2_ep_t, uct_ep_t);
 void ib2_ep_destroy(uct_ep_h tl_ep);
 void ib2_ep_zombie_progress(ib2_ep_t *ep);
+void ib2_iface_free_zombies(ib2_iface_t *iface);
 ucs_status_t ib2_ep_post_raw(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
                              struct ibv_send_wr *wr);
 
@@ -425,8 +487,13 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
 /* Ordering and completion (ib2_ep_flush.c). */
 int ib2_ep_fence_done(ib2_ep_t *ep);
 void ib2_ep_probe(ib2_ep_t *ep);
+void ib2_ep_signal_am_tails(ib2_ep_t *ep);
+ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
+void ib2_iface_fence_uncount(ib2_ep_t *ep);
+void ib2_iface_tx_desc_short(ib2_iface_t *iface);
 
 /* Pending (ib2_pending.c). */
+ib2_tx_state_t ib2_ep_tx_state(ib2_ep_t *ep);
 int ib2_ep_has_tx(ib2_ep_t *ep);
 void ib2_ep_resources_back(ib2_ep_t *ep);
 void ib2_iface_dispatch_pending(ib2_iface_t *iface);

@@ -18,6 +18,7 @@ typedef struct ib2_iface_counters {
     uint64_t rx_short;        /* shorter than the header */
     uint64_t rx_oversized;    /* longer than the queue's buffers */
     uint64_t rx_bad_ctrl;     /* malformed credit message */
+    uint64_t rx_reserved;     /* a reserved header bit set */
     uint64_t rx_bad_credits;  /* credits beyond what the queue has */
     uint64_t rx_bad_seq;      /* sequence number outside the window,
                                  behind, or already waiting */

@@ -39,6 +39,46 @@ void ib2_ep_schedule_ctrl(ib2_ep_t *ep)
 }
 
 /*
+ * Post one credit message on queue q: inline where the device takes 4
+ * bytes inline, else from a bounce buffer that waits for the send.
+ */
+static ucs_status_t ib2_ep_post_ctrl(ib2_iface_t *iface, ib2_ep_t *ep,
+                                     unsigned q, const ib2_hdr_t *hdr)
+{
+    /* Like every send, signaled when the CQ budget runs low (ib2_tx.h). */
+    int signal = iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation;
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+    ib2_tx_desc_t *desc;
+    ucs_status_t status;
+
+    wr.opcode  = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    if (iface->config.max_inline >= sizeof(*hdr)) {
+        sge.addr   = (uintptr_t)hdr;
+        sge.length = sizeof(*hdr);
+        sge.lkey   = 0;
+        return ib2_ep_post(iface, ep, q, &wr, IBV_SEND_INLINE, signal);
+    }
+    desc = ib2_ep_get_desc(iface);
+    if (desc == NULL) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    memcpy(ib2_tx_data(desc), hdr, sizeof(*hdr));
+    sge.addr   = (uintptr_t)ib2_tx_data(desc);
+    sge.length = sizeof(*hdr);
+    sge.lkey   = desc->lkey;
+    status     = ib2_ep_post(iface, ep, q, &wr, 0, signal);
+    if (status != UCS_OK) {
+        ucs_mpool_put_inline(desc);
+        return status;
+    }
+    ib2_ep_add_op(ep, q, &desc->op);
+    return UCS_OK;
+}
+
+/*
  * Send the credits owed on each P queue that gathered a window's worth and
  * was not piggybacked meanwhile. A credit message uses one of the peer's
  * reserved buffers (a credit-message credit), never a data credit.
@@ -47,8 +87,6 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep)
 {
     ib2_iface_t *iface = ep->iface;
     unsigned q, sent = 0, still = 0;
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
     ib2_hdr_t hdr;
 
     for (q = 0; q < ep->nq; ++q) {
@@ -69,14 +107,8 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep)
             if (rxq->cm_owed != 0) {
                 hdr.am_id |= IB2_HDR_F_CM_RET;
             }
-            sge.addr   = (uintptr_t)&hdr;
-            sge.length = sizeof(hdr);
-            sge.lkey   = 0;
-            wr.opcode  = IBV_WR_SEND;
-            wr.sg_list = &sge;
-            wr.num_sge = 1;
-            if (ib2_ep_post(iface, ep, q, &wr, IBV_SEND_INLINE, 0) !=
-                UCS_OK) {
+            if (ib2_ep_post_ctrl(iface, ep, q, &hdr) != UCS_OK) {
+                still = !ep->failed;
                 break;
             }
             --txq->cm_credits;

@@ -7,21 +7,15 @@
 
 #include <uct/base/uct_iov.inl>
 
-/* am_short on queue q; q is a constant where it is inlined on the fast
- * path, so the queue's fields are at fixed offsets. */
+/* am_short on queue q once it may go; q is a constant where it is
+ * inlined on the fast path, so the queue's fields are at fixed offsets. */
 static UCS_F_ALWAYS_INLINE ucs_status_t
-ib2_ep_am_short_queue(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
-                      uint8_t id, uint64_t header, const void *payload,
-                      unsigned length)
+ib2_ep_am_short_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                     uint8_t id, uint64_t header, const void *payload,
+                     unsigned length, unsigned flags)
 {
     ib2_ep_txq_t *txq = &ep->txq[q];
-    ucs_status_t status;
-    unsigned flags;
 
-    status = ib2_ep_tx_check(iface, ep, q, 1, &flags);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
     ib2_ep_fill_hdr(ep, q, &iface->tx_short.am_hdr.hdr, id);
     iface->tx_short.am_hdr.header    = header;
     iface->tx_short.am_sge[1].addr   = (uintptr_t)payload;
@@ -29,14 +23,43 @@ ib2_ep_am_short_queue(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     ib2_ep_am_sent(ep, txq);
     UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, sizeof(header) + length);
     return ib2_ep_post_flags(iface, ep, q, &iface->tx_short.am_wr,
-                             IBV_SEND_INLINE | flags, txq->credits == 0, 1);
+                             IBV_SEND_INLINE | flags,
+                             ib2_ep_am_signal(ep, txq), 1);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+ib2_ep_am_short_slow(ib2_ep_t *ep, unsigned q, uint8_t id, uint64_t header,
+                     const void *payload, unsigned length)
+{
+    unsigned flags = 0;
+    ucs_status_t status;
+
+    status = ib2_ep_tx_slow(ep, q, 1, &flags);
+    if (status != UCS_OK) {
+        return status;
+    }
+    return ib2_ep_am_short_post(ep->iface, ep, q, id, header, payload,
+                                length, flags);
+}
+
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ib2_ep_am_short_queue(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                      uint8_t id, uint64_t header, const void *payload,
+                      unsigned length)
+{
+    if (ucs_unlikely(!ib2_ep_tx_fast(iface, ep, q, 1))) {
+        return ib2_ep_am_short_slow(ep, q, id, header, payload, length);
+    }
+    return ib2_ep_am_short_post(iface, ep, q, id, header, payload, length,
+                                0);
 }
 
 static UCS_F_NOINLINE ucs_status_t
 ib2_ep_am_short_other(ib2_iface_t *iface, ib2_ep_t *ep, uint8_t id,
                       uint64_t header, const void *payload, unsigned length)
 {
-    UCT_CHECK_PARAM(length <= iface->config.max_short,
+    UCT_CHECK_PARAM((iface->config.max_short_iov != 0) &&
+                    (length <= iface->config.max_short),
                     "Invalid am_short length: %u (expected: <= %u)", length,
                     iface->config.max_short);
     return ib2_ep_am_short_queue(iface, ep,
@@ -54,7 +77,7 @@ ucs_status_t ib2_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     UCT_CHECK_AM_ID(id);
     /* The first queue is the smallest: most short messages go there. */
     if (ucs_unlikely(sizeof(iface->tx_short.am_hdr) + length >
-                     iface->rq.q[0].size)) {
+                     iface->config.am_short_q0)) {
         return ib2_ep_am_short_other(iface, ep, id, header, payload, length);
     }
     return ib2_ep_am_short_queue(iface, ep, 0, id, header, payload, length);
@@ -107,7 +130,7 @@ ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
     }
     ib2_ep_am_sent(ep, txq);
     status = ib2_ep_post_flags(iface, ep, q, &wr, send_flags,
-                               txq->credits == 0, 1);
+                               ib2_ep_am_signal(ep, txq), 1);
     if (ucs_unlikely(status != UCS_OK)) {
         ucs_mpool_put_inline(desc);
         return status;
@@ -171,8 +194,7 @@ ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     UCT_CHECK_AM_ID(id);
     if (ucs_unlikely(iovcnt >= iface->config.max_send_sge)) {
         UCT_CHECK_LENGTH(uct_iov_total_length(iov, iovcnt), 0,
-                         iface->config.max_short + sizeof(uint64_t),
-                         "am_short_iov");
+                         iface->config.max_short_iov, "am_short_iov");
         return ib2_ep_am_short_iov_gather(tl_ep, id, iov, iovcnt);
     }
     for (i = 0; i < iovcnt; ++i) {
@@ -182,8 +204,7 @@ ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
         length       += sge[n].length;
         n            += (sge[n].length != 0);
     }
-    UCT_CHECK_LENGTH(length, 0, iface->config.max_short + sizeof(uint64_t),
-                     "am_short_iov");
+    UCT_CHECK_LENGTH(length, 0, iface->config.max_short_iov, "am_short_iov");
     q      = ib2_ep_am_queue(iface, sizeof(hdr) + length);
     txq    = &ep->txq[q];
     status = ib2_ep_tx_check(iface, ep, q, 1, &flags);
@@ -201,7 +222,7 @@ ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     ib2_ep_am_sent(ep, txq);
     UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, length);
     return ib2_ep_post_flags(iface, ep, q, &wr, IBV_SEND_INLINE | flags,
-                             txq->credits == 0, 1);
+                             ib2_ep_am_signal(ep, txq), 1);
 }
 
 ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
@@ -263,7 +284,8 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
     wr.next    = NULL;
     ib2_ep_am_sent(ep, txq);
     status = ib2_ep_post_flags(iface, ep, q, &wr, send_flags,
-                               (comp != NULL) || (txq->credits == 0), 1);
+                               (comp != NULL) || ib2_ep_am_signal(ep, txq),
+                               1);
     if (ucs_unlikely(status != UCS_OK)) {
         ucs_mpool_put_inline(desc);
         return status;

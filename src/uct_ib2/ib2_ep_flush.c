@@ -23,10 +23,17 @@ static UCS_F_ALWAYS_INLINE int ib2_sn_before(uint32_t a, uint32_t b)
     return (int32_t)(a - b) < 0;
 }
 
+/* A post failed: its bookkeeping is undone (no completion will come for
+ * it) and the endpoint fails, as the QP's state is unknown now. */
 UCS_F_NOINLINE
-ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q, int ret)
+ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q, int am, int ret)
 {
     ib2_iface_t *iface = ep->iface;
+
+    --ep->txq[q].sn;
+    ep->txq[q].am_sn -= (uint32_t)am;
+    ++ep->txq[q].sq_avail;
+    ++iface->tx_cq_avail;
 
     ucs_error("%s:%u: ibv_post_send on QP 0x%x failed: %s",
               iface->md->name, iface->port, ep->txq[q].qp->qp_num,
@@ -70,7 +77,8 @@ ucs_status_t ib2_ep_signal_tail(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
     return ib2_ep_post_empty_write(iface, ep, q);
 }
 
-/* The fence's marks are passed on every queue: it is lifted. */
+/* The fence's marks are passed on every queue: it is lifted (and the
+ * interface fence, if it waited for this endpoint, counts it done). */
 int ib2_ep_fence_done(ib2_ep_t *ep)
 {
     unsigned q;
@@ -81,7 +89,74 @@ int ib2_ep_fence_done(ib2_ep_t *ep)
         }
     }
     ep->blocked &= ~IB2_EP_BLOCK_FENCE;
+    ib2_iface_fence_uncount(ep);
     return 1;
+}
+
+/*
+ * Interface fence: every endpoint with sends outstanding gets an endpoint
+ * fence and is counted in iface->fence_eps; every endpoint (and every one
+ * created meanwhile) holds its operations (IB2_EP_BLOCK_IFACE_FENCE) until
+ * the count is back to zero, when the last of those endpoints passes its
+ * marks.
+ */
+void ib2_iface_fence_uncount(ib2_ep_t *ep)
+{
+    ib2_iface_t *iface = ep->iface;
+    ib2_ep_t *other;
+
+    if (!ep->fence_iface) {
+        return;
+    }
+    ep->fence_iface = 0;
+    ucs_assert(iface->fence_eps > 0);
+    if (--iface->fence_eps != 0) {
+        return;
+    }
+    ucs_list_for_each(other, &iface->eps, list) {
+        other->blocked &= ~IB2_EP_BLOCK_IFACE_FENCE;
+    }
+    ucs_list_for_each(other, &iface->eps, list) {
+        ib2_ep_resources_back(other);
+    }
+}
+
+/* While an interface fence holds: make sure the endpoints it waits for
+ * will see their completions. */
+ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface)
+{
+    ib2_tx_state_t state = IB2_TX_WAIT_EP;
+    ib2_ep_t *ep;
+    unsigned q;
+
+    ucs_list_for_each(ep, &iface->eps, list) {
+        for (q = 0; ep->fence_iface && (q < ep->nq); ++q) {
+            if (ib2_sn_before(ep->txq[q].acked, ep->txq[q].fence_sn) &&
+                (ib2_ep_signal_tail(iface, ep, q) != UCS_OK)) {
+                state = IB2_TX_WAIT_IFACE;
+            }
+        }
+    }
+    return state;
+}
+
+/*
+ * The bounce buffers ran out. Those held by sends waiting for a completion
+ * that was not asked for (moderation) would come back only with a later
+ * send: ask for the completions now.
+ */
+void ib2_iface_tx_desc_short(ib2_iface_t *iface)
+{
+    ib2_ep_t *ep;
+    unsigned q;
+
+    ucs_list_for_each(ep, &iface->eps, list) {
+        for (q = 0; q < ep->nq; ++q) {
+            if (!ucs_queue_is_empty(&ep->txq[q].ops)) {
+                (void)ib2_ep_signal_tail(iface, ep, q);
+            }
+        }
+    }
 }
 
 /*
@@ -115,6 +190,18 @@ static ucs_status_t ib2_ep_fence_check(ib2_ep_t *ep, unsigned q,
     return UCS_OK;
 }
 
+/* The window waits for completions of active messages: ask for them. */
+void ib2_ep_signal_am_tails(ib2_ep_t *ep)
+{
+    unsigned q;
+
+    for (q = 0; q < ep->nq; ++q) {
+        if (ep->txq[q].am_sn != ep->txq[q].am_acked) {
+            (void)ib2_ep_signal_tail(ep->iface, ep, q);
+        }
+    }
+}
+
 ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
 {
     ib2_iface_t *iface = ep->iface;
@@ -123,13 +210,25 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
     if (ep->blocked & IB2_EP_BLOCK_FAILED) {
         return ep->failed;
     }
+    if (ep->blocked & IB2_EP_BLOCK_IFACE_FENCE) {
+        (void)ib2_iface_fence_wait(iface);
+        return UCS_ERR_NO_RESOURCE;
+    }
     /* Requests added to pending go first: only their own dispatch may
      * send on this endpoint meanwhile. */
     if ((ep->blocked & IB2_EP_BLOCK_PENDING) && (iface->pending_ep != ep)) {
         return UCS_ERR_NO_RESOURCE;
     }
+    if (am && !ib2_ep_seq_room(ep)) {
+        ib2_ep_signal_am_tails(ep);
+        return UCS_ERR_NO_RESOURCE;
+    }
     if (!ib2_txq_ready(iface, txq) || (am && (txq->credits <= 0))) {
         return UCS_ERR_NO_RESOURCE;
+    }
+    if (iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation) {
+        /* Budget runs low: this send asks for its completion. */
+        *flags |= IBV_SEND_SIGNALED;
     }
     if (ep->blocked & IB2_EP_BLOCK_FENCE) {
         return ib2_ep_fence_check(ep, q, flags);
@@ -156,10 +255,22 @@ ucs_status_t ib2_ep_fence(uct_ep_h tl_ep, unsigned flags)
 ucs_status_t ib2_iface_fence(uct_iface_h tl_iface, unsigned flags)
 {
     ib2_iface_t *iface = ucs_derived_of(tl_iface, ib2_iface_t);
+    unsigned count     = 0;
     ib2_ep_t *ep;
 
     ucs_list_for_each(ep, &iface->eps, list) {
         ib2_ep_fence(&ep->super.super, flags);
+        if ((ep->blocked & IB2_EP_BLOCK_FENCE) && !ep->fence_iface) {
+            ep->fence_iface = 1;
+            ++count;
+        }
+    }
+    if (count != 0) {
+        iface->fence_eps += count;
+        ucs_list_for_each(ep, &iface->eps, list) {
+            ep->blocked |= IB2_EP_BLOCK_IFACE_FENCE;
+        }
+        (void)ib2_iface_fence_wait(iface);
     }
     UCT_TL_IFACE_STAT_FENCE(&iface->super);
     return UCS_OK;
@@ -197,8 +308,10 @@ ucs_status_t ib2_ep_flush(uct_ep_h tl_ep, unsigned flags,
     if (ep->failed) {
         return ib2_ep_flush_failed(iface, ep);
     }
-    if (ep->pending_count != 0) {
-        /* The caller adds the flush to pending; ours must get going. */
+    if ((ep->pending_count != 0) && (iface->pending_ep != ep)) {
+        /* The caller adds the flush to pending; ours must get going. (A
+         * flush from the dispatch of the endpoint's own request, as UCP
+         * makes it, is its turn.) */
         for (q = 0; q < ep->nq; ++q) {
             (void)ib2_ep_signal_tail(iface, ep, q);
         }

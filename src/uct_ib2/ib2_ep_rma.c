@@ -6,29 +6,51 @@
  */
 #include "ib2_tx.h"
 
-ucs_status_t ib2_ep_put_short(uct_ep_h tl_ep, const void *buffer,
-                              unsigned length, uint64_t remote_addr,
-                              uct_rkey_t rkey)
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ib2_ep_put_short_post(ib2_iface_t *iface, ib2_ep_t *ep, const void *buffer,
+                      unsigned length, uint64_t remote_addr, uct_rkey_t rkey,
+                      unsigned flags)
 {
-    ib2_ep_t *ep           = ucs_derived_of(tl_ep, ib2_ep_t);
-    ib2_iface_t *iface     = ep->iface;
     struct ibv_send_wr *wr = &iface->tx_short.put_wr;
-    ucs_status_t status;
-    unsigned flags;
 
-    UCT_CHECK_PARAM(length <= iface->config.max_inline,
-                    "Invalid put_short length: %u (expected: <= %u)", length,
-                    iface->config.max_inline);
-    status = ib2_ep_tx_check(iface, ep, 0, 0, &flags);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
     iface->tx_short.put_sge.addr   = (uintptr_t)buffer;
     iface->tx_short.put_sge.length = length;
     wr->wr.rdma.remote_addr        = remote_addr;
     wr->wr.rdma.rkey               = (uint32_t)rkey;
     UCT_TL_EP_STAT_OP(&ep->super, PUT, SHORT, length);
     return ib2_ep_post_flags(iface, ep, 0, wr, IBV_SEND_INLINE | flags, 0, 0);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+ib2_ep_put_short_slow(ib2_ep_t *ep, const void *buffer, unsigned length,
+                      uint64_t remote_addr, uct_rkey_t rkey)
+{
+    unsigned flags = 0;
+    ucs_status_t status;
+
+    status = ib2_ep_tx_slow(ep, 0, 0, &flags);
+    if (status != UCS_OK) {
+        return status;
+    }
+    return ib2_ep_put_short_post(ep->iface, ep, buffer, length, remote_addr,
+                                 rkey, flags);
+}
+
+ucs_status_t ib2_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                              unsigned length, uint64_t remote_addr,
+                              uct_rkey_t rkey)
+{
+    ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
+    ib2_iface_t *iface = ep->iface;
+
+    UCT_CHECK_PARAM(length <= iface->config.max_inline,
+                    "Invalid put_short length: %u (expected: <= %u)", length,
+                    iface->config.max_inline);
+    if (ucs_unlikely(!ib2_ep_tx_fast(iface, ep, 0, 0))) {
+        return ib2_ep_put_short_slow(ep, buffer, length, remote_addr, rkey);
+    }
+    return ib2_ep_put_short_post(iface, ep, buffer, length, remote_addr, rkey,
+                                 0);
 }
 
 /* RDMA between a bounce buffer and remote memory, on queue 0; the buffer

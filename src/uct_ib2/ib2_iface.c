@@ -14,6 +14,7 @@ static unsigned ib2_iface_progress(void *arg)
     ib2_iface_t *iface = arg;
     unsigned count;
 
+    ++iface->in_progress;
     count  = ib2_rx_progress(iface);
     count += ib2_tx_progress(iface);
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
@@ -28,6 +29,11 @@ static unsigned ib2_iface_progress(void *arg)
     if (ucs_unlikely(!ucs_arbiter_is_empty(&iface->arbiter)) &&
         (iface->tx_cq_avail > 0)) {
         ib2_iface_dispatch_pending(iface);
+    }
+    if (--iface->in_progress == 0) {
+        if (ucs_unlikely(!ucs_list_is_empty(&iface->zombies))) {
+            ib2_iface_free_zombies(iface);
+        }
     }
     return count;
 }
@@ -221,6 +227,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     const ib2_iface_config_t *config = ucs_derived_of(tl_config,
                                                       ib2_iface_config_t);
     ib2_md_t *md = ucs_derived_of(tl_md, ib2_md_t);
+    uct_iface_mpool_config_t tx_mp;
     ucs_status_t status;
     size_t largest;
 
@@ -313,10 +320,22 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                               sizeof(self->tx_short.am_hdr)) ?
                              ucs_min(self->config.max_inline, largest) -
                              sizeof(self->tx_short.am_hdr) : 0;
+    self->config.max_short_iov = self->config.max_short ?
+                                 self->config.max_short + sizeof(uint64_t) :
+                                 0;
+    self->config.am_short_q0   = ucs_min(self->config.max_inline,
+                                         self->rq.q[0].size);
+    /* A chunk no larger than the pool may be (TX_MAX_BUFS below the
+     * default TX_BUFS_GROW). */
+    tx_mp = config->tx_mp;
+    if (((tx_mp.bufs_grow != 0) ? tx_mp.bufs_grow : 256u) >
+        tx_mp.max_bufs) {
+        tx_mp.bufs_grow = tx_mp.max_bufs;
+    }
     status = uct_iface_mpool_init(&self->super, &self->tx_mp,
                                   sizeof(ib2_tx_desc_t) + self->tx_buf_size,
                                   sizeof(ib2_tx_desc_t), UCS_SYS_CACHE_LINE_SIZE,
-                                  &config->tx_mp, 256,
+                                  &tx_mp, 256,
                                   ib2_iface_tx_desc_init, "ib2_tx_desc");
     if (status != UCS_OK) {
         goto err_cleanup;

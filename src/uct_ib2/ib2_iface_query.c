@@ -79,6 +79,13 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
                       UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CONNECT_TO_EP |
                       UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_EP_CHECK |
                       UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE;
+    /* Short sends are inline sends: none where the device takes none. */
+    if (iface->config.max_short_iov == 0) {
+        attr->cap.flags &= ~UCT_IFACE_FLAG_AM_SHORT;
+    }
+    if (iface->config.max_inline == 0) {
+        attr->cap.flags &= ~UCT_IFACE_FLAG_PUT_SHORT;
+    }
     attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
                             UCT_IFACE_FLAG_EVENT_RECV |
                             UCT_IFACE_FLAG_EVENT_FD;
@@ -99,9 +106,7 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
     attr->cap.get.max_iov         = max_sge;
 
     /* UCT counts the 8-byte header in, we count it separately. */
-    attr->cap.am.max_short        = iface->config.max_short ?
-                                    iface->config.max_short +
-                                    sizeof(uint64_t) : 0;
+    attr->cap.am.max_short        = iface->config.max_short_iov;
     attr->cap.am.max_bcopy        = iface->config.max_am;
     attr->cap.am.min_zcopy        = 0;
     attr->cap.am.max_zcopy        = iface->config.max_am;

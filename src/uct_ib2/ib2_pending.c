@@ -16,27 +16,50 @@
  */
 #include "ib2_tx.h"
 
-/* Every queue could take an active message now. */
-int ib2_ep_has_tx(ib2_ep_t *ep)
+/*
+ * What an endpoint's requests wait for: nothing (every queue could take an
+ * active message now); something of the endpoint's own, which its send
+ * completions or the peer's credits bring back (they reschedule it); or
+ * the interface's CQ budget, for a fence whose tails could not be signaled
+ * (the group stays scheduled and the dispatch retries when budget is
+ * back).
+ */
+ib2_tx_state_t ib2_ep_tx_state(ib2_ep_t *ep)
 {
     ib2_iface_t *iface = ep->iface;
+    ib2_tx_state_t state;
     unsigned q;
 
-    if (ep->failed) {
-        return 0;
+    if (ep->failed || !ep->connected) {
+        return IB2_TX_WAIT_EP;
+    }
+    if (ep->blocked & IB2_EP_BLOCK_IFACE_FENCE) {
+        return ib2_iface_fence_wait(iface);
     }
     if ((ep->blocked & IB2_EP_BLOCK_FENCE) && !ib2_ep_fence_done(ep)) {
+        state = IB2_TX_WAIT_EP;
         for (q = 0; q < ep->nq; ++q) {
-            (void)ib2_ep_signal_tail(iface, ep, q);
+            if (ib2_ep_signal_tail(iface, ep, q) != UCS_OK) {
+                state = IB2_TX_WAIT_IFACE;
+            }
         }
-        return 0;
+        return state;
     }
     for (q = 0; q < ep->nq; ++q) {
         if ((ep->txq[q].sq_avail <= 0) || (ep->txq[q].credits <= 0)) {
-            return 0;
+            return IB2_TX_WAIT_EP;
         }
     }
-    return 1;
+    if (!ib2_ep_seq_room(ep)) {
+        ib2_ep_signal_am_tails(ep);
+        return IB2_TX_WAIT_EP;
+    }
+    return IB2_TX_READY;
+}
+
+int ib2_ep_has_tx(ib2_ep_t *ep)
+{
+    return ib2_ep_tx_state(ep) == IB2_TX_READY;
 }
 
 static void ib2_ep_pending_removed(ib2_ep_t *ep)
@@ -53,16 +76,18 @@ ucs_status_t ib2_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
     ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
     ib2_iface_t *iface = ep->iface;
 
+    /* BUSY tells the caller to try again at once: only when the send
+     * would have what it needs (UCP retries without progress). */
     if ((ep->pending_count == 0) && (iface->tx_cq_avail > 0) &&
-        ib2_ep_has_tx(ep)) {
+        !ucs_mpool_is_empty(&iface->tx_mp) && ib2_ep_has_tx(ep)) {
         return UCS_ERR_BUSY;
     }
     uct_pending_req_arb_group_push(&ep->arb_group, req);
     ++ep->pending_count;
     ++iface->counters.pending_added;
     ep->blocked |= IB2_EP_BLOCK_PENDING;
-    if (ib2_ep_has_tx(ep)) {
-        /* Waits for the interface's budget only. */
+    if (ib2_ep_tx_state(ep) != IB2_TX_WAIT_EP) {
+        /* Waits for the interface only. */
         ucs_arbiter_group_schedule(&iface->arbiter, &ep->arb_group);
     } else {
         ib2_ep_probe(ep);
@@ -74,7 +99,8 @@ ucs_status_t ib2_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
 /* The endpoint got something back: let its requests try again. */
 void ib2_ep_resources_back(ib2_ep_t *ep)
 {
-    if ((ep->pending_count != 0) && ib2_ep_has_tx(ep)) {
+    if ((ep->pending_count != 0) &&
+        (ib2_ep_tx_state(ep) != IB2_TX_WAIT_EP)) {
         ucs_arbiter_group_schedule(&ep->iface->arbiter, &ep->arb_group);
     }
 }
@@ -88,11 +114,16 @@ ib2_pending_dispatch_cb(ucs_arbiter_t *arbiter, ucs_arbiter_group_t *group,
     uct_pending_req_t *req = ucs_container_of(elem, uct_pending_req_t, priv);
     ucs_status_t status;
 
+    ib2_tx_state_t state;
+
     if (iface->tx_cq_avail <= 0) {
         return UCS_ARBITER_CB_RESULT_STOP;
     }
-    if (!ib2_ep_has_tx(ep)) {
+    state = ib2_ep_tx_state(ep);
+    if (state == IB2_TX_WAIT_EP) {
         return UCS_ARBITER_CB_RESULT_DESCHED_GROUP;
+    } else if (state == IB2_TX_WAIT_IFACE) {
+        return UCS_ARBITER_CB_RESULT_STOP;
     }
     ucs_assert(iface->pending_ep == NULL);
     iface->pending_ep = ep;

@@ -175,10 +175,9 @@ static void ib2_rx_in_order(ib2_iface_t *iface, ib2_ep_t *ep,
 
 static ib2_ep_t *ib2_rx_find_ep(ib2_iface_t *iface, uint32_t qp_num)
 {
-    khiter_t it = kh_get(ib2_qp_ep, iface->qp_ep, qp_num);
+    unsigned q;
 
-    return (it == kh_end(iface->qp_ep)) ? NULL :
-           (ib2_ep_t*)(uintptr_t)kh_val(iface->qp_ep, it);
+    return ib2_qp_ep_find(iface, qp_num, &q);
 }
 
 /*
@@ -197,6 +196,11 @@ static int ib2_rx_header(ib2_iface_t *iface, ib2_ep_t *ep,
     if (ucs_unlikely(length > spec->size)) {
         ib2_rx_drop(iface, ep, desc, &iface->counters.rx_oversized,
                     "longer than the queue's buffers");
+        return 1;
+    }
+    if (ucs_unlikely(hdr->am_id & IB2_HDR_F_RSVD)) {
+        ib2_rx_drop(iface, ep, desc, &iface->counters.rx_reserved,
+                    "a reserved header bit set");
         return 1;
     }
     if (hdr->credits | cm_ret) {

@@ -50,12 +50,35 @@ static void ib2_op_complete(ib2_iface_t *iface, ib2_op_t *op,
     }
 }
 
+/* The oldest active message not completed moved on: so does the window
+ * of sequence numbers the endpoint may send (ib2_ep_seq_room). */
+static void ib2_ep_ams_completed(ib2_iface_t *iface, ib2_ep_t *ep)
+{
+    uint16_t oldest = ep->tx_seq, seq;
+    ib2_ep_txq_t *txq;
+    unsigned q;
+
+    for (q = 0; q < ep->nq; ++q) {
+        txq = &ep->txq[q];
+        ucs_assertv(txq->am_sn - txq->am_acked <= txq->am_seq_mask + 1,
+                    "ep %p q %u: %u AMs outstanding, ring of %u", ep, q,
+                    txq->am_sn - txq->am_acked, txq->am_seq_mask + 1);
+        if (txq->am_sn != txq->am_acked) {
+            seq = txq->am_seqs[txq->am_acked & txq->am_seq_mask];
+            if ((uint16_t)(ep->tx_seq - seq) >
+                (uint16_t)(ep->tx_seq - oldest)) {
+                oldest = seq;
+            }
+        }
+    }
+    ep->seq_limit = (uint16_t)(oldest + iface->config.seq_window);
+}
+
 /* Queue q completed its sends up to the one of wr_id (or they were
  * flushed). */
-static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep,
+static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
                               uint64_t wr_id, ucs_status_t status)
 {
-    unsigned q        = ib2_wrid_queue(wr_id);
     ib2_ep_txq_t *txq = &ep->txq[q];
     uint32_t sn       = ib2_wrid_sn(wr_id);
     int32_t count     = (int32_t)(sn - txq->acked);
@@ -71,10 +94,13 @@ static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep,
     txq->acked          = sn;
     txq->sq_avail      += count;
     iface->tx_cq_avail += count;
-    ams = (ib2_wrid_am(wr_id) - txq->am_acked) & IB2_WRID_AM_MASK;
+    ams = ib2_wrid_am(wr_id) - txq->am_acked;
     ucs_assertv(ams <= (uint32_t)count, "ep %p q %u: %u AMs in %d sends", ep,
                 q, ams, count);
     txq->am_acked += ams;
+    if (ams != 0) {
+        ib2_ep_ams_completed(iface, ep);
+    }
     if (iface->rq.q[q].type != IB2_RQ_PER_PEER) {
         /* S queues: credits are active messages allowed in flight. */
         txq->credits += (int32_t)ams;
@@ -128,7 +154,7 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
 {
     struct ibv_wc wc[16];
     ucs_status_t status;
-    khiter_t it;
+    unsigned q;
     ib2_ep_t *ep;
     int i, n;
 
@@ -141,17 +167,16 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
         return 0;
     }
     for (i = 0; i < n; ++i) {
-        it = kh_get(ib2_qp_ep, iface->qp_ep, wc[i].qp_num);
-        if (ucs_unlikely(it == kh_end(iface->qp_ep))) {
+        ep = ib2_qp_ep_find(iface, wc[i].qp_num, &q);
+        if (ucs_unlikely(ep == NULL)) {
             continue; /* a destroyed endpoint's straggler */
         }
-        ep     = (ib2_ep_t*)(uintptr_t)kh_val(iface->qp_ep, it);
         status = UCS_OK;
         if (ucs_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
             status = ib2_wc_status(wc[i].status);
             if (!ep->failed && !ep->destroyed) {
                 if (wc[i].status == IBV_WC_RNR_RETRY_EXC_ERR &&
-                    iface->rq.q[ib2_wrid_queue(wc[i].wr_id)].type ==
+                    iface->rq.q[q].type ==
                     IB2_RQ_PER_PEER) {
                     ucs_error("%s:%u: receiver not ready on a per-peer "
                               "queue: the peer's credit accounting differs "
@@ -167,7 +192,7 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
                 status = ep->failed;
             }
         }
-        ib2_txq_completed(iface, ep, wc[i].wr_id, status);
+        ib2_txq_completed(iface, ep, q, wc[i].wr_id, status);
         if (ucs_unlikely(ep->destroyed)) {
             ib2_ep_zombie_progress(ep);
         } else if (ucs_unlikely(ep->pending_count != 0)) {

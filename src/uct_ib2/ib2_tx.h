@@ -17,7 +17,7 @@
 
 ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am,
                             unsigned *flags);
-ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q, int ret);
+ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q, int am, int ret);
 
 static UCS_F_ALWAYS_INLINE int ib2_txq_ready(ib2_iface_t *iface,
                                              ib2_ep_txq_t *txq)
@@ -25,19 +25,33 @@ static UCS_F_ALWAYS_INLINE int ib2_txq_ready(ib2_iface_t *iface,
     return (txq->sq_avail > 0) & (iface->tx_cq_avail > 0);
 }
 
+/* Everything an operation on queue q needs is there (the fast path). The
+ * fast path wants more CQ budget than a moderation window: below that the
+ * slow path lets sends go signaled, so that budget held by unsignaled
+ * sends comes back to an endpoint waiting for it. */
+static UCS_F_ALWAYS_INLINE int ib2_ep_tx_fast(ib2_iface_t *iface,
+                                              ib2_ep_t *ep, unsigned q,
+                                              int am)
+{
+    ib2_ep_txq_t *txq = &ep->txq[q];
+
+    return (txq->sq_avail > 0) &&
+           (iface->tx_cq_avail > (int32_t)iface->config.tx_moderation) &&
+           !ep->blocked &&
+           (!am || ((txq->credits > 0) && ib2_ep_seq_room(ep)));
+}
+
 /*
  * May an operation go on queue q now? UCS_OK with the send flags it needs
- * (IBV_SEND_FENCE behind a fence), or why not.
+ * (IBV_SEND_FENCE behind a fence, IBV_SEND_SIGNALED when the CQ budget
+ * runs low), or why not.
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 ib2_ep_tx_check(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, int am,
                 unsigned *flags)
 {
-    ib2_ep_txq_t *txq = &ep->txq[q];
-
     *flags = 0;
-    if (ucs_likely(ib2_txq_ready(iface, txq) &
-                   ((txq->credits > 0) | !am) & !ep->blocked)) {
+    if (ucs_likely(ib2_ep_tx_fast(iface, ep, q, am))) {
         return UCS_OK;
     }
     return ib2_ep_tx_slow(ep, q, am, flags);
@@ -49,38 +63,31 @@ ib2_ep_tx_check(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, int am,
  * and fails the endpoint (the QP's state is unknown then).
  *
  * A completion is asked for every tx_moderation sends on the QP, when the
- * caller needs one, and whenever the interface's CQ budget runs low: sends
- * without one keep their budget until a later signaled send on their QP
- * completes, and an endpoint waiting for budget must see some come back.
+ * caller needs one, and (flags from ib2_ep_tx_check) whenever the
+ * interface's CQ budget runs low: sends without one keep their budget
+ * until a later signaled send on their QP completes.
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 ib2_ep_post_flags(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
                   struct ibv_send_wr *wr, unsigned flags, int signal, int am)
 {
-    ib2_ep_txq_t *txq     = &ep->txq[q];
-    uint32_t sn           = txq->sn + 1;
-    uint32_t old_signaled = txq->signaled_sn;
+    ib2_ep_txq_t *txq = &ep->txq[q];
+    uint32_t sn       = txq->sn + 1;
     int ret;
 
-    signal          |= ((sn - txq->signaled_sn) >=
-                        iface->config.tx_moderation) |
-                       (iface->tx_cq_avail <=
-                        (int32_t)iface->config.tx_moderation);
+    signal          |= (sn - txq->signaled_sn) >=
+                       iface->config.tx_moderation;
+    flags           |= signal ? IBV_SEND_SIGNALED : 0;
     txq->am_sn      += (uint32_t)am;
-    wr->wr_id        = ib2_wrid_make(q, sn, txq->am_sn);
-    wr->send_flags   = flags | (signal ? IBV_SEND_SIGNALED : 0);
-    txq->signaled_sn = signal ? sn : txq->signaled_sn;
+    wr->wr_id        = ib2_wrid_make(sn, txq->am_sn);
+    wr->send_flags   = flags;
+    txq->signaled_sn = (flags & IBV_SEND_SIGNALED) ? sn : txq->signaled_sn;
     txq->sn          = sn;
     --txq->sq_avail;
     --iface->tx_cq_avail;
     ret = ibv_post_send(txq->qp, wr, &iface->tx_short.bad_wr);
     if (ucs_unlikely(ret != 0)) {
-        txq->sn          = sn - 1;
-        txq->am_sn      -= (uint32_t)am;
-        txq->signaled_sn = old_signaled;
-        ++txq->sq_avail;
-        ++iface->tx_cq_avail;
-        return ib2_ep_post_failed(ep, q, ret);
+        return ib2_ep_post_failed(ep, q, am, ret);
     }
     return UCS_OK;
 }
@@ -120,13 +127,30 @@ static UCS_F_ALWAYS_INLINE void ib2_ep_fill_hdr(ib2_ep_t *ep, unsigned q,
     }
 }
 
-/* An active message takes its credit and sequence number. */
+/* An active message takes its credit and sequence number (and is
+ * remembered until it completes: ib2_ep_seq_room). Called before the post,
+ * which counts it in am_sn. */
 static UCS_F_ALWAYS_INLINE void ib2_ep_am_sent(ib2_ep_t *ep,
                                                ib2_ep_txq_t *txq)
 {
-    ucs_assert(txq->credits > 0);
+    /* The ring holds them all: AMs outstanding on a queue are sends
+     * outstanding (<= tx_qp_len) and within the window (ib2_ep_seq_room),
+     * and the ring has the smaller of the two (asserted on completion). */
     --txq->credits;
+    txq->am_seqs[txq->am_sn & txq->am_seq_mask] = ep->tx_seq;
     ++ep->tx_seq;
+}
+
+/*
+ * An active message that leaves its queue without credits or the endpoint
+ * without room in its window asks for a completion: S queue credits and
+ * the window come back only with completions, and with moderation alone
+ * the sender could wait for one never asked for. (After ib2_ep_am_sent.)
+ */
+static UCS_F_ALWAYS_INLINE int ib2_ep_am_signal(ib2_ep_t *ep,
+                                                ib2_ep_txq_t *txq)
+{
+    return (txq->credits == 0) | !ib2_ep_seq_room(ep);
 }
 
 static UCS_F_ALWAYS_INLINE ib2_tx_desc_t *ib2_ep_get_desc(ib2_iface_t *iface)
@@ -136,6 +160,8 @@ static UCS_F_ALWAYS_INLINE ib2_tx_desc_t *ib2_ep_get_desc(ib2_iface_t *iface)
     if (ucs_likely(desc != NULL)) {
         desc->op.kind = IB2_OP_DESC;
         desc->op.comp = NULL;
+    } else {
+        ib2_iface_tx_desc_short(iface);
     }
     return desc;
 }

@@ -15,6 +15,7 @@
  * never produces it):
  *
  *   - byte_len >= sizeof(ib2_hdr_t) and <= the queue's buffer size;
+ *   - IB2_HDR_F_RSVD clear;
  *   - IB2_HDR_F_CTRL (explicit credit message): only on P queues, exactly
  *     the 4-byte header, no AM id, seq 0;
  *   - credits and IB2_HDR_F_CM_RET: only on P queues (S queue credits are
@@ -35,13 +36,14 @@
 
 /* Header of every message on an ib2 QP. */
 typedef struct ib2_hdr {
-    uint8_t  am_id;    /* AM id in the low 6 bits, IB2_HDR_F_* on top */
+    uint8_t  am_id;    /* AM id in the low 5 bits, IB2_HDR_F_* on top */
     uint8_t  credits;  /* P queue buffers reposted for the sender on the
                           queue this message travels on (returned credits) */
     uint16_t seq;      /* endpoint order; 0 in credit messages */
 } UCS_S_PACKED ib2_hdr_t;
 
-#define IB2_HDR_AM_MASK   0x3f  /* UCT_AM_ID_MAX is 64 */
+#define IB2_HDR_AM_MASK   0x1f  /* UCT_AM_ID_MAX is 32 in UCX 1.13 */
+#define IB2_HDR_F_RSVD    0x20  /* never set: a message with it is dropped */
 #define IB2_HDR_F_CM_RET  0x40  /* returns one credit-message buffer */
 #define IB2_HDR_F_CTRL    0x80  /* an explicit credit message, not an AM */
 
@@ -67,24 +69,15 @@ typedef struct ib2_ep_addr {
 } UCS_S_PACKED ib2_ep_addr_t;
 
 /*
- * Send work request ids: a send completion tells which queue, which send
- * (the 32-bit send number, so everything up to it is done too) and how
- * many active messages had been posted on the queue by then (24 bits,
- * wrapping): on S queues only those give credits back.
+ * Send work request ids: a send completion tells which send it completes
+ * (the QP's 32-bit send number, so everything up to it is done too) and
+ * how many active messages had been posted on the QP by then (32 bits,
+ * wrapping): on S queues only those give credits back. The queue comes
+ * from the QP number (the interface's QP table).
  */
-#define IB2_WRID_SN_BITS   32
-#define IB2_WRID_AM_BITS   24
-#define IB2_WRID_AM_MASK   ((1u << IB2_WRID_AM_BITS) - 1)
-
-static inline uint64_t ib2_wrid_make(unsigned q, uint32_t sn, uint32_t am_sn)
+static inline uint64_t ib2_wrid_make(uint32_t sn, uint32_t am_sn)
 {
-    return ((uint64_t)q << 56) |
-           ((uint64_t)(am_sn & IB2_WRID_AM_MASK) << IB2_WRID_SN_BITS) | sn;
-}
-
-static inline unsigned ib2_wrid_queue(uint64_t wr_id)
-{
-    return (unsigned)(wr_id >> 56);
+    return ((uint64_t)am_sn << 32) | sn;
 }
 
 static inline uint32_t ib2_wrid_sn(uint64_t wr_id)
@@ -94,7 +87,7 @@ static inline uint32_t ib2_wrid_sn(uint64_t wr_id)
 
 static inline uint32_t ib2_wrid_am(uint64_t wr_id)
 {
-    return (uint32_t)(wr_id >> IB2_WRID_SN_BITS) & IB2_WRID_AM_MASK;
+    return (uint32_t)(wr_id >> 32);
 }
 
 #endif
