@@ -249,8 +249,16 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
         errno = ENOMEM;
         return NULL;
     }
+    rc = sv_fork_reg(addr, length); /* MADV_DONTFORK after ibv_fork_init */
+    if (rc) {
+        sv_uncharge(dev, length, pin);
+        free(mr);
+        errno = rc;
+        return NULL;
+    }
     rc = sv_slot_alloc(SV_T_MR, dev, (void **)&m, &key);
     if (rc) {
+        sv_fork_unreg(addr, length);
         sv_uncharge(dev, length, pin);
         free(mr);
         errno = rc;
@@ -320,6 +328,7 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
     sv_cq_land_inline(m->vaddr, m->length);
     sv_uncharge(dev, m->length, mr->pinned);
     sv_slot_release(SV_T_MR, m);
+    sv_fork_unreg(ibmr->addr, ibmr->length);
     sv_pd_put(ibmr->pd);
     free(mr);
     return 0;
@@ -368,6 +377,13 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd,
         errno = rc;
         return IBV_REREG_MR_ERR_INPUT;
     }
+    if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) &&
+        (rc = sv_fork_reg(new_addr, new_len)) != 0) {
+        sv_uncharge(dev, new_len, pin);
+        sv_charge(dev, m->length, mr->pinned);
+        errno = rc;
+        return IBV_REREG_MR_ERR_INPUT;
+    }
     /* hide the region while it changes, as hardware does */
     sv_slot_unpublish(m);
     sv_xfer_quiesce();
@@ -381,6 +397,9 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd,
     m->vaddr  = (uintptr_t)new_addr;
     sv_slot_publish(m, key);
 
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+        sv_fork_unreg(ibmr->addr, ibmr->length);
+    }
     if (new_pd != ibmr->pd) {
         sv_pd_put(ibmr->pd);
         sv_pd_get(new_pd);

@@ -745,6 +745,7 @@ static void sv_atfork_child(void)
     sv_g.wake_fd  = -1;
     pthread_mutex_init(&sv_g.lock, NULL);
     sv_progress_fork_child();
+    sv_fork_child();
 }
 
 /* The last process to leave gives the segment's memory back (tmpfs keeps
@@ -831,6 +832,7 @@ int sv_attach(void)
     }
     sv_g.pid      = getpid();
     sv_g.attached = 1;
+    sv_fork_env();
     sv_debug("attached to %s as process slot %u", sv_g.shm_path, sv_g.proc);
 out:
     sv_g.attach_err = rc;
