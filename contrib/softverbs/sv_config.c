@@ -50,6 +50,7 @@ static const struct sv_num_opt sv_num_opts[] = {
     SV_OPT64("SOFTVERBS_MAX_REG",        max_reg,        0, 0, UINT64_MAX),
     SV_OPT64("SOFTVERBS_HEAP_MB",        heap_size,      1024, 16,
              1 << 20),
+    SV_OPT32("SOFTVERBS_PIN",            pin,            1, 0, 1),
 };
 
 int sv_parse_u64(const char *s, uint64_t *v)

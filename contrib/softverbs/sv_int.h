@@ -99,6 +99,8 @@ struct sv_config {
     uint64_t             heap_size;
     uint64_t             subnet_prefix; /* host order */
     char                 fw_ver[64];
+    uint32_t             pin;           /* SOFTVERBS_PIN: check pages */
+    uint32_t             pad;
 };
 
 /* ------------------------------------------------------------------ */
@@ -303,6 +305,11 @@ struct sv_evq_shared {
 
 enum { SV_EVQ_COMP = 1, SV_EVQ_ASYNC = 2 };
 
+/* Pinning (sv_pin.c): what each page of a region was at registration. */
+enum { SV_PIN_NONE = 0, SV_PIN_PFN = 1, SV_PIN_PRESENT = 2 };
+#define SV_PIN_INLINE 8        /* pages recorded in the slot itself */
+#define SV_PIN_POISON 0xa5     /* what is read from a page that is gone */
+
 struct sv_mr_shared {
     struct sv_slot   s;
     uint32_t         pd;
@@ -311,7 +318,12 @@ struct sv_mr_shared {
     uint64_t         length;
     uint64_t         vaddr;
     uint8_t          dev;
-    uint8_t          pad[7];
+    uint8_t          pin;        /* SV_PIN_*: how pages were recorded */
+    uint8_t          pad[2];
+    uint32_t         pin_pages;  /* from the page of vaddr on */
+    uint64_t         pin_off;    /* heap offset of the record, 0: inline */
+    uint64_t         pin_inl[SV_PIN_INLINE];
+    _Atomic uint64_t stale;      /* stale accesses through it */
 };
 
 /* Reserved: connection requests of a future rdmacm emulation. */
@@ -355,6 +367,7 @@ struct sv_hdr {
     uint64_t             heap_chunks;
     uint32_t             heap_hint;
     uint32_t             pad;
+    _Atomic uint64_t     stale_total;  /* stale accesses (sv_pin.c) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -825,10 +838,35 @@ static inline void sv_xfer_end(void)
 void sv_xfer_quiesce(void);
 
 /* sv_xfer.c */
+#define SV_IOV_MAX 80 /* max SGEs (64) plus a GRH, plus room */
 ssize_t sv_write_remote(int32_t pid, const struct iovec *local, int nlocal,
                         const struct iovec *remote, int nremote);
 ssize_t sv_read_remote(int32_t pid, const struct iovec *local, int nlocal,
                        const struct iovec *remote, int nremote);
+
+/* sv_pin.c: pinning semantics */
+/* One side of an access: pieces of memory of process pid, each reached
+ * through region mr[i] (NULL, or mr NULL: not through a region, e.g.
+ * inline data or a GRH). */
+struct sv_side {
+    int32_t                           pid;
+    const struct iovec               *iov;
+    const struct sv_mr_shared *const *mr;
+    int                               n;
+};
+int  sv_pin_mode(void);     /* SV_PIN_*: what this process can check */
+void sv_pin_env(void);      /* SOFTVERBS_PIN_ABORT, at attach */
+/* Fault the pages of a new region in and record them; 0 or EFAULT. */
+int  sv_pin_register(struct sv_mr_shared *m, uintptr_t addr, uint64_t len);
+void sv_pin_release(struct sv_mr_shared *m);
+/* Move min(lengths) bytes from src to dst (one of them this process), as
+ * the adapter would through pinned pages: stale pages of the source read
+ * as SV_PIN_POISON, of the sink are not written. Bytes moved, or -errno. */
+ssize_t sv_pin_move(const struct sv_side *src, const struct sv_side *dst,
+                    const char *what);
+/* Does the side go through a stale page, or one shared copy-on-write?
+ * (Then the data must take sv_pin_move.) A look, not an access. */
+int  sv_pin_stale(const struct sv_side *s);
 
 /* sv_ah.c */
 int  sv_ah_route(const struct ibv_ah_attr *ah, uint8_t src_dev,

@@ -294,6 +294,8 @@ static uint64_t sv_slot_heap_bytes(int t, void *slot)
     }
     case SV_T_EVQ:
         return SV_EVQ_ENTRIES * sizeof(struct sv_event);
+    case SV_T_MR: /* its page record (sv_pin.c) */
+        return (uint64_t)((struct sv_mr_shared *)slot)->pin_pages * 8;
     default:
         return 0;
     }
@@ -306,6 +308,7 @@ static uint64_t sv_slot_heap_off(int t, void *slot)
     case SV_T_SRQ: return ((struct sv_srq_shared *)slot)->ring_off;
     case SV_T_CQ:  return ((struct sv_cq_shared *)slot)->ring_off;
     case SV_T_EVQ: return ((struct sv_evq_shared *)slot)->ring_off;
+    case SV_T_MR:  return ((struct sv_mr_shared *)slot)->pin_off;
     default:       return 0;
     }
 }
@@ -833,6 +836,7 @@ int sv_attach(void)
     sv_g.pid      = getpid();
     sv_g.attached = 1;
     sv_fork_env();
+    sv_pin_env();
     sv_debug("attached to %s as process slot %u", sv_g.shm_path, sv_g.proc);
 out:
     sv_g.attach_err = rc;
