@@ -749,7 +749,8 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
      * travel in its completion entry (no system call would notice). */
     if (SV_UNLIKELY(!sv_rc_accepts(state) || dst->type != qp->sh->type ||
                     dst->dest_qpn != qp->qpx.qp_base.qp_num ||
-                    !sv_ah_route(&qp->attr.ah_attr, qp->sh->dev, dst) ||
+                    !sv_ah_route(&qp->attr.ah_attr, qp->sh->dev, qp->sh->port,
+                                 dst) ||
                     sv_proc_gone(atomic_load_explicit(
                         &dst->s.proc, memory_order_relaxed)))) {
         a->res       = SV_NORESP;
@@ -848,7 +849,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
     state = atomic_load(&dst->state);
     if (atomic_load(&dst->s.handle) != dqpn || dst->type != IBV_QPT_UD ||
         !sv_rc_accepts(state) || dst->qkey != qkey ||
-        !sv_ah_route(&w->ud_ah, w->ud_dev, dst)) {
+        !sv_ah_route(&w->ud_ah, w->ud_dev, w->ud_ah.port_num, dst)) {
         sv_mutex_unlock(&dst->lock);
         return; /* lost on the wire */
     }

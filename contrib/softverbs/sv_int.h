@@ -36,7 +36,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 10
+#define SV_LAYOUT_VERSION 11
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -72,6 +72,12 @@ struct sv_dev_config {
     uint8_t  num_ports;
     /* configured addresses per port (pN.ip=); none: 127.0.<dev+1>.<port> */
     struct sv_ipaddr ip[SV_MAX_PORTS][SV_PORT_IPS];
+    /* sv_fabric.c: subnet prefix per IB port (pN.subnet=; 0: the
+     * default), PCI address and NUMA node (pci=, numa=) */
+    uint64_t subnet[SV_MAX_PORTS];
+    uint8_t  pci_set, pci_bus, pci_slot, pci_fn;
+    uint16_t pci_domain;
+    uint8_t  numa_set, numa;
 };
 
 struct sv_config {
@@ -679,12 +685,24 @@ void *sv_local_get(int t, uint32_t idx);
 uint16_t sv_port_lid(uint32_t dev, uint32_t port);
 
 /* sv_addr.c: port addresses (SOFTVERBS_DEVICES pN.ip=) and their GIDs */
-int  sv_addr_options(struct sv_config *cfg, uint32_t d, char *opts,
-                     char *err, size_t errlen);
+int  sv_addr_opt_ip(struct sv_config *cfg, uint32_t d, uint32_t port,
+                    const char *val, char *err, size_t errlen);
 int  sv_addr_config_check(const struct sv_config *c, char *err,
                           size_t errlen);
 void sv_addr_port_gids(const struct sv_config *c, uint32_t dev,
                        uint32_t port, struct sv_port_shared *ps);
+
+/* sv_fabric.c: device options (SOFTVERBS_DEVICES), subnets, PCI */
+int  sv_dev_options(struct sv_config *cfg, uint32_t d, char *opts,
+                    char *err, size_t errlen);
+int  sv_fabric_config_check(const struct sv_config *c, char *err,
+                            size_t errlen);
+uint64_t sv_port_subnet(const struct sv_config *c, uint32_t dev,
+                        uint32_t port);
+/* Does anything sent from port sport of sdev reach port dport of ddev? */
+int  sv_fabric_reachable(uint32_t sdev, uint32_t sport, uint32_t ddev,
+                         uint32_t dport);
+int  sv_pci_name(uint32_t dev, char *buf, size_t len); /* -1: none */
 
 /* sv_iwarp.c: the rules of an iWARP adapter */
 static inline int sv_dev_iwarp(uint32_t dev)
@@ -870,7 +888,7 @@ int  sv_pin_stale(const struct sv_side *s);
 
 /* sv_ah.c */
 int  sv_ah_route(const struct ibv_ah_attr *ah, uint8_t src_dev,
-                 const struct sv_qp_shared *dst);
+                 uint8_t src_port, const struct sv_qp_shared *dst);
 void sv_grh_build(uint8_t *grh, const struct ibv_ah_attr *ah,
                   uint8_t src_dev, uint8_t src_port, uint32_t paylen);
 int  sv_gid_type(uint32_t dev, uint32_t port, uint32_t index);

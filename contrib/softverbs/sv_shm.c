@@ -140,8 +140,8 @@ static void sv_init_ports(struct sv_hdr *h)
                 ps->lid      = (uint16_t)global;
                 ps->num_gids = SV_IB_GIDS;
                 for (g = 0; g < 8; ++g) {
-                    ps->gid[0].raw[g]     = (uint8_t)(c->subnet_prefix >>
-                                                      (56 - 8 * g));
+                    ps->gid[0].raw[g]     = (uint8_t)(sv_port_subnet(c, d, p)
+                                                      >> (56 - 8 * g));
                     ps->gid[0].raw[8 + g] = (uint8_t)(pguid >> (56 - 8 * g));
                 }
                 ps->gid_type[0] = IBV_GID_TYPE_IB;
