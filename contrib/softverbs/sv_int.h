@@ -36,7 +36,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 10
+#define SV_LAYOUT_VERSION 11
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -72,6 +72,12 @@ struct sv_dev_config {
     uint8_t  num_ports;
     /* configured addresses per port (pN.ip=); none: 127.0.<dev+1>.<port> */
     struct sv_ipaddr ip[SV_MAX_PORTS][SV_PORT_IPS];
+    /* sv_fabric.c: subnet prefix per IB port (pN.subnet=; 0: the
+     * default), PCI address and NUMA node (pci=, numa=) */
+    uint64_t subnet[SV_MAX_PORTS];
+    uint8_t  pci_set, pci_bus, pci_slot, pci_fn;
+    uint16_t pci_domain;
+    uint8_t  numa_set, numa;
 };
 
 struct sv_config {
@@ -99,6 +105,8 @@ struct sv_config {
     uint64_t             heap_size;
     uint64_t             subnet_prefix; /* host order */
     char                 fw_ver[64];
+    uint32_t             pin;           /* SOFTVERBS_PIN: check pages */
+    uint32_t             pad;
 };
 
 /* ------------------------------------------------------------------ */
@@ -303,6 +311,11 @@ struct sv_evq_shared {
 
 enum { SV_EVQ_COMP = 1, SV_EVQ_ASYNC = 2 };
 
+/* Pinning (sv_pin.c): what each page of a region was at registration. */
+enum { SV_PIN_NONE = 0, SV_PIN_PFN = 1, SV_PIN_PRESENT = 2 };
+#define SV_PIN_INLINE 8        /* pages recorded in the slot itself */
+#define SV_PIN_POISON 0xa5     /* what is read from a page that is gone */
+
 struct sv_mr_shared {
     struct sv_slot   s;
     uint32_t         pd;
@@ -311,7 +324,12 @@ struct sv_mr_shared {
     uint64_t         length;
     uint64_t         vaddr;
     uint8_t          dev;
-    uint8_t          pad[7];
+    uint8_t          pin;        /* SV_PIN_*: how pages were recorded */
+    uint8_t          pad[2];
+    uint32_t         pin_pages;  /* from the page of vaddr on */
+    uint64_t         pin_off;    /* heap offset of the record, 0: inline */
+    uint64_t         pin_inl[SV_PIN_INLINE];
+    _Atomic uint64_t stale;      /* stale accesses through it */
 };
 
 /* Reserved: connection requests of a future rdmacm emulation. */
@@ -355,6 +373,7 @@ struct sv_hdr {
     uint64_t             heap_chunks;
     uint32_t             heap_hint;
     uint32_t             pad;
+    _Atomic uint64_t     stale_total;  /* stale accesses (sv_pin.c) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -666,12 +685,24 @@ void *sv_local_get(int t, uint32_t idx);
 uint16_t sv_port_lid(uint32_t dev, uint32_t port);
 
 /* sv_addr.c: port addresses (SOFTVERBS_DEVICES pN.ip=) and their GIDs */
-int  sv_addr_options(struct sv_config *cfg, uint32_t d, char *opts,
-                     char *err, size_t errlen);
+int  sv_addr_opt_ip(struct sv_config *cfg, uint32_t d, uint32_t port,
+                    const char *val, char *err, size_t errlen);
 int  sv_addr_config_check(const struct sv_config *c, char *err,
                           size_t errlen);
 void sv_addr_port_gids(const struct sv_config *c, uint32_t dev,
                        uint32_t port, struct sv_port_shared *ps);
+
+/* sv_fabric.c: device options (SOFTVERBS_DEVICES), subnets, PCI */
+int  sv_dev_options(struct sv_config *cfg, uint32_t d, char *opts,
+                    char *err, size_t errlen);
+int  sv_fabric_config_check(const struct sv_config *c, char *err,
+                            size_t errlen);
+uint64_t sv_port_subnet(const struct sv_config *c, uint32_t dev,
+                        uint32_t port);
+/* Does anything sent from port sport of sdev reach port dport of ddev? */
+int  sv_fabric_reachable(uint32_t sdev, uint32_t sport, uint32_t ddev,
+                         uint32_t dport);
+int  sv_pci_name(uint32_t dev, char *buf, size_t len); /* -1: none */
 
 /* sv_iwarp.c: the rules of an iWARP adapter */
 static inline int sv_dev_iwarp(uint32_t dev)
@@ -711,6 +742,12 @@ static inline int sv_fault_on(void)
     return SV_UNLIKELY(atomic_load_explicit(&sv_fault_active,
                                             memory_order_relaxed));
 }
+
+/* sv_fork.c: ibv_fork_init and MADV_DONTFORK of registered pages */
+int  sv_fork_reg(void *base, size_t size);     /* 0 or errno */
+void sv_fork_unreg(void *base, size_t size);
+void sv_fork_child(void);
+void sv_fork_env(void);                         /* RDMAV_FORK_SAFE */
 
 /* sv_sysfs.c */
 int  sv_tree_build(void);
@@ -819,14 +856,39 @@ static inline void sv_xfer_end(void)
 void sv_xfer_quiesce(void);
 
 /* sv_xfer.c */
+#define SV_IOV_MAX 80 /* max SGEs (64) plus a GRH, plus room */
 ssize_t sv_write_remote(int32_t pid, const struct iovec *local, int nlocal,
                         const struct iovec *remote, int nremote);
 ssize_t sv_read_remote(int32_t pid, const struct iovec *local, int nlocal,
                        const struct iovec *remote, int nremote);
 
+/* sv_pin.c: pinning semantics */
+/* One side of an access: pieces of memory of process pid, each reached
+ * through region mr[i] (NULL, or mr NULL: not through a region, e.g.
+ * inline data or a GRH). */
+struct sv_side {
+    int32_t                           pid;
+    const struct iovec               *iov;
+    const struct sv_mr_shared *const *mr;
+    int                               n;
+};
+int  sv_pin_mode(void);     /* SV_PIN_*: what this process can check */
+void sv_pin_env(void);      /* SOFTVERBS_PIN_ABORT, at attach */
+/* Fault the pages of a new region in and record them; 0 or EFAULT. */
+int  sv_pin_register(struct sv_mr_shared *m, uintptr_t addr, uint64_t len);
+void sv_pin_release(struct sv_mr_shared *m);
+/* Move min(lengths) bytes from src to dst (one of them this process), as
+ * the adapter would through pinned pages: stale pages of the source read
+ * as SV_PIN_POISON, of the sink are not written. Bytes moved, or -errno. */
+ssize_t sv_pin_move(const struct sv_side *src, const struct sv_side *dst,
+                    const char *what);
+/* Does the side go through a stale page, or one shared copy-on-write?
+ * (Then the data must take sv_pin_move.) A look, not an access. */
+int  sv_pin_stale(const struct sv_side *s);
+
 /* sv_ah.c */
 int  sv_ah_route(const struct ibv_ah_attr *ah, uint8_t src_dev,
-                 const struct sv_qp_shared *dst);
+                 uint8_t src_port, const struct sv_qp_shared *dst);
 void sv_grh_build(uint8_t *grh, const struct ibv_ah_attr *ah,
                   uint8_t src_dev, uint8_t src_port, uint32_t paylen);
 int  sv_gid_type(uint32_t dev, uint32_t port, uint32_t index);

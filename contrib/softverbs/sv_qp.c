@@ -507,8 +507,8 @@ static int sv_check_av(struct sv_qp *qp, const struct ibv_ah_attr *ah,
     uint32_t d = qp->ctx->dev->index;
     uint8_t p = ah->port_num ? ah->port_num : port;
 
-    if (!sv_port_valid(d, p)) {
-        return EINVAL;
+    if (!sv_port_valid(d, p) || ah->sl > 15) {
+        return EINVAL; /* SL: four bits on the wire */
     }
     if (sv_g.hdr->cfg.dev[d].link == SV_LINK_ETH && !ah->is_global) {
         return EINVAL; /* RoCE needs a GRH */

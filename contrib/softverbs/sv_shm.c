@@ -140,8 +140,8 @@ static void sv_init_ports(struct sv_hdr *h)
                 ps->lid      = (uint16_t)global;
                 ps->num_gids = SV_IB_GIDS;
                 for (g = 0; g < 8; ++g) {
-                    ps->gid[0].raw[g]     = (uint8_t)(c->subnet_prefix >>
-                                                      (56 - 8 * g));
+                    ps->gid[0].raw[g]     = (uint8_t)(sv_port_subnet(c, d, p)
+                                                      >> (56 - 8 * g));
                     ps->gid[0].raw[8 + g] = (uint8_t)(pguid >> (56 - 8 * g));
                 }
                 ps->gid_type[0] = IBV_GID_TYPE_IB;
@@ -294,6 +294,8 @@ static uint64_t sv_slot_heap_bytes(int t, void *slot)
     }
     case SV_T_EVQ:
         return SV_EVQ_ENTRIES * sizeof(struct sv_event);
+    case SV_T_MR: /* its page record (sv_pin.c) */
+        return (uint64_t)((struct sv_mr_shared *)slot)->pin_pages * 8;
     default:
         return 0;
     }
@@ -306,6 +308,7 @@ static uint64_t sv_slot_heap_off(int t, void *slot)
     case SV_T_SRQ: return ((struct sv_srq_shared *)slot)->ring_off;
     case SV_T_CQ:  return ((struct sv_cq_shared *)slot)->ring_off;
     case SV_T_EVQ: return ((struct sv_evq_shared *)slot)->ring_off;
+    case SV_T_MR:  return ((struct sv_mr_shared *)slot)->pin_off;
     default:       return 0;
     }
 }
@@ -745,6 +748,7 @@ static void sv_atfork_child(void)
     sv_g.wake_fd  = -1;
     pthread_mutex_init(&sv_g.lock, NULL);
     sv_progress_fork_child();
+    sv_fork_child();
 }
 
 /* The last process to leave gives the segment's memory back (tmpfs keeps
@@ -831,6 +835,8 @@ int sv_attach(void)
     }
     sv_g.pid      = getpid();
     sv_g.attached = 1;
+    sv_fork_env();
+    sv_pin_env();
     sv_debug("attached to %s as process slot %u", sv_g.shm_path, sv_g.proc);
 out:
     sv_g.attach_err = rc;

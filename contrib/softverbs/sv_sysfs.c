@@ -5,7 +5,9 @@
  * The first process to attach writes a private tree next to the segment
  * (<segment>.tree/dev/..., <segment>.tree/sys/...), and the path functions
  * below send every access under /dev/infiniband and /sys/class/infiniband*
- * there. Other paths pass through untouched.
+ * there, and so are the PCI functions of devices given a PCI address
+ * (sv_fabric.c), under /sys/devices and /sys/bus/pci/devices. Other paths
+ * pass through untouched.
  */
 #include "sv_int.h"
 #include "sv_cm.h"
@@ -140,6 +142,66 @@ static int sv_tree_port(const char *root, const char *dname, uint32_t d,
     return rc;
 }
 
+static int sv_tree_link(const char *root, const char *rel,
+                        const char *target)
+{
+    char path[PATH_MAX];
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    rc = sv_mkdirs(path);
+    if (!rc && symlink(target, path) && errno != EEXIST) {
+        rc = errno;
+    }
+    return rc;
+}
+
+/* A device with a PCI address (pci=): as the kernel lays it out, the
+ * PCI function's directory under its root bus, holding infiniband/<dev>,
+ * which /sys/class/infiniband/<dev> and /sys/bus/pci/devices/<bdf> link
+ * to; <dev>/device links back to the function. (Each bus is its own root
+ * here: devices on one bus are near each other, on two buses far.) */
+static int sv_tree_pci(const char *root, uint32_t d)
+{
+    const struct sv_hdr *h = sv_g.hdr;
+    const struct sv_dev_config *dc = &h->cfg.dev[d];
+    char bdf[16], dir[128], rel[256], tgt[256];
+    int rc = 0;
+
+    if (sv_pci_name(d, bdf, sizeof(bdf)) != 0) {
+        return 0;
+    }
+    snprintf(dir, sizeof(dir), "sys/devices/pci%04x:%02x/%s",
+             dc->pci_domain, dc->pci_bus, bdf);
+#define SV_FW(file, ...)                                                   \
+    do {                                                                   \
+        snprintf(rel, sizeof(rel), "%s/%s", dir, file);                    \
+        rc = rc ? rc : sv_tree_write(root, rel, __VA_ARGS__);              \
+    } while (0)
+    SV_FW("vendor", "0x%04x\n", h->cfg.vendor_id & 0xffff);
+    SV_FW("device", "0x%04x\n", h->cfg.vendor_part_id & 0xffff);
+    SV_FW("subsystem_vendor", "0x%04x\n", h->cfg.vendor_id & 0xffff);
+    SV_FW("subsystem_device", "0x%04x\n", h->cfg.vendor_part_id & 0xffff);
+    SV_FW("class", "%s\n", (dc->link == SV_LINK_IB) ? "0x020700" :
+                                                       "0x020000");
+    SV_FW("numa_node", "%d\n", dc->numa_set ? (int)dc->numa : -1);
+    SV_FW("current_link_speed", "16.0 GT/s PCIe\n");
+    SV_FW("current_link_width", "16\n");
+    SV_FW("max_link_speed", "16.0 GT/s PCIe\n");
+    SV_FW("max_link_width", "16\n");
+#undef SV_FW
+    snprintf(rel, sizeof(rel), "sys/class/infiniband/%s", dc->name);
+    snprintf(tgt, sizeof(tgt), "../../devices/pci%04x:%02x/%s/infiniband/%s",
+             dc->pci_domain, dc->pci_bus, bdf, dc->name);
+    rc = rc ? rc : sv_tree_link(root, rel, tgt);
+    snprintf(rel, sizeof(rel), "%s/infiniband/%s/device", dir, dc->name);
+    rc = rc ? rc : sv_tree_link(root, rel, "../..");
+    snprintf(rel, sizeof(rel), "sys/bus/pci/devices/%s", bdf);
+    snprintf(tgt, sizeof(tgt), "../../../devices/pci%04x:%02x/%s",
+             dc->pci_domain, dc->pci_bus, bdf);
+    return rc ? rc : sv_tree_link(root, rel, tgt);
+}
+
 static int sv_tree_fill(const char *root)
 {
     const struct sv_hdr *h = sv_g.hdr;
@@ -154,6 +216,10 @@ static int sv_tree_fill(const char *root)
                                  "%d\n", SV_CM_BACKLOG_MAX);
     for (d = 0; d < h->cfg.num_devices && !rc; ++d) {
         const char *n = h->cfg.dev[d].name;
+
+        /* the class entry is a link to the PCI function's, if it has one:
+         * made first, the attributes below go through it */
+        rc = sv_tree_pci(root, d);
 
 #define SV_DW(file, ...)                                                   \
         do {                                                               \
@@ -172,9 +238,13 @@ static int sv_tree_fill(const char *root)
         SV_DW("hw_rev", "0x%x\n", h->cfg.hw_ver);
         SV_DW("board_id", "SOFTVERBS_%04u\n", d);
         SV_DW("node_desc", "softverbs %s\n", n);
-        SV_DW("device/numa_node", "-1\n");
-        SV_DW("device/vendor", "0x%04x\n", h->cfg.vendor_id & 0xffff);
-        SV_DW("device/device", "0x%04x\n", h->cfg.vendor_part_id & 0xffff);
+        if (!h->cfg.dev[d].pci_set) {
+            SV_DW("device/numa_node", "%d\n", h->cfg.dev[d].numa_set ?
+                  (int)h->cfg.dev[d].numa : -1);
+            SV_DW("device/vendor", "0x%04x\n", h->cfg.vendor_id & 0xffff);
+            SV_DW("device/device", "0x%04x\n",
+                  h->cfg.vendor_part_id & 0xffff);
+        }
 #undef SV_DW
         for (p = 1; p <= h->cfg.dev[d].num_ports && !rc; ++p) {
             rc = sv_tree_port(root, n, d, p);
@@ -230,6 +300,41 @@ static int sv_prefix(const char *path, const char *pfx, size_t n)
     return !strncmp(path, pfx, n) && (path[n] == '\0' || path[n] == '/');
 }
 
+/* Is path a PCI function of one of our devices (pci=), in
+ * /sys/devices or /sys/bus/pci/devices? Only those: the machine's own
+ * PCI tree stays visible. */
+static int sv_pci_path(const char *path)
+{
+    char bdf[16], pfx[128];
+    uint32_t d;
+
+    if (strncmp(path, "/sys/devices/pci", 16) != 0 &&
+        strncmp(path, "/sys/bus/pci/devices/", 21) != 0) {
+        return 0;
+    }
+    if (getenv("SOFTVERBS_NO_REDIRECT") != NULL || sv_attach() != 0) {
+        return 0;
+    }
+    for (d = 0; d < sv_g.hdr->cfg.num_devices; ++d) {
+        const struct sv_dev_config *dc = &sv_g.hdr->cfg.dev[d];
+        int n;
+
+        if (sv_pci_name(d, bdf, sizeof(bdf)) != 0) {
+            continue;
+        }
+        n = snprintf(pfx, sizeof(pfx), "/sys/devices/pci%04x:%02x/%s",
+                     dc->pci_domain, dc->pci_bus, bdf);
+        if (sv_prefix(path, pfx, (size_t)n)) {
+            return 1;
+        }
+        n = snprintf(pfx, sizeof(pfx), "/sys/bus/pci/devices/%s", bdf);
+        if (sv_prefix(path, pfx, (size_t)n)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static const char *sv_redirect(const char *path, char *buf, size_t len)
 {
     if (path == NULL || path[0] != '/' ||
@@ -240,9 +345,10 @@ static const char *sv_redirect(const char *path, char *buf, size_t len)
         !sv_prefix(path, "/sys/class/infiniband", 21) &&
         !sv_prefix(path, "/sys/class/infiniband_verbs", 27) &&
         !sv_prefix(path, "/proc/sys/net/rdma_ucm", 22)) {
-        return path;
-    }
-    if (getenv("SOFTVERBS_NO_REDIRECT") != NULL || sv_attach() != 0) {
+        if (!sv_pci_path(path)) {
+            return path;
+        }
+    } else if (getenv("SOFTVERBS_NO_REDIRECT") != NULL || sv_attach() != 0) {
         return path;
     }
     snprintf(buf, len, "%s%s", sv_g.tree, path);
@@ -285,6 +391,7 @@ SV_REAL(int, faccessat, (int, const char *, int, int))
 SV_REAL(DIR *, opendir, (const char *))
 SV_REAL(char *, realpath, (const char *, char *))
 SV_REAL(ssize_t, readlink, (const char *, char *, size_t))
+SV_REAL(ssize_t, __readlink_chk, (const char *, char *, size_t, size_t))
 
 #define SV_PATH(p) char sv_buf_[PATH_MAX]; p = sv_redirect(p, sv_buf_, \
                                                           sizeof(sv_buf_))
@@ -464,14 +571,45 @@ SV_EXPORT DIR *opendir(const char *path)
     return sv_real_opendir()(path);
 }
 
+/* A path resolved inside the tree is shown as the system's path it
+ * stands for: programs (UCX's topology) take the PCI address from it. */
 SV_EXPORT char *realpath(const char *path, char *resolved)
 {
+    const char *orig = path;
+    size_t n;
+    char *r;
+
     SV_PATH(path);
-    return sv_real_realpath()(path, resolved);
+    r = sv_real_realpath()(path, resolved);
+    if (r != NULL && path != orig) {
+        n = strlen(sv_g.tree);
+        if (!strncmp(r, sv_g.tree, n) && r[n] == '/') {
+            memmove(r, r + n, strlen(r + n) + 1);
+        }
+    }
+    return r;
 }
 
 SV_EXPORT ssize_t readlink(const char *path, char *buf, size_t len)
 {
     SV_PATH(path);
     return sv_real_readlink()(path, buf, len);
+}
+
+/* _FORTIFY_SOURCE's entry points, where the buffer's size is known (UCX
+ * resolves the device's sysfs path through __realpath_chk) */
+SV_EXPORT char *__realpath_chk(const char *path, char *resolved,
+                               size_t resolvedlen)
+{
+    if (resolvedlen < PATH_MAX) {
+        abort(); /* as glibc's check does: a buffer overflow */
+    }
+    return realpath(path, resolved);
+}
+
+SV_EXPORT ssize_t __readlink_chk(const char *path, char *buf, size_t len,
+                                 size_t buflen)
+{
+    SV_PATH(path);
+    return sv_real___readlink_chk()(path, buf, len, buflen);
 }
