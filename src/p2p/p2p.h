@@ -210,6 +210,17 @@ typedef struct p2p_stats {
     size_t   unexp_bytes_peak;
     size_t   unexp_limit;
     uint64_t unexp_dropped;         /* over the limit: data not kept */
+    /* messages dropped on arrival, by reason (docs/p2p.md, "Wire
+     * protocol"): nothing a peer sends can make p2p deliver a message
+     * wrongly; what fails a check is dropped and counted here */
+    uint64_t rx_malformed;          /* header size, type, version, lengths */
+    uint64_t rx_unauthenticated;    /* not by the endpoint of the rank it
+                                       names */
+    uint64_t rx_stale_id;           /* FIN/ACK naming no request waiting
+                                       for it (late, replayed, forged) */
+    uint64_t rx_stale_comm;         /* for a freed communicator */
+    uint64_t rx_duplicate;          /* sequence number already delivered */
+    uint64_t rx_failed_peer;        /* from a peer declared failed */
     /* registration cache of rendezvous send buffers */
     uint64_t reg_hits, reg_misses, reg_evictions, reg_invalidations;
     uint64_t reg_regions;           /* registrations alive now */

@@ -77,7 +77,7 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
     /* messages that raced ahead of our creating it, in arrival order */
     p2p_dlist_for_each_safe(e, t, &ctx->early) {
         p2p_held_t *h = p2p_container_of(e, p2p_held_t, link);
-        if (((const p2p_hdr_t*)h->buf)->cid == cid) {
+        if ((h->rx.m.cid == cid) && (h->rx.m.cepoch == comm->cepoch)) {
             p2p_dlist_del(e);
             p2p_replay_held(ctx, h);
         }

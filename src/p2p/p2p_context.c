@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +49,22 @@ void p2p_log(p2p_context_t *ctx, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     fprintf(stderr, "p2p[%d]: %s\n", ctx->rank, msg);
+}
+
+/* Unpredictable, never 0: the tokens peers authenticate with. */
+uint64_t p2p_random64(void)
+{
+    static uint64_t fallback;
+    uint64_t        x = 0;
+
+    if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != sizeof(x)) {
+        /* no entropy yet (early boot): not secret, but still unique */
+        x  = (uint64_t)getpid() << 32 ^ (uint64_t)(p2p_time() * 1e9) ^
+             ++fallback * 0x9e3779b97f4a7c15ull;
+        x ^= x >> 29;
+        x *= 0xbf58476d1ce4e5b9ull;
+    }
+    return (x != 0) ? x : 1;
 }
 
 int p2p_status_err(ucs_status_t status)
@@ -262,6 +279,7 @@ static void p2p_close_eps(p2p_context_t *ctx)
         param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         /* a failed peer cannot be flushed */
         param.flags = ctx->peers[i].failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        p2p_wireup_forget(ctx, ctx->peers[i].ep);
         void *r = ucp_ep_close_nbx(ctx->peers[i].ep, &param);
         ctx->peers[i].ep = NULL;
         if (UCS_PTR_IS_PTR(r)) {
@@ -302,6 +320,7 @@ static void p2p_teardown(p2p_context_t *ctx)
         p2p_close_eps(ctx);
     }
     p2p_reg_cleanup(ctx);
+    p2p_rndv_cleanup(ctx);
     if (ctx->address != NULL) {
         ucp_worker_release_address(ctx->worker, ctx->address);
     }
@@ -316,6 +335,8 @@ static void p2p_teardown(p2p_context_t *ctx)
         next = c->next;
         free(c);
     }
+    p2p_rid_cleanup(ctx);
+    kh_destroy_inplace(p2p_ep_rank, &ctx->ep_rank);
     free(ctx->peers);
     free(ctx->comms);
     free(ctx);
@@ -335,6 +356,9 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         return P2P_ERR_NO_MEMORY;
     }
     p2p_dlist_init(&ctx->early);
+    kh_init_inplace(p2p_ep_rank, &ctx->ep_rank);
+    ctx->rid_free = UINT32_MAX;
+    ctx->am_id    = P2P_WIRE_AM_ID_DEFAULT;
     if (p2p_config_read(&ctx->cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "p2p: error: %s\n", err);
         free(ctx);
@@ -346,7 +370,10 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     }
     ret = p2p_ucp_setup(ctx, (params != NULL) ? params->flags : 0);
     if (ret == P2P_OK) {
-        ret = p2p_proto_init(ctx);
+        ret = p2p_recv_init(ctx);
+    }
+    if (ret == P2P_OK) {
+        ret = p2p_rndv_init(ctx);
     }
     if (ret == P2P_OK) {
         ret = p2p_wireup_init(ctx);
@@ -362,11 +389,14 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         goto err;
     }
     for (i = 0; i < ctx->size; ++i) {
-        ctx->peers[i].ctx  = ctx;
-        ctx->peers[i].rank = i;
+        ctx->peers[i].ctx      = ctx;
+        ctx->peers[i].rank     = i;
+        ctx->peers[i].rx_token = p2p_random64();
         p2p_dlist_init(&ctx->peers[i].waiting);
         world[i] = i;
     }
+    /* messages to ourselves carry our own token */
+    ctx->peers[ctx->rank].tx_token = ctx->peers[ctx->rank].rx_token;
     ret = p2p_reg_init(ctx);
     if (ret == P2P_OK) {
         ret = p2p_comm_create(ctx, 0, ctx->rank, ctx->size, world,
@@ -483,6 +513,9 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             "sync acks %llu\n"
             "p2p[%d] stats: unexpected messages %llu, bytes now %zu, "
             "peak %zu, limit %zu, dropped %llu\n"
+            "p2p[%d] stats: dropped on arrival: malformed %llu, "
+            "unauthenticated %llu, stale request id %llu, stale "
+            "communicator %llu, duplicate %llu, from a failed peer %llu\n"
             "p2p[%d] stats: registration cache (leave pinned %s): hits %llu,"
             " misses %llu, evictions %llu, invalidations %llu, "
             "regions %llu\n",
@@ -494,6 +527,12 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             ctx->rank, (unsigned long long)s.unexp_msgs, s.unexp_bytes,
             s.unexp_bytes_peak, s.unexp_limit,
             (unsigned long long)s.unexp_dropped,
+            ctx->rank, (unsigned long long)s.rx_malformed,
+            (unsigned long long)s.rx_unauthenticated,
+            (unsigned long long)s.rx_stale_id,
+            (unsigned long long)s.rx_stale_comm,
+            (unsigned long long)s.rx_duplicate,
+            (unsigned long long)s.rx_failed_peer,
             ctx->rank, ctx->cfg.leave_pinned ? "on" : "off",
             (unsigned long long)s.reg_hits,
             (unsigned long long)s.reg_misses,

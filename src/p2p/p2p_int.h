@@ -9,67 +9,63 @@
 #include "p2p_ucp.h"
 #include "p2p_list.h"
 #include "p2p_match.h"
+#include "p2p_wire.h"
 
 #include <rcache.h>
 #include <pmix.h>
 #include <ucp/api/ucp.h>
 
+#include <ucs/datastruct/khash.h>
+
+#include <endian.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <string.h>
 
 #define P2P_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define P2P_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* Reserved tags (below P2P_ANY_TAG) used by the library's own collectives */
-#define P2P_TAG_ALLGATHER (-2)
-#define P2P_TAG_BARRIER   (-3)
+#define P2P_TAG_ALLGATHER P2P_WIRE_TAG_ALLGATHER
+#define P2P_TAG_BARRIER   P2P_WIRE_TAG_BARRIER
 
-/* Active message ids */
-enum {
-    P2P_AM_EAGER      = 0,  /* p2p_hdr_t + data */
-    P2P_AM_EAGER_SYNC = 1,  /* p2p_sync_hdr_t + data; receiver answers ACK */
-    P2P_AM_RTS        = 2,  /* p2p_rts_hdr_t + packed rkey */
-    P2P_AM_FIN        = 3,  /* p2p_ctl_hdr_t: receiver finished its get */
-    P2P_AM_ACK        = 4,  /* p2p_ctl_hdr_t: synchronous send matched */
-    P2P_AM_MID        = 5,  /* p2p_sync_hdr_t + data, protocol chosen by
-                               UCP (sreq.ptr 0: not synchronous) */
-    P2P_AM_LAST
-};
+/* Wire fields are little-endian (p2p_wire.h) */
+#define P2P_LE16(_x)      htole16(_x)
+#define P2P_LE32(_x)      htole32(_x)
+#define P2P_LE64(_x)      htole64(_x)
+#define P2P_FROM_LE16(_x) le16toh(_x)
+#define P2P_FROM_LE32(_x) le32toh(_x)
+#define P2P_FROM_LE64(_x) le64toh(_x)
 
-/* Matching header of every message. seq counts messages per (communicator,
- * sender, receiver) so the receiver can restore the send order if the
- * transport ever delivers out of order. */
-typedef struct p2p_hdr {
+/* The matching fields of an arrived message, in host byte order. */
+typedef struct p2p_rx_match {
     uint32_t cid;
-    int32_t  src;       /* sender's rank in the communicator */
+    uint16_t cepoch;
+    int32_t  src;
     int32_t  tag;
     uint32_t seq;
-} p2p_hdr_t;
+} p2p_rx_match_t;
 
-/* Identifies a send request at its sender: the pointer, and a generation
- * that changes whenever the request memory is reused (so a late answer for
- * a request completed by a peer-failure is recognised and dropped). */
-typedef struct p2p_sreq_id {
-    uint64_t ptr;
-    uint32_t gen;
-    uint32_t pad;
-} p2p_sreq_id_t;
+/* Everything the arrival path knows about a message of the matching kinds
+ * (EAGER, EAGER_SYNC, MID, RTS), in host byte order. */
+typedef struct p2p_rx {
+    unsigned       type;        /* P2P_WIRE_* */
+    unsigned       how;         /* P2P_ARR_*: data copied or a descriptor */
+    p2p_rx_match_t m;
+    uint64_t       token;       /* as sent (opaque), 0: none */
+    uint64_t       sreq;        /* sender's request id, or 0 */
+    uint64_t       length;      /* message length */
+    uint64_t       address;     /* RTS: sender's buffer */
+    ucp_ep_h       ep;          /* the endpoint UCP says it came by */
+    void           *data;       /* payload, packed rkey or UCP descriptor */
+    size_t         data_len;    /* bytes at data (0 for a descriptor) */
+} p2p_rx_t;
 
-typedef struct p2p_sync_hdr {
-    p2p_hdr_t     base;
-    p2p_sreq_id_t sreq;
-} p2p_sync_hdr_t;
-
-typedef struct p2p_rts_hdr {
-    p2p_hdr_t     base;
-    p2p_sreq_id_t sreq;
-    uint64_t      length;
-    uint64_t      address;
-} p2p_rts_hdr_t;
-
-typedef struct p2p_ctl_hdr {
-    p2p_sreq_id_t sreq;
-} p2p_ctl_hdr_t;
+/* what an arriving message carries besides its header */
+enum {
+    P2P_ARR_DATA     = 0,   /* data/data_len: the payload (or packed rkey) */
+    P2P_ARR_UCP_DESC = 1    /* data: UCP rendezvous descriptor */
+};
 
 typedef struct p2p_config {
     size_t     eager_limit;     /* P2P_EAGER_LIMIT */
@@ -96,6 +92,12 @@ typedef struct p2p_peer {
     uint8_t       rma_sw;       /* UCP emulates RMA to it with active
                                    messages: large sends use UCP's own
                                    rendezvous (p2p_wireup.c says why) */
+    uint8_t       token_sent;   /* it has been given rx_token */
+    /* Authentication (p2p_wire.h): what it must put in its messages to
+     * us (random, never 0), and what we put in ours to it (0: not known
+     * yet, send with UCP's reply flag instead) */
+    uint64_t      rx_token;
+    uint64_t      tx_token;
     int32_t       pid;
     uint64_t      start_time;   /* of its process, from /proc (pid reuse) */
     void          *close_req;   /* forced close of a dead peer's endpoint */
@@ -109,16 +111,15 @@ typedef struct p2p_peer {
  * missing. Replayed through the arrival path in arrival order. */
 typedef struct p2p_held {
     p2p_dlist_t link;
-    unsigned    am_id;
-    unsigned    how;            /* data copied, or a UCP descriptor kept */
-    size_t      hdr_len;
-    size_t      data_len;
-    char        buf[];          /* header, then data */
+    p2p_rx_t    rx;             /* rx.data points into buf (or is the
+                                   UCP descriptor) */
+    char        buf[];          /* copied data */
 } p2p_held_t;
 
 struct p2p_comm {
     p2p_context_t *ctx;
     uint32_t      cid;
+    uint16_t      cepoch;       /* incarnation of the slot cid */
     int           rank;
     int           size;
     uint32_t      *world;       /* comm rank -> world rank */
@@ -140,7 +141,8 @@ struct p2p_request {
     uint8_t        released;    /* the user let go: recycle at completion */
     uint8_t        waiting;     /* linked in a peer's waiting list */
     int            pending;     /* events still to come before completion */
-    uint32_t       gen;
+    uint64_t       rid;         /* id in the request table (waiting for an
+                                   answer), or 0 */
     p2p_status_t   status;
     p2p_peer_t     *peer;
     p2p_dlist_t    wait_link;
@@ -148,9 +150,9 @@ struct p2p_request {
     union {
         struct {
             union {             /* must live until UCP is done sending it */
-                p2p_hdr_t      eager;
-                p2p_sync_hdr_t sync;
-                p2p_rts_hdr_t  rts;
+                p2p_wire_match_t eager;
+                p2p_wire_sync_t  sync;
+                p2p_wire_rts_t   rts;
             } hdr;
             rcache_region_t *region;  /* rendezvous: held until FIN */
         } send;
@@ -160,7 +162,9 @@ struct p2p_request {
             void           *buf;
             size_t         len;
             ucp_rkey_h     rkey;
-            p2p_sreq_id_t  sreq;      /* rendezvous: whom to send FIN */
+            uint64_t       sreq;      /* rendezvous: whom to send FIN */
+            size_t         msg_len;   /* truncating UCP protocol: length
+                                         the sender declared */
         } recv;
     };
 };
@@ -182,7 +186,7 @@ struct p2p_unexp {
     int32_t       tag;
     size_t        length;       /* message length */
     size_t        data_len;     /* bytes in data[] */
-    p2p_sreq_id_t sreq;
+    uint64_t      sreq;         /* sender's request id, or 0 */
     uint64_t      address;      /* rendezvous: sender's buffer */
     void          *desc;        /* UCP descriptor (P2P_UNEXP_UCP) */
     char          data[];       /* eager payload or packed rkey */
@@ -191,7 +195,10 @@ struct p2p_unexp {
 /* Small control message in flight (FIN/ACK): its header must outlive the
  * send. */
 typedef struct p2p_ctl {
-    p2p_ctl_hdr_t  hdr;
+    union {
+        p2p_wire_ctl_t   hdr;
+        p2p_wire_token_t tok;
+    };
     p2p_context_t  *ctx;
     struct p2p_ctl *next_free;
 } p2p_ctl_t;
@@ -202,17 +209,33 @@ typedef struct p2p_reg {
     size_t    rkey_len;
 } p2p_reg_t;
 
+/* A slot of the request table: ids on the wire index it (p2p_wire.h). */
+typedef struct p2p_rid_slot {
+    p2p_request_t *req;         /* NULL: free */
+    uint32_t      gen;          /* of the id now (or last) given out */
+    uint32_t      next_free;
+} p2p_rid_slot_t;
+
+KHASH_MAP_INIT_INT64(p2p_ep_rank, uint32_t)
+
 struct p2p_context {
     p2p_config_t  cfg;
     ucp_context_h ucp;
     ucp_worker_h  worker;
     ucp_address_t *address;
     size_t        address_len;
+    unsigned      am_id;        /* the one UCP AM id p2p uses */
+    ucp_datatype_t sink_dt;     /* truncating receives (p2p_rndv.c) */
+    int           have_sink_dt;
     int           rank;         /* world */
     int           size;
     int           have_pmix;
     pmix_proc_t   pmix_proc;
     p2p_peer_t    *peers;       /* [size] */
+    /* which peer an endpoint leads to: authenticates arrivals */
+    khash_t(p2p_ep_rank) ep_rank;
+    ucp_ep_h      last_rx_ep;   /* one-entry cache in front of ep_rank */
+    p2p_peer_t    *last_rx_peer;
     p2p_comm_t    *world;
     /* communicators by context id; P2P_COMM_FREED marks a freed one */
     p2p_comm_t    **comms;
@@ -224,15 +247,24 @@ struct p2p_context {
     p2p_request_t *free_reqs;
     p2p_ctl_t     *free_ctls;
     void          *chunks;      /* request/ctl memory, freed at finalize */
-    uint32_t      req_gen;
+    p2p_rid_slot_t *rids;       /* request table */
+    uint32_t      nrids;
+    uint32_t      rid_free;     /* first free slot, UINT32_MAX: none */
     size_t        live_reqs;
     unsigned      ticks;        /* progress calls, for the slow path */
     int           deferred;     /* peer endpoints to close */
     double        next_check;   /* next liveness check (p2p_time) */
     size_t        unexp_bytes;
     int           unexp_warned;
+    unsigned      warned;       /* P2P_WARNED_*: said once already */
     p2p_stats_t   stats;
     char          last_error[512];
+};
+
+/* warnings given once per context */
+enum {
+    P2P_WARNED_MALFORMED = 1u << 0,
+    P2P_WARNED_SOURCE    = 1u << 1
 };
 
 #define P2P_COMM_FREED ((p2p_comm_t*)(uintptr_t)1)
@@ -243,6 +275,7 @@ void p2p_set_error(p2p_context_t *ctx, const char *fmt, ...)
 void p2p_log(p2p_context_t *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 int  p2p_status_err(ucs_status_t status);
+uint64_t p2p_random64(void);
 void *p2p_chunk_alloc(p2p_context_t *ctx, size_t size);
 
 /* p2p_config.c */
@@ -252,6 +285,8 @@ int  p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen);
 int  p2p_wireup_init(p2p_context_t *ctx);
 int  p2p_wireup_exchange(p2p_context_t *ctx);
 int  p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer);
+/* The peer's endpoint goes away: arrivals by it are no longer its. */
+void p2p_wireup_forget(p2p_context_t *ctx, ucp_ep_h ep);
 void p2p_wireup_finalize(p2p_context_t *ctx);
 
 /* p2p_liveness.c */
@@ -279,6 +314,13 @@ void p2p_reg_cleanup(p2p_context_t *ctx);
 p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind);
 void p2p_req_put(p2p_request_t *req);
 void p2p_req_event(p2p_request_t *req);
+/* Give req an id the peer can answer to: 0 if out of memory. */
+uint64_t p2p_rid_alloc(p2p_request_t *req);
+void p2p_rid_release(p2p_request_t *req);
+/* The request an answer names, or NULL (stale, forged); never touches
+ * memory an id points at. */
+p2p_request_t *p2p_rid_lookup(p2p_context_t *ctx, uint64_t rid);
+void p2p_rid_cleanup(p2p_context_t *ctx);
 
 static inline void p2p_req_fail(p2p_request_t *req, int error)
 {
@@ -288,15 +330,57 @@ static inline void p2p_req_fail(p2p_request_t *req, int error)
     }
 }
 
-/* p2p_proto.c */
-int  p2p_proto_init(p2p_context_t *ctx);
+/* p2p_send.c */
 int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, int sync, p2p_request_t **req_p);
+void p2p_send_ctl(p2p_context_t *ctx, p2p_peer_t *peer, unsigned type,
+                  uint64_t sreq, int status);
+void p2p_wait_done(p2p_request_t *req, int error);
+/* An answer (FIN/ACK) for one of our sends arrived from peer. */
+void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
+                     const p2p_wire_ctl_t *ctl);
+void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer);
+
+/* p2p_recv.c */
+int  p2p_recv_init(p2p_context_t *ctx);
+void p2p_arrival(p2p_context_t *ctx, const p2p_rx_t *rx);
+void p2p_replay_held(p2p_context_t *ctx, p2p_held_t *h);
+size_t p2p_drop_held(p2p_context_t *ctx, p2p_dlist_t *list);
+p2p_peer_t *p2p_rx_peer(p2p_context_t *ctx, ucp_ep_h ep);
+
+/* p2p_rndv.c */
+int  p2p_rndv_init(p2p_context_t *ctx);
+void p2p_rndv_cleanup(p2p_context_t *ctx);
+/* A packed UCP rkey from a peer is well formed (UCP takes no length). */
+int  p2p_rkey_valid(const void *buf, size_t len);
+void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
+                    uint64_t length, uint64_t address, const void *rkey_buf,
+                    size_t rkey_len);
+void p2p_mid_start(p2p_request_t *req, void *desc, size_t length);
+
+/* Eager data into a matched receive: what fits, and TRUNCATE if not all */
+static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
+                                 size_t len)
+{
+    size_t n = len;
+
+    if (P2P_UNLIKELY(len > req->recv.len)) {
+        n                 = req->recv.len;
+        req->status.error = P2P_ERR_TRUNCATE;
+    }
+    if (n != 0) {   /* a zero-byte receive may have no buffer */
+        memcpy(req->recv.buf, data, n);
+    }
+    req->status.count = n;
+}
+
+/* p2p_unexp.c */
+void p2p_unexp_queue(p2p_comm_t *comm, const p2p_rx_t *rx);
 void p2p_recv_from_unexp(p2p_request_t *req, struct p2p_unexp *u);
 void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u);
-void p2p_replay_held(p2p_context_t *ctx, p2p_held_t *h);
+
+/* p2p_failure.c */
 void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp);
-size_t p2p_drop_held(p2p_context_t *ctx, p2p_dlist_t *list);
 
 static inline p2p_peer_t *p2p_comm_peer(p2p_comm_t *comm, int rank)
 {

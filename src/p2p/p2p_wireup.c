@@ -13,17 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define P2P_PMIX_KEY   "ib2.p2p.ucp.addr"
-#define P2P_WIRE_MAGIC 0x69623270u    /* "ib2p" */
-
-/* What a process publishes: who it is (for the same-host liveness check,
- * p2p_liveness.c), then its UCP worker address. */
-typedef struct p2p_wire_hdr {
-    uint32_t magic;
-    uint32_t pid;
-    uint64_t start_time;
-    char     host[128];     /* host name and boot id */
-} p2p_wire_hdr_t;
+/* What a process publishes: p2p_wire_addr_t (who it is, for the same-host
+ * liveness check, p2p_liveness.c), then its UCP worker address. */
+typedef p2p_wire_addr_t p2p_wire_hdr_t;
+#define P2P_PMIX_KEY   P2P_WIRE_PMIX_KEY
+#define P2P_WIRE_MAGIC P2P_WIRE_ADDR_MAGIC
 
 int p2p_wireup_init(p2p_context_t *ctx)
 {
@@ -77,10 +71,15 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
     if (blob == NULL) {
         return P2P_ERR_NO_MEMORY;
     }
-    hdr        = (p2p_wire_hdr_t*)blob;
-    hdr->magic = P2P_WIRE_MAGIC;
-    p2p_liveness_self(&hdr->pid, &hdr->start_time, hdr->host,
-                      sizeof(hdr->host));
+    hdr = (p2p_wire_hdr_t*)blob;
+    {
+        uint32_t pid;
+        uint64_t start;
+        p2p_liveness_self(&pid, &start, hdr->host, sizeof(hdr->host));
+        hdr->magic      = P2P_LE32(P2P_WIRE_MAGIC);
+        hdr->pid        = P2P_LE32(pid);
+        hdr->start_time = P2P_LE64(start);
+    }
     memcpy(blob + sizeof(*hdr), ctx->address, ctx->address_len);
     PMIX_VALUE_CONSTRUCT(&value);
     value.type          = PMIX_BYTE_OBJECT;
@@ -158,6 +157,8 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
     const void      *addr;
     ucs_status_t    status;
     pmix_status_t   rc;
+    khiter_t        k;
+    int             ret;
 
     if (peer->failed) {
         return P2P_ERR_PEER_FAILED;
@@ -171,7 +172,7 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
         if ((rc != PMIX_SUCCESS) || (val == NULL) ||
             (val->type != PMIX_BYTE_OBJECT) ||
             (val->data.bo.size <= sizeof(p2p_wire_hdr_t)) ||
-            (((p2p_wire_hdr_t*)val->data.bo.bytes)->magic !=
+            (P2P_FROM_LE32(((p2p_wire_hdr_t*)val->data.bo.bytes)->magic) !=
              P2P_WIRE_MAGIC)) {
             p2p_set_error(ctx, "no p2p address of rank %u in PMIx (%s); "
                           "does every process of the job use this p2p?",
@@ -184,8 +185,8 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
         hdr = (const p2p_wire_hdr_t*)val->data.bo.bytes;
         p2p_liveness_self(&mypid, &mystart, myhost, sizeof(myhost));
         peer->local      = (strncmp(hdr->host, myhost, sizeof(myhost)) == 0);
-        peer->pid        = (int32_t)hdr->pid;
-        peer->start_time = hdr->start_time;
+        peer->pid        = (int32_t)P2P_FROM_LE32(hdr->pid);
+        peer->start_time = P2P_FROM_LE64(hdr->start_time);
         addr = val->data.bo.bytes + sizeof(*hdr);
     }
     memset(&params, 0, sizeof(params));
@@ -210,7 +211,32 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
         return P2P_ERR_TRANSPORT;
     }
     peer->rma_sw = p2p_ep_rma_emulated(peer->ep);
+    /* arrivals by this endpoint are the peer's (p2p_recv.c) */
+    k = kh_put(p2p_ep_rank, &ctx->ep_rank, (uint64_t)(uintptr_t)peer->ep,
+               &ret);
+    if (ret < 0) {
+        p2p_wireup_forget(ctx, peer->ep);
+        ucp_ep_destroy(peer->ep);
+        peer->ep = NULL;
+        p2p_set_error(ctx, "out of memory connecting to rank %u",
+                      peer->rank);
+        return P2P_ERR_NO_MEMORY;
+    }
+    kh_val(&ctx->ep_rank, k) = peer->rank;
     return P2P_OK;
+}
+
+void p2p_wireup_forget(p2p_context_t *ctx, ucp_ep_h ep)
+{
+    khiter_t k = kh_get(p2p_ep_rank, &ctx->ep_rank, (uint64_t)(uintptr_t)ep);
+
+    if (k != kh_end(&ctx->ep_rank)) {
+        kh_del(p2p_ep_rank, &ctx->ep_rank, k);
+    }
+    if (ctx->last_rx_ep == ep) {
+        ctx->last_rx_ep   = NULL;
+        ctx->last_rx_peer = NULL;
+    }
 }
 
 void p2p_wireup_finalize(p2p_context_t *ctx)

@@ -1,8 +1,8 @@
 # p2p, the MPI-style point-to-point layer (googletest): the matching engine
 # alone, then the library end to end -- alone (a singleton without a
 # launcher), and under mpirun with 2 and 3 ranks over UCX's shared memory
-# and TCP transports, the unexpected-queue bound, a peer killed
-# mid-transfer -- and the same over rc_ib2 on the softverbs device
+# and TCP transports, the unexpected-queue bound, a hostile peer, a peer
+# killed mid-transfer -- and the same over rc_ib2 on the softverbs device
 # (receive queues in each mode, the transport's own dead-peer path).
 # The sanitizer pass leaves out rc_ib2: softverbs is preloaded, which an
 # instrumented program cannot take before its sanitizer runtime.
@@ -36,6 +36,9 @@ for tl in shm tcp; do
     P2P_UNEXPECTED_LIMIT=64k ib2_gtest "p2p-$tl-unexpected-bound" \
         "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 2 \
         "$p2pt/test_p2p" "${p2p_gt[@]}" --gtest_filter='P2P.UnexpectedQueue*'
+    # a raw UCP peer sends forged, stale, replayed and malformed messages
+    ib2_gtest "p2p-$tl-hostile" "$p2p_mpirun" "${p2p_mpi[@]}" -np 3 \
+        "$p2pt/test_p2p_hostile" "${p2p_gt[@]}"
     # without --enable-recovery mpirun would kill the survivor as well
     ib2_gtest "p2p-$tl-killed" "$p2p_mpirun" "${p2p_mpi[@]}" \
         --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}"
@@ -79,6 +82,9 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     ib2_gtest p2p-rc_ib2-3ranks "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p" "${p2p_gt[@]}" \
         --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'
+
+    ib2_gtest p2p-rc_ib2-hostile "${p2p_sv[@]}" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p_hostile" "${p2p_gt[@]}"
 
     p2p_rq_tests=P2P.SendRecvAcrossProtocols:P2P.OrderingStress
     p2p_rq_tests+=:P2P.ThousandsOutstanding:P2P.LargeMessage64MiB

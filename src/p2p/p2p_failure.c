@@ -1,0 +1,82 @@
+/*
+ * Peer failure: when UCP (an endpoint error) or the same-host watch
+ * (p2p_liveness.c) says a peer is gone, everything that waits for it
+ * completes with P2P_ERR_PEER_FAILED, and its endpoint is closed.
+ */
+#include "p2p_int.h"
+
+static void p2p_fail_posted_cb(void *arg, p2p_mq_recv_t *r)
+{
+    void          **a    = arg;
+    p2p_comm_t    *comm  = a[0];
+    int           crank  = *(int*)a[1];
+    p2p_request_t *req;
+
+    if ((r->src != crank) && (r->src != P2P_MQ_ANY_SOURCE)) {
+        return;
+    }
+    p2p_mq_cancel(&comm->mq, r);
+    req = p2p_container_of(r, p2p_request_t, recv.mq);
+    p2p_req_fail(req, P2P_ERR_PEER_FAILED);
+    p2p_req_event(req);
+}
+
+/* Close a dead peer's endpoint: UCP completes everything still in flight
+ * on it (our callbacks see an error). Not from inside a UCP callback. */
+static void p2p_peer_close_ep(p2p_peer_t *peer)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    sp;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    p2p_wireup_forget(peer->ctx, peer->ep);
+    sp       = ucp_ep_close_nbx(peer->ep, &param);
+    peer->ep = NULL;
+    if (UCS_PTR_IS_PTR(sp)) {
+        peer->close_req = sp;
+    }
+}
+
+void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
+{
+    p2p_context_t *ctx = peer->ctx;
+    p2p_dlist_t   *e, *t;
+    uint32_t      cid;
+    int           r;
+
+    if (!peer->failed) {
+        peer->failed = 1;
+        p2p_log(ctx, "rank %u failed or became unreachable (%s): its "
+                "pending operations complete with P2P_ERR_PEER_FAILED",
+                peer->rank, ucs_status_string(status));
+        p2p_dlist_for_each_safe(e, t, &peer->waiting) {
+            p2p_wait_done(p2p_container_of(e, p2p_request_t, wait_link),
+                          P2P_ERR_PEER_FAILED);
+        }
+        /* receives that only this peer (or anyone, which now may mean
+         * this peer) could satisfy would wait forever */
+        for (cid = 0; cid < ctx->ncomms; ++cid) {
+            p2p_comm_t *comm = ctx->comms[cid];
+            if ((comm == NULL) || (comm == P2P_COMM_FREED)) {
+                continue;
+            }
+            for (r = 0; r < comm->size; ++r) {
+                if (comm->world[r] == peer->rank) {
+                    void *arg[2] = { comm, &r };
+                    p2p_mq_foreach_posted(&comm->mq, p2p_fail_posted_cb,
+                                          arg);
+                    break;
+                }
+            }
+        }
+    }
+    if (peer->ep != NULL) {
+        if (in_ucp) {
+            peer->close_ep = 1;
+            ctx->deferred  = 1;
+        } else {
+            p2p_peer_close_ep(peer);
+        }
+    }
+}

@@ -1,0 +1,476 @@
+/*
+ * Arrival path: everything runs inside ucp_worker_progress.
+ *
+ * One UCP active message id carries every p2p message (p2p_wire.h). An
+ * arriving message is checked before anything of it is used: the header
+ * has exactly its type's size and the current version; the sender is
+ * authenticated by the endpoint UCP says it came by (the endpoint must be
+ * the one to the rank the header names); its communicator exists here in
+ * the same incarnation (not yet: hold it; freed: drop it); its sequence
+ * number is the next one from that sender (ahead: hold it; already seen:
+ * a replay, drop it). Then it is matched against the posted receives or
+ * queued as unexpected. Every message dropped is counted in the
+ * statistics (rx_*), and the first of each kind is reported.
+ */
+#include "p2p_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST] = {
+    [P2P_WIRE_EAGER]      = sizeof(p2p_wire_match_t),
+    [P2P_WIRE_EAGER_SYNC] = sizeof(p2p_wire_sync_t),
+    [P2P_WIRE_MID]        = sizeof(p2p_wire_sync_t),
+    [P2P_WIRE_RTS]        = sizeof(p2p_wire_rts_t),
+    [P2P_WIRE_FIN]        = sizeof(p2p_wire_ctl_t),
+    [P2P_WIRE_ACK]        = sizeof(p2p_wire_ctl_t),
+    [P2P_WIRE_TOKEN]      = sizeof(p2p_wire_token_t)
+};
+
+static void p2p_rx_malformed(p2p_context_t *ctx, const char *what,
+                             size_t hdr_len)
+{
+    ++ctx->stats.rx_malformed;
+    if (!(ctx->warned & P2P_WARNED_MALFORMED)) {
+        ctx->warned |= P2P_WARNED_MALFORMED;
+        p2p_log(ctx, "warning: dropped a malformed message (%s, %zu-byte "
+                "header); a peer runs another p2p wire version, or is not "
+                "a p2p process. Further ones are only counted "
+                "(rx_malformed).", what, hdr_len);
+    }
+}
+
+static void p2p_rx_unauthenticated(p2p_context_t *ctx, const p2p_rx_t *rx)
+{
+    ++ctx->stats.rx_unauthenticated;
+    if (!(ctx->warned & P2P_WARNED_SOURCE)) {
+        ctx->warned |= P2P_WARNED_SOURCE;
+        p2p_log(ctx, "warning: dropped a message that claims to come from "
+                "rank %d of communicator %u but did not come by the "
+                "endpoint to that rank%s. Further ones are only counted "
+                "(rx_unauthenticated).", rx->m.src, rx->m.cid,
+                (rx->ep == NULL) ? " (sent without UCP_AM_SEND_FLAG_REPLY)"
+                                 : "");
+    }
+}
+
+/* The peer an endpoint leads to, or NULL if it is not one of ours. */
+p2p_peer_t *p2p_rx_peer(p2p_context_t *ctx, ucp_ep_h ep)
+{
+    khiter_t k;
+
+    if (P2P_LIKELY(ep == ctx->last_rx_ep)) {
+        return ctx->last_rx_peer;
+    }
+    if (ep == NULL) {
+        return NULL;
+    }
+    k = kh_get(p2p_ep_rank, &ctx->ep_rank, (uint64_t)(uintptr_t)ep);
+    if (k == kh_end(&ctx->ep_rank)) {
+        return NULL;
+    }
+    ctx->last_rx_ep   = ep;
+    ctx->last_rx_peer = &ctx->peers[kh_val(&ctx->ep_rank, k)];
+    return ctx->last_rx_peer;
+}
+
+/* The sender is rank src of comm: the message carries the token we gave
+ * that rank, or came by our endpoint to it. A peer we never connected to
+ * reaches us by an endpoint UCP created for its connection; connecting to
+ * the rank returns that same endpoint (UCP pairs them), which proves it.
+ * A peer authenticated by endpoint gets our token, so that its next
+ * messages can do without UCP's reply flag. */
+static p2p_peer_t *p2p_rx_authenticate_slow(p2p_comm_t *comm,
+                                            const p2p_rx_t *rx)
+{
+    p2p_peer_t *claimed = p2p_comm_peer(comm, rx->m.src);
+    p2p_peer_t *peer;
+
+    if (rx->token != 0) {
+        return NULL;    /* a token, but not the one we gave that rank */
+    }
+    peer = p2p_rx_peer(comm->ctx, rx->ep);
+    if ((peer == NULL) && (rx->ep != NULL) && (claimed->ep == NULL) &&
+        !claimed->failed &&
+        (p2p_wireup_connect(comm->ctx, claimed) == P2P_OK) &&
+        (claimed->ep == rx->ep)) {
+        peer = claimed;
+    }
+    if (peer != claimed) {
+        return NULL;
+    }
+    if (!peer->token_sent) {
+        p2p_send_token(comm->ctx, peer);
+    }
+    return peer;
+}
+
+static inline p2p_peer_t *p2p_rx_authenticate(p2p_comm_t *comm,
+                                              const p2p_rx_t *rx)
+{
+    p2p_peer_t *claimed = p2p_comm_peer(comm, rx->m.src);
+
+    /* rx_token is never 0 */
+    if (P2P_LIKELY(rx->token == claimed->rx_token)) {
+        return claimed;
+    }
+    return p2p_rx_authenticate_slow(comm, rx);
+}
+
+/* ---- matching ---- */
+
+/* An in-order message of comm: match it or queue it. */
+static inline void p2p_deliver(p2p_comm_t *comm, p2p_peer_t *peer,
+                        const p2p_rx_t *rx)
+{
+    p2p_mq_recv_t *r;
+    p2p_request_t *req;
+
+    r = p2p_mq_match_arrival(&comm->mq, rx->m.src, rx->m.tag);
+    if (r == NULL) {
+        p2p_unexp_queue(comm, rx);
+        return;
+    }
+    req                = p2p_container_of(r, p2p_request_t, recv.mq);
+    req->status.source = rx->m.src;
+    req->status.tag    = rx->m.tag;
+    req->peer          = peer;
+    switch (rx->type) {
+    case P2P_WIRE_EAGER:
+        p2p_recv_copy(req, rx->data, rx->data_len);
+        p2p_req_event(req);
+        break;
+    case P2P_WIRE_EAGER_SYNC:
+        p2p_recv_copy(req, rx->data, rx->data_len);
+        ++comm->ctx->stats.sync_acks;
+        p2p_send_ctl(comm->ctx, peer, P2P_WIRE_ACK, rx->sreq, P2P_OK);
+        p2p_req_event(req);
+        break;
+    case P2P_WIRE_MID:
+        if (rx->sreq != 0) {
+            ++comm->ctx->stats.sync_acks;
+            p2p_send_ctl(comm->ctx, peer, P2P_WIRE_ACK, rx->sreq, P2P_OK);
+        }
+        if (rx->how == P2P_ARR_UCP_DESC) {
+            p2p_mid_start(req, rx->data, rx->length);
+        } else {
+            p2p_recv_copy(req, rx->data, rx->data_len);
+            p2p_req_event(req);
+        }
+        break;
+    default:
+        p2p_rndv_start(req, peer, rx->sreq, rx->length, rx->address,
+                       rx->data, rx->data_len);
+        break;
+    }
+}
+
+/* ---- held messages ---- */
+
+/* Keep a copy (or the UCP descriptor) for later. Returns whether UCP must
+ * keep the descriptor alive. */
+static int p2p_hold(p2p_context_t *ctx, p2p_dlist_t *list, const p2p_rx_t *rx)
+{
+    size_t     dlen = (rx->how == P2P_ARR_DATA) ? rx->data_len : 0;
+    p2p_held_t *h   = malloc(sizeof(*h) + dlen);
+
+    if (h == NULL) {
+        p2p_log(ctx, "error: out of memory holding an early message from "
+                "rank %d of communicator %u: it is lost", rx->m.src,
+                rx->m.cid);
+        return 0;
+    }
+    h->rx = *rx;
+    if (rx->how == P2P_ARR_DATA) {
+        if (dlen != 0) {
+            memcpy(h->buf, rx->data, dlen);
+        }
+        h->rx.data = h->buf;
+        ctx->unexp_bytes += dlen;
+    }
+    p2p_dlist_push_tail(list, &h->link);
+    return rx->how == P2P_ARR_UCP_DESC;
+}
+
+static void p2p_held_release(p2p_context_t *ctx, p2p_held_t *h)
+{
+    if (h->rx.how == P2P_ARR_DATA) {
+        ctx->unexp_bytes -= h->rx.data_len;
+    }
+    free(h);
+}
+
+void p2p_replay_held(p2p_context_t *ctx, p2p_held_t *h)
+{
+    p2p_arrival(ctx, &h->rx);
+    p2p_held_release(ctx, h);
+}
+
+size_t p2p_drop_held(p2p_context_t *ctx, p2p_dlist_t *list)
+{
+    p2p_dlist_t *e, *t;
+    size_t      n = 0;
+
+    p2p_dlist_for_each_safe(e, t, list) {
+        p2p_held_t *h = p2p_container_of(e, p2p_held_t, link);
+        p2p_dlist_del(e);
+        if (h->rx.how == P2P_ARR_UCP_DESC) {
+            ucp_am_data_release(ctx->worker, h->rx.data);
+        }
+        p2p_held_release(ctx, h);
+        ++n;
+    }
+    return n;
+}
+
+/* Messages of src that were held because they came ahead of their turn. */
+static void p2p_drain_ooo(p2p_comm_t *comm, int32_t src)
+{
+    p2p_dlist_t *e, *t;
+    int         found;
+
+    do {
+        found = 0;
+        p2p_dlist_for_each_safe(e, t, &comm->ooo) {
+            p2p_held_t *h = p2p_container_of(e, p2p_held_t, link);
+            if ((h->rx.m.src == src) &&
+                (h->rx.m.seq == comm->recv_seq[src])) {
+                p2p_dlist_del(e);
+                p2p_replay_held(comm->ctx, h);
+                found = 1;
+                break;
+            }
+        }
+    } while (found && !p2p_dlist_empty(&comm->ooo));
+}
+
+/* Returns whether UCP must keep the descriptor (it was held or queued, not
+ * consumed and not dropped). */
+static inline __attribute__((always_inline))
+int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
+{
+    p2p_comm_t *comm = p2p_comm_by_cid(ctx, rx->m.cid);
+    p2p_peer_t *peer;
+    int32_t    ahead;
+
+    if (P2P_UNLIKELY((comm == NULL) || (comm == P2P_COMM_FREED) ||
+                     (comm->cepoch != rx->m.cepoch))) {
+        if ((comm == NULL) ||
+            ((comm != P2P_COMM_FREED) &&
+             ((int16_t)(rx->m.cepoch - comm->cepoch) > 0))) {
+            /* its communicator is being created here: keep it for then */
+            return p2p_hold(ctx, &ctx->early, rx);
+        }
+        ++ctx->stats.rx_stale_comm;
+        return 0;
+    }
+    if (P2P_UNLIKELY((rx->m.src < 0) || (rx->m.src >= comm->size))) {
+        p2p_rx_malformed(ctx, "source outside its communicator",
+                         p2p_wire_hdr_size[rx->type]);
+        return 0;
+    }
+    peer = p2p_rx_authenticate(comm, rx);
+    if (P2P_UNLIKELY(peer == NULL)) {
+        p2p_rx_unauthenticated(ctx, rx);
+        return 0;
+    }
+    if (P2P_UNLIKELY(peer->failed)) {
+        /* its requests have been failed already */
+        ++ctx->stats.rx_failed_peer;
+        return 0;
+    }
+    ahead = (int32_t)(rx->m.seq - comm->recv_seq[rx->m.src]);
+    if (P2P_UNLIKELY(ahead != 0)) {
+        if (ahead < 0) {
+            /* already delivered: a replay or a duplicate */
+            ++ctx->stats.rx_duplicate;
+            return 0;
+        }
+        return p2p_hold(ctx, &comm->ooo, rx);
+    }
+    ++comm->recv_seq[rx->m.src];
+    p2p_deliver(comm, peer, rx);
+    if (P2P_UNLIKELY(!p2p_dlist_empty(&comm->ooo))) {
+        p2p_drain_ooo(comm, rx->m.src);
+    }
+    /* a descriptor was either consumed (recv_data) or queued unexpected */
+    return rx->how == P2P_ARR_UCP_DESC;
+}
+
+void p2p_arrival(p2p_context_t *ctx, const p2p_rx_t *rx)
+{
+    if (!p2p_arrival_ret(ctx, rx) && (rx->how == P2P_ARR_UCP_DESC)) {
+        /* replayed from a hold and dropped: nobody else releases it */
+        ucp_am_data_release(ctx->worker, rx->data);
+    }
+}
+
+/* An answer or a token: short, no data, always by reply endpoint. */
+static void p2p_am_ctl(p2p_context_t *ctx, unsigned type, const void *header,
+                       size_t length, const ucp_am_recv_param_t *param)
+{
+    p2p_peer_t       *peer = NULL;
+    p2p_wire_ctl_t   ctl;
+    p2p_wire_token_t tok;
+
+    if ((length != 0) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        p2p_rx_malformed(ctx, "control message with data",
+                         p2p_wire_hdr_size[type]);
+        return;
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
+        peer = p2p_rx_peer(ctx, param->reply_ep);
+    }
+    if (peer == NULL) {
+        ++ctx->stats.rx_unauthenticated;
+        return;
+    }
+    if (type != P2P_WIRE_TOKEN) {
+        memcpy(&ctl, header, sizeof(ctl));
+        p2p_ctl_arrived(ctx, peer, &ctl);
+        return;
+    }
+    memcpy(&tok, header, sizeof(tok));
+    if (tok.token == 0) {
+        p2p_rx_malformed(ctx, "zero token", sizeof(tok));
+        return;
+    }
+    peer->tx_token = tok.token;
+}
+
+static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
+                                   size_t header_length, void *data,
+                                   size_t length,
+                                   const ucp_am_recv_param_t *param)
+{
+    union {
+        p2p_wire_match_t m;
+        p2p_wire_sync_t  s;
+        p2p_wire_rts_t   r;
+    } h;
+    p2p_rx_t rx;
+    unsigned type;
+
+    if (P2P_UNLIKELY(header_length < 2)) {
+        p2p_rx_malformed(ctx, "no header", header_length);
+        return UCS_OK;
+    }
+    type = ((const uint8_t*)header)[0];
+    if (((const uint8_t*)header)[1] != P2P_WIRE_VERSION) {
+        p2p_rx_malformed(ctx, "wire version", header_length);
+        return UCS_OK;
+    }
+    if ((type >= P2P_WIRE_TYPE_LAST) ||
+        (header_length != p2p_wire_hdr_size[type])) {
+        p2p_rx_malformed(ctx, "type or header size", header_length);
+        return UCS_OK;
+    }
+    if (type >= P2P_WIRE_FIN) {
+        p2p_am_ctl(ctx, type, header, length, param);
+        return UCS_OK;
+    }
+    /* UCP places the user header at any offset: read an aligned copy */
+    memcpy(&h, header, header_length);
+    rx.type     = type;
+    rx.how      = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ?
+                  P2P_ARR_UCP_DESC : P2P_ARR_DATA;
+    rx.ep       = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ?
+                  param->reply_ep : NULL;
+    rx.token    = h.m.token;
+    rx.m.cid    = P2P_FROM_LE32(h.m.cid);
+    rx.m.cepoch = P2P_FROM_LE16(h.m.cepoch);
+    rx.m.src    = (int32_t)P2P_FROM_LE32((uint32_t)h.m.src);
+    rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.m.tag);
+    rx.m.seq    = P2P_FROM_LE32(h.m.seq);
+    rx.data     = data;
+    rx.data_len = (rx.how == P2P_ARR_DATA) ? length : 0;
+    rx.length   = length;
+    rx.sreq     = 0;
+    rx.address  = 0;
+    if (type == P2P_WIRE_RTS) {
+        rx.sreq    = P2P_FROM_LE64(h.r.sreq);
+        rx.length  = P2P_FROM_LE64(h.r.length);
+        rx.address = P2P_FROM_LE64(h.r.address);
+        /* the key is kept and later unpacked: its length and layout must
+         * hold up (UCP walks it by the sizes inside) */
+        if ((rx.how != P2P_ARR_DATA) ||
+            (P2P_FROM_LE32(h.r.rkey_len) != length) ||
+            !p2p_rkey_valid(data, length)) {
+            p2p_rx_malformed(ctx, "rendezvous key length or layout",
+                             header_length);
+            return UCS_OK;
+        }
+    } else if (type != P2P_WIRE_EAGER) {
+        rx.sreq = P2P_FROM_LE64(h.s.sreq);
+    }
+    if (P2P_UNLIKELY((rx.how == P2P_ARR_UCP_DESC) &&
+                     (type != P2P_WIRE_MID))) {
+        /* only MID may travel by UCP's rendezvous */
+        p2p_rx_malformed(ctx, "eager message by UCP rendezvous",
+                         header_length);
+        return UCS_OK;
+    }
+    if (p2p_arrival_ret(ctx, &rx)) {
+        /* kept: released by ucp_am_recv_data_nbx or ucp_am_data_release */
+        return UCS_INPROGRESS;
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t p2p_am_cb(void *arg, const void *header,
+                              size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param)
+{
+    p2p_context_t    *ctx = arg;
+    p2p_wire_match_t h;
+    p2p_rx_t         rx;
+
+    /* the hot path: a standard eager message of the current version */
+    if (P2P_UNLIKELY((header_length != sizeof(h)) ||
+                     (((const uint8_t*)header)[0] != P2P_WIRE_EAGER) ||
+                     (((const uint8_t*)header)[1] != P2P_WIRE_VERSION) ||
+                     (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))) {
+        return p2p_am_cb_slow(ctx, header, header_length, data, length,
+                              param);
+    }
+    memcpy(&h, header, sizeof(h));
+    rx.type     = P2P_WIRE_EAGER;
+    rx.how      = P2P_ARR_DATA;
+    rx.ep       = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ?
+                  param->reply_ep : NULL;
+    rx.token    = h.token;
+    rx.m.cid    = P2P_FROM_LE32(h.cid);
+    rx.m.cepoch = P2P_FROM_LE16(h.cepoch);
+    rx.m.src    = (int32_t)P2P_FROM_LE32((uint32_t)h.src);
+    rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.tag);
+    rx.m.seq    = P2P_FROM_LE32(h.seq);
+    rx.data     = data;
+    rx.data_len = length;
+    rx.length   = length;
+    rx.sreq     = 0;
+    rx.address  = 0;
+    (void)p2p_arrival_ret(ctx, &rx);
+    return UCS_OK;
+}
+
+int p2p_recv_init(p2p_context_t *ctx)
+{
+    ucp_am_handler_param_t param;
+    ucs_status_t           status;
+
+    param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                       UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                       UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    param.id         = ctx->am_id;
+    param.cb         = p2p_am_cb;
+    param.arg        = ctx;
+    param.flags      = UCP_AM_FLAG_WHOLE_MSG;
+    status = ucp_worker_set_am_recv_handler(ctx->worker, &param);
+    if (status != UCS_OK) {
+        p2p_set_error(ctx, "registering the active message handler (id %u)"
+                      " failed: %s", ctx->am_id, ucs_status_string(status));
+        return P2P_ERR_INIT;
+    }
+    return P2P_OK;
+}

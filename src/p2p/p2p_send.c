@@ -1,0 +1,383 @@
+/*
+ * Send side: the three protocols, and the answers (FIN, ACK) that
+ * complete sends.
+ *
+ *   size <= eager limit          EAGER (or EAGER_SYNC): header and data in
+ *                                one active message, forced eager; copied
+ *                                into the user buffer on match.
+ *   eager limit < size < rndv    MID: one active message whose protocol UCP
+ *                                chooses (its own eager fragments or its own
+ *                                rendezvous); by default this range is empty.
+ *   size >= rendezvous threshold RTS: header, address and packed rkey of the
+ *                                (cached) registration; on match the
+ *                                receiver gets the data straight into the
+ *                                user buffer and answers FIN. To a peer UCP
+ *                                has no RMA lane for, MID instead
+ *                                (p2p_wireup.c says why).
+ *
+ * Synchronous sends: eager and mid ones ask for an ACK at match; a
+ * rendezvous send completes at FIN, which already implies a match. A send
+ * waiting for an answer has an id in the request table (p2p_request.c);
+ * the answer is accepted only from the peer the send went to.
+ */
+#include "p2p_int.h"
+
+#include <string.h>
+
+/* ---- small control messages (FIN, ACK) ---- */
+
+static p2p_ctl_t *p2p_ctl_get(p2p_context_t *ctx)
+{
+    p2p_ctl_t *c;
+    int       i;
+
+    if (P2P_UNLIKELY(ctx->free_ctls == NULL)) {
+        c = p2p_chunk_alloc(ctx, 64 * sizeof(*c));
+        if (c == NULL) {
+            return NULL;
+        }
+        for (i = 0; i < 64; ++i) {
+            c[i].next_free = ctx->free_ctls;
+            ctx->free_ctls = &c[i];
+        }
+    }
+    c              = ctx->free_ctls;
+    ctx->free_ctls = c->next_free;
+    return c;
+}
+
+static void p2p_ctl_put(p2p_context_t *ctx, p2p_ctl_t *c)
+{
+    c->next_free   = ctx->free_ctls;
+    ctx->free_ctls = c;
+}
+
+static void p2p_ctl_cb(void *ucp_req, ucs_status_t status, void *user_data)
+{
+    p2p_ctl_t *c = user_data;
+
+    ucp_request_free(ucp_req);
+    p2p_ctl_put(c->ctx, c);
+}
+
+/* Best effort: if the peer is gone, its request is gone too. */
+void p2p_send_ctl(p2p_context_t *ctx, p2p_peer_t *peer, unsigned type,
+                  uint64_t sreq, int status)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    sp;
+    ucp_ep_h            ep;
+    p2p_ctl_t           *c;
+
+    if (peer->failed || (p2p_peer_ep(peer, &ep) != P2P_OK)) {
+        return;
+    }
+    c = p2p_ctl_get(ctx);
+    if (c == NULL) {
+        p2p_log(ctx, "out of memory: a %s to rank %u is lost; that send "
+                "will not complete", (type == P2P_WIRE_FIN) ? "FIN" : "ACK",
+                peer->rank);
+        return;
+    }
+    c->hdr.type     = (uint8_t)type;
+    c->hdr.version  = P2P_WIRE_VERSION;
+    c->hdr.reserved = 0;
+    c->hdr.status   = (int32_t)P2P_LE32((uint32_t)status);
+    c->hdr.sreq     = P2P_LE64(sreq);
+    c->ctx          = ctx;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+    param.cb.send      = p2p_ctl_cb;
+    param.user_data    = c;
+    sp = ucp_am_send_nbx(ep, ctx->am_id, &c->hdr, sizeof(c->hdr), NULL, 0,
+                         &param);
+    if (!UCS_PTR_IS_PTR(sp)) {
+        p2p_ctl_put(ctx, c);
+    }
+}
+
+/* ---- sends waiting for an answer ---- */
+
+static int p2p_wait_link(p2p_request_t *req)
+{
+    if (P2P_UNLIKELY(p2p_rid_alloc(req) == 0)) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    req->waiting = 1;
+    p2p_dlist_push_tail(&req->peer->waiting, &req->wait_link);
+    return P2P_OK;
+}
+
+/* The answer (FIN/ACK) this request waits for will not come, or came. */
+void p2p_wait_done(p2p_request_t *req, int error)
+{
+    if (!req->waiting) {
+        return;
+    }
+    req->waiting = 0;
+    p2p_dlist_del(&req->wait_link);
+    p2p_rid_release(req);
+    if (error != P2P_OK) {
+        p2p_req_fail(req, error);
+    }
+    if (req->send.region != NULL) {
+        rcache_put(req->ctx->rcache, req->send.region);
+        req->send.region = NULL;
+    }
+    p2p_req_event(req);
+}
+
+static int p2p_wire_error(int32_t status)
+{
+    /* a peer's error code is only taken if it is one of ours */
+    return ((status <= P2P_OK) && (status >= P2P_ERR_TIMEOUT)) ? status :
+           P2P_ERR_TRANSPORT;
+}
+
+void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
+                     const p2p_wire_ctl_t *ctl)
+{
+    uint64_t      sreq = P2P_FROM_LE64(ctl->sreq);
+    p2p_request_t *req = p2p_rid_lookup(ctx, sreq);
+
+    /* the id must name a send to this very peer that waits for exactly
+     * this kind of answer: a rendezvous for FIN, a synchronous send for
+     * ACK */
+    if ((req == NULL) || (req->kind != P2P_REQ_SEND) || !req->waiting ||
+        (req->peer != peer) ||
+        ((ctl->type == P2P_WIRE_FIN) != (req->send.region != NULL))) {
+        ++ctx->stats.rx_stale_id;
+        return;
+    }
+    p2p_wait_done(req, p2p_wire_error((int32_t)P2P_FROM_LE32(
+                                          (uint32_t)ctl->status)));
+}
+
+/* ---- send side ---- */
+
+static void p2p_send_cb(void *ucp_req, ucs_status_t status, void *user_data)
+{
+    p2p_request_t *req = user_data;
+
+    ucp_request_free(ucp_req);
+    if (status != UCS_OK) {
+        p2p_req_fail(req, p2p_status_err(status));
+        p2p_wait_done(req, p2p_status_err(status));
+    }
+    p2p_req_event(req);
+}
+
+static void p2p_send_posted(p2p_request_t *req, ucs_status_ptr_t sp)
+{
+    if (P2P_LIKELY(sp == NULL)) {
+        p2p_req_event(req);
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        int err = p2p_status_err(UCS_PTR_STATUS(sp));
+        p2p_req_fail(req, err);
+        p2p_wait_done(req, err);
+        p2p_req_event(req);
+    }
+}
+
+/* The request completes at once with an error (nothing was sent). */
+static void p2p_send_refused(p2p_request_t *req, int error)
+{
+    p2p_req_fail(req, error);
+    req->pending = 1;
+    p2p_req_event(req);
+}
+
+static inline void p2p_fill_match(p2p_wire_match_t *hdr, unsigned type,
+                                  const p2p_comm_t *comm,
+                                  const p2p_peer_t *peer, int tag,
+                                  uint32_t seq)
+{
+    hdr->type    = (uint8_t)type;
+    hdr->version = P2P_WIRE_VERSION;
+    hdr->cepoch  = P2P_LE16(comm->cepoch);
+    hdr->cid     = P2P_LE32(comm->cid);
+    hdr->token   = peer->tx_token;
+    hdr->src     = (int32_t)P2P_LE32((uint32_t)comm->rank);
+    hdr->tag     = (int32_t)P2P_LE32((uint32_t)tag);
+    hdr->seq     = P2P_LE32(seq);
+}
+
+/* Until the peer has given us its token, it tells our messages by the
+ * endpoint UCP reports for them (p2p_wire.h). */
+static inline uint32_t p2p_auth_flag(const p2p_peer_t *peer)
+{
+    return P2P_LIKELY(peer->tx_token != 0) ? 0 : UCP_AM_SEND_FLAG_REPLY;
+}
+
+/* Our token for peer, over the endpoint to it (the only channel that
+ * reaches it alone). Best effort: without it the peer keeps sending with
+ * the reply flag, which works too. */
+void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    sp;
+    ucp_ep_h            ep;
+    p2p_ctl_t           *c;
+
+    if (peer->failed || (p2p_peer_ep(peer, &ep) != P2P_OK)) {
+        return;
+    }
+    c = p2p_ctl_get(ctx);
+    if (c == NULL) {
+        return;
+    }
+    peer->token_sent   = 1;
+    c->tok.type        = P2P_WIRE_TOKEN;
+    c->tok.version     = P2P_WIRE_VERSION;
+    c->tok.reserved    = 0;
+    c->tok.reserved2   = 0;
+    c->tok.token       = peer->rx_token;
+    c->ctx             = ctx;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+    param.cb.send      = p2p_ctl_cb;
+    param.user_data    = c;
+    sp = ucp_am_send_nbx(ep, ctx->am_id, &c->tok, sizeof(c->tok), NULL, 0,
+                         &param);
+    if (!UCS_PTR_IS_PTR(sp)) {
+        p2p_ctl_put(ctx, c);
+    }
+}
+
+int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
+                   int tag, int sync, p2p_request_t **req_p)
+{
+    p2p_context_t       *ctx  = comm->ctx;
+    p2p_peer_t          *peer = p2p_comm_peer(comm, dest);
+    ucp_request_param_t param;
+    p2p_request_t       *req;
+    rcache_region_t     *region;
+    p2p_reg_t           *reg;
+    ucs_status_ptr_t    sp;
+    ucp_ep_h            ep;
+    uint32_t            seq;
+    int                 ret;
+
+    req = p2p_req_get(ctx, P2P_REQ_SEND);
+    if (P2P_UNLIKELY(req == NULL)) {
+        p2p_set_error(ctx, "out of memory for a send request");
+        return P2P_ERR_NO_MEMORY;
+    }
+    *req_p              = req;
+    req->peer           = peer;
+    req->status.source  = dest;
+    req->status.tag     = tag;
+    req->status.count   = len;
+    req->send.region    = NULL;
+    if (P2P_UNLIKELY(peer->failed)) {
+        p2p_send_refused(req, P2P_ERR_PEER_FAILED);
+        return P2P_OK;
+    }
+    ret = p2p_peer_ep(peer, &ep);
+    if (P2P_UNLIKELY(ret != P2P_OK)) {
+        p2p_send_refused(req, ret);
+        return P2P_OK;
+    }
+
+    seq = comm->send_seq[dest];
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_FLAGS;
+    param.cb.send      = p2p_send_cb;
+    param.user_data    = req;
+
+    if (P2P_LIKELY(len <= ctx->cfg.eager_limit)) {
+        param.flags = UCP_AM_SEND_FLAG_EAGER | p2p_auth_flag(peer);
+        if (!sync) {
+            p2p_fill_match(&req->send.hdr.eager, P2P_WIRE_EAGER, comm, peer,
+                           tag, seq);
+            req->pending = 1;
+            ++comm->send_seq[dest];
+            ++ctx->stats.eager_sent;
+            sp = ucp_am_send_nbx(ep, ctx->am_id, &req->send.hdr.eager,
+                                 sizeof(req->send.hdr.eager), buf, len,
+                                 &param);
+        } else {
+            if (p2p_wait_link(req) != P2P_OK) {
+                p2p_set_error(ctx, "out of memory for a request id");
+                p2p_send_refused(req, P2P_ERR_NO_MEMORY);
+                return P2P_OK;
+            }
+            p2p_fill_match(&req->send.hdr.sync.m, P2P_WIRE_EAGER_SYNC, comm,
+                           peer, tag, seq);
+            req->send.hdr.sync.sreq = P2P_LE64(req->rid);
+            req->pending = 2;
+            ++comm->send_seq[dest];
+            ++ctx->stats.eager_sent;
+            sp = ucp_am_send_nbx(ep, ctx->am_id, &req->send.hdr.sync,
+                                 sizeof(req->send.hdr.sync), buf, len,
+                                 &param);
+        }
+        p2p_send_posted(req, sp);
+        return P2P_OK;
+    }
+
+    if ((len < ctx->cfg.rndv_thresh) || P2P_UNLIKELY(peer->rma_sw)) {
+        /* UCP picks the protocol; ACK only if synchronous */
+        param.flags  = p2p_auth_flag(peer);
+        req->pending = 1;
+        if (sync) {
+            if (p2p_wait_link(req) != P2P_OK) {
+                p2p_set_error(ctx, "out of memory for a request id");
+                p2p_send_refused(req, P2P_ERR_NO_MEMORY);
+                return P2P_OK;
+            }
+            req->pending = 2;
+        }
+        p2p_fill_match(&req->send.hdr.sync.m, P2P_WIRE_MID, comm, peer, tag,
+                       seq);
+        req->send.hdr.sync.sreq = P2P_LE64(req->rid);
+        ++comm->send_seq[dest];
+        if (len < ctx->cfg.rndv_thresh) {
+            ++ctx->stats.mid_sent;
+        } else {
+            ++ctx->stats.rndv_ucp_sent;
+        }
+        sp = ucp_am_send_nbx(ep, ctx->am_id, &req->send.hdr.sync,
+                             sizeof(req->send.hdr.sync), buf, len, &param);
+        p2p_send_posted(req, sp);
+        return P2P_OK;
+    }
+
+    ret = rcache_get(ctx->rcache, buf, len, 0, &region);
+    if (P2P_UNLIKELY(ret != 0)) {
+        /* refused before it was numbered: later messages to the peer do
+         * not wait for it */
+        p2p_set_error(ctx, "registering the %zu-byte send buffer %p failed:"
+                      " %s", len, buf, rcache_last_error(ctx->rcache));
+        p2p_send_refused(req, P2P_ERR_NO_MEMORY);
+        return P2P_OK;
+    }
+    reg              = region->priv;
+    req->send.region = region;
+    if (p2p_wait_link(req) != P2P_OK) {
+        rcache_put(ctx->rcache, region);
+        req->send.region = NULL;
+        p2p_set_error(ctx, "out of memory for a request id");
+        p2p_send_refused(req, P2P_ERR_NO_MEMORY);
+        return P2P_OK;
+    }
+    p2p_fill_match(&req->send.hdr.rts.m, P2P_WIRE_RTS, comm, peer, tag, seq);
+    req->send.hdr.rts.sreq     = P2P_LE64(req->rid);
+    req->send.hdr.rts.length   = P2P_LE64(len);
+    req->send.hdr.rts.address  = P2P_LE64((uintptr_t)buf);
+    req->send.hdr.rts.rkey_len = P2P_LE32((uint32_t)reg->rkey_len);
+    req->pending               = 2;
+    ++comm->send_seq[dest];
+    param.flags = UCP_AM_SEND_FLAG_EAGER | p2p_auth_flag(peer);
+    ++ctx->stats.rndv_sent;
+    sp = ucp_am_send_nbx(ep, ctx->am_id, &req->send.hdr.rts,
+                         sizeof(req->send.hdr.rts), reg->rkey_buf,
+                         reg->rkey_len, &param);
+    p2p_send_posted(req, sp);
+    return P2P_OK;
+}

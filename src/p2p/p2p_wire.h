@@ -1,0 +1,152 @@
+/*
+ * ib2 p2p wire protocol, version 1: every byte one p2p process sends
+ * another, so that a peer written from this file alone interoperates (the
+ * hostile-peer test is such a peer).
+ *
+ * Transport. Every message is one UCP active message on a single AM id
+ * (P2P_WIRE_AM_ID_DEFAULT unless the application chose another, see
+ * p2p_ucp.h). The AM user header is one of the headers below; the AM data
+ * is the payload named per type.
+ *
+ * Senders are authenticated, never believed. A message names its sender
+ * (communicator and rank); the receiver accepts it only if
+ *  - it came with UCP_AM_SEND_FLAG_REPLY and UCP's reply endpoint is the
+ *    receiver's endpoint to the rank named (UCP pairs the two endpoints of
+ *    a connection), or
+ *  - it carries the token the receiver handed that rank: after the first
+ *    message it authenticated by endpoint, a receiver sends the sender a
+ *    TOKEN (64 random bits, only ever sent over the endpoint to that one
+ *    peer); from then on the sender puts it in every header and sends
+ *    without the reply flag, which costs UCP an endpoint lookup per
+ *    message. Token 0 means "none yet".
+ * FIN, ACK and TOKEN are always sent with the reply flag.
+ *
+ * Byte order: every multi-byte field is little-endian; the token is opaque
+ * bytes. Alignment: none; a receiver copies the header out of UCP's buffer
+ * before reading it.
+ *
+ * Every header starts with the type (p2p_wire_type_t) and the version
+ * (P2P_WIRE_VERSION). A header whose length is not exactly the size of its
+ * type, of an unknown type or of another version is dropped and counted.
+ *
+ * Matching. EAGER, EAGER_SYNC, MID and RTS carry p2p_wire_match_t:
+ *   cid, cepoch  the communicator: its slot (reused after a free) and the
+ *                incarnation of the slot (16 bits, wrapping), both agreed
+ *                when the communicator was created (p2p_comm.c);
+ *   src          the sender's rank in the communicator;
+ *   tag          user tags 0..2^31-1; negative ones are the library's
+ *                (P2P_WIRE_TAG_*);
+ *   seq          per (communicator, sender, receiver), from 0, wrapping:
+ *                the receiver matches messages of one sender in seq order,
+ *                holds early ones and drops those already seen (replays).
+ *
+ * Requests. A message that needs an answer carries the sender's request
+ * id (sreq): the slot of the request in the sender's table in the low 32
+ * bits and the slot's generation in the high 32 bits (never 0). The
+ * answer (FIN, ACK) echoes it; the sender looks the slot up, compares the
+ * generation and the answering rank, and drops (and counts) anything
+ * else. A request id is never a pointer.
+ *
+ * Exchanges:
+ *   eager         EAGER(match, data)
+ *   synchronous   EAGER_SYNC(sync, data) ... ACK(sreq) once matched
+ *   UCP protocol  MID(sync, data), data by UCP's own protocol; sreq 0:
+ *                 standard, otherwise answered by ACK once matched
+ *   rendezvous    RTS(rts, packed UCP rkey of the sender's buffer) ...
+ *                 receiver reads [address, address + length) with
+ *                 ucp_get_nbx ... FIN(sreq, status)
+ *   first contact any of the above by reply endpoint ... TOKEN(token)
+ */
+#ifndef IB2_P2P_WIRE_H
+#define IB2_P2P_WIRE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define P2P_WIRE_VERSION        1
+
+/* The UCP active message id p2p registers when none is given. */
+#define P2P_WIRE_AM_ID_DEFAULT  0x1b2
+
+/* Largest packed remote key accepted in an RTS */
+#define P2P_WIRE_RKEY_MAX       4096
+
+/* Tags the library's own collectives use (below every user tag) */
+#define P2P_WIRE_TAG_ALLGATHER  (-2)
+#define P2P_WIRE_TAG_BARRIER    (-3)
+
+typedef enum p2p_wire_type {
+    P2P_WIRE_EAGER      = 1,    /* p2p_wire_match_t + message data */
+    P2P_WIRE_EAGER_SYNC = 2,    /* p2p_wire_sync_t + message data */
+    P2P_WIRE_MID        = 3,    /* p2p_wire_sync_t + message data */
+    P2P_WIRE_RTS        = 4,    /* p2p_wire_rts_t + packed rkey */
+    P2P_WIRE_FIN        = 5,    /* p2p_wire_ctl_t, no data */
+    P2P_WIRE_ACK        = 6,    /* p2p_wire_ctl_t, no data */
+    P2P_WIRE_TOKEN      = 7,    /* p2p_wire_token_t, no data */
+    P2P_WIRE_TYPE_LAST
+} p2p_wire_type_t;
+
+typedef struct __attribute__((packed)) p2p_wire_match {
+    uint8_t  type;
+    uint8_t  version;
+    uint16_t cepoch;
+    uint32_t cid;
+    uint64_t token;                         /* 0: authenticate by endpoint */
+    int32_t  src;
+    int32_t  tag;
+    uint32_t seq;
+} p2p_wire_match_t;                         /* 28 bytes */
+
+typedef struct __attribute__((packed)) p2p_wire_sync {
+    p2p_wire_match_t m;
+    uint64_t         sreq;                  /* 0: no answer wanted (MID) */
+} p2p_wire_sync_t;                          /* 36 bytes */
+
+typedef struct __attribute__((packed)) p2p_wire_rts {
+    p2p_wire_match_t m;
+    uint64_t         sreq;
+    uint64_t         length;                /* message length */
+    uint64_t         address;               /* sender's buffer */
+    uint32_t         rkey_len;              /* = AM data length, 1.. max */
+} p2p_wire_rts_t;                           /* 60 bytes */
+
+typedef struct __attribute__((packed)) p2p_wire_ctl {
+    uint8_t  type;
+    uint8_t  version;
+    uint16_t reserved;                      /* 0 */
+    int32_t  status;                        /* FIN: 0 or a P2P_ERR_* code */
+    uint64_t sreq;
+} p2p_wire_ctl_t;                           /* 16 bytes */
+
+typedef struct __attribute__((packed)) p2p_wire_token {
+    uint8_t  type;
+    uint8_t  version;
+    uint16_t reserved;                      /* 0 */
+    uint32_t reserved2;                     /* 0 */
+    uint64_t token;                         /* never 0 */
+} p2p_wire_token_t;                         /* 16 bytes */
+
+/*
+ * Wire-up: what each process publishes through PMIx under the key
+ * P2P_WIRE_PMIX_KEY (a byte object): this header, then its UCP worker
+ * address. pid, start_time and host/pidns let peers on the same host and
+ * in the same PID namespace watch each other's process (p2p_liveness.c).
+ */
+#define P2P_WIRE_PMIX_KEY       "ib2.p2p.ucp.addr"
+#define P2P_WIRE_ADDR_MAGIC     0x69623270u     /* "ib2p" */
+
+typedef struct __attribute__((packed)) p2p_wire_addr {
+    uint32_t magic;
+    uint32_t pid;
+    uint64_t start_time;    /* field 22 of /proc/<pid>/stat */
+    char     host[128];     /* "hostname/boot-id", NUL-terminated */
+} p2p_wire_addr_t;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,559 @@
+/*
+ * A hostile peer: rank 1 is not p2p but a raw UCP process speaking the
+ * wire protocol (raw_peer.h). It talks to rank 0 (p2p) correctly, and in
+ * between sends forged, stale, replayed, impersonating and malformed
+ * messages. Rank 0 must not crash, must deliver none of them, and its
+ * statistics must count each one by its reason. Rank 2, if there is one,
+ * is an honest p2p peer the hostile one impersonates.
+ *
+ * Rank 1 sends its first message by UCP's reply endpoint and receives
+ * rank 0's token for it; its later correct messages carry the token.
+ *
+ * Every phase ends with a correct "marker" message from rank 1: p2p
+ * handles the messages of one sender in order, so when the marker is
+ * received, everything sent before it has been judged.
+ *
+ * Run: mpirun -np 3 test_p2p_hostile (or -np 2, without the honest rank).
+ */
+#include "raw_peer.h"
+
+#include <gtest/gtest.h>
+
+#include <p2p.h>
+#include <p2p_wire.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+using namespace p2ptest;
+
+namespace {
+
+p2p_context_t *ctx;
+p2p_comm_t    *world;
+RawPeer       raw;
+int           rank, size;
+
+enum {
+    TAG_HELLO = 10, TAG_M_FORGED = 11, TAG_SYNC = 20, TAG_M_WRONGKIND = 21,
+    TAG_GO_ACK = 22, TAG_M_REPLAYED_ACK = 23, TAG_RNDV = 24,
+    TAG_M_REPLAYED_FIN = 25, TAG_M_DUP = 26, TAG_M_IMPERSONATE = 27,
+    TAG_M_MALFORMED = 28, TAG_M_LENGTHS = 29, TAG_IMP = 30, TAG_HUGE = 31,
+    TAG_TRUNC = 32, TAG_GO_HONEST = 40
+};
+
+/* the rendezvous rank 1 offers with a length far beyond its buffer */
+const uint64_t HUGE_LEN  = (uint64_t)1 << 40;
+const size_t   HUGE_RECV = 100;
+/* a message UCP delivers by its rendezvous, received into a few bytes */
+const size_t   TRUNC_LEN  = (size_t)128 << 20;
+const size_t   TRUNC_RECV = 64;
+const uint64_t HUGE_SREQ  = 0x1234;
+
+uint8_t byte_at(size_t i)
+{
+    return (uint8_t)(i * 7 + 3);
+}
+
+double now()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+p2p_stats_t stats()
+{
+    p2p_stats_t s;
+    p2p_get_stats(ctx, &s);
+    return s;
+}
+
+/* bounded wait: the test fails instead of hanging */
+int wait_req(p2p_request_t **req, p2p_status_t *st, const char *what)
+{
+    double deadline = now() + 60;
+    int    flag = 0, ret;
+    do {
+        ret = p2p_test(req, &flag, st);
+        if (!flag && (now() > deadline)) {
+            ADD_FAILURE() << "timed out waiting for " << what;
+            fflush(stdout);
+            _exit(3);
+        }
+    } while (!flag);
+    return ret;
+}
+
+/* the marker ending a phase of rank 1 */
+std::string recv_marker(int tag)
+{
+    char          buf[8] = {0};
+    p2p_request_t *req;
+    p2p_status_t  s;
+    EXPECT_EQ(P2P_OK, p2p_irecv(buf, sizeof(buf), 1, tag, world, &req));
+    EXPECT_EQ(P2P_OK, wait_req(&req, &s, "a marker"));
+    return std::string(buf, s.count);
+}
+
+/* rank 1 may go on with its next phase */
+void next_phase(int tag)
+{
+    ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 1, tag + 100, world));
+}
+
+std::string recv_str(int src, int tag, const char *what,
+                     p2p_status_t *st = nullptr)
+{
+    char          buf[64] = {0};
+    p2p_request_t *req;
+    p2p_status_t  s;
+    EXPECT_EQ(P2P_OK, p2p_irecv(buf, sizeof(buf) - 1, src, tag, world,
+                                &req));
+    EXPECT_EQ(P2P_OK, wait_req(&req, &s, what));
+    if (st != nullptr) {
+        *st = s;
+    }
+    return std::string(buf, s.count);
+}
+
+/* the drop counters, to compare phase by phase */
+struct Drops {
+    uint64_t malformed, unauth, stale_id, stale_comm, dup, failed;
+    explicit Drops(const p2p_stats_t &s) :
+        malformed(s.rx_malformed), unauth(s.rx_unauthenticated),
+        stale_id(s.rx_stale_id), stale_comm(s.rx_stale_comm),
+        dup(s.rx_duplicate), failed(s.rx_failed_peer) {}
+};
+
+/* The counters rank 0 should show, phase after phase: everything rank 1
+ * sent before a phase's marker has been judged when the marker is
+ * received, and rank 1 sends nothing more until told to go on. */
+Drops *expected;
+
+void expect_drops(uint64_t malformed, uint64_t unauth, uint64_t stale_id,
+                  uint64_t dup, const char *phase)
+{
+    expected->malformed += malformed;
+    expected->unauth    += unauth;
+    expected->stale_id  += stale_id;
+    expected->dup       += dup;
+    Drops d(stats());
+    EXPECT_EQ(expected->malformed, d.malformed) << phase;
+    EXPECT_EQ(expected->unauth, d.unauth) << phase;
+    EXPECT_EQ(expected->stale_id, d.stale_id) << phase;
+    EXPECT_EQ(expected->dup, d.dup) << phase;
+    EXPECT_EQ(expected->stale_comm, d.stale_comm) << phase;
+    EXPECT_EQ(expected->failed, d.failed) << phase;
+}
+
+void ctl_to(int dest, unsigned type, uint64_t sreq, int32_t status = 0)
+{
+    p2p_wire_ctl_t c;
+    c.type     = (uint8_t)type;
+    c.version  = P2P_WIRE_VERSION;
+    c.reserved = 0;
+    c.status   = status;
+    c.sreq     = sreq;
+    ASSERT_EQ(UCS_OK, raw.send_raw(dest, &c, sizeof(c), nullptr, 0));
+}
+
+/* end of a phase: the marker, then wait until rank 0 has checked it */
+void marker(int tag)
+{
+    raw.eager(0, tag, "mark", 4);
+    raw.wait_tag(0, tag + 100, "rank 0 to finish a phase");
+}
+
+uint64_t sreq_of(const RawMsg &m)
+{
+    uint64_t sreq;
+    if (m.type() == P2P_WIRE_RTS) {
+        p2p_wire_rts_t r;
+        memcpy(&r, m.hdr.data(), sizeof(r));
+        sreq = r.sreq;
+    } else {
+        p2p_wire_sync_t s;
+        memcpy(&s, m.hdr.data(), sizeof(s));
+        sreq = s.sreq;
+    }
+    return sreq;
+}
+
+/* ---- rank 1: the hostile peer ---- */
+
+void hostile()
+{
+    raw.eager(0, TAG_HELLO, "hello", 5);
+    raw.wait_tag(0, TAG_HELLO + 100, "rank 0 to read the first message");
+
+    /* answers naming requests that do not exist: a pointer (what the old
+     * protocol carried), zero, a slot far outside the table, a plausible
+     * slot with a wrong generation */
+    ctl_to(0, P2P_WIRE_FIN, 0x00007f1234567890ull);
+    ctl_to(0, P2P_WIRE_ACK, 0);
+    ctl_to(0, P2P_WIRE_FIN, ((uint64_t)77 << 32) | 1000000);
+    ctl_to(0, P2P_WIRE_ACK, ((uint64_t)0xdeadbeef << 32) | 1);
+    marker(TAG_M_FORGED);
+
+    /* a synchronous send: first answered with the wrong kind, then
+     * correctly, then the answer replayed */
+    RawMsg s = raw.wait_tag(0, TAG_SYNC, "the synchronous send");
+    ASSERT_EQ((unsigned)P2P_WIRE_EAGER_SYNC, s.type());
+    uint64_t sreq = sreq_of(s);
+    ctl_to(0, P2P_WIRE_FIN, sreq);
+    marker(TAG_M_WRONGKIND);
+    raw.wait_tag(0, TAG_GO_ACK, "go");
+    ctl_to(0, P2P_WIRE_ACK, sreq);
+    ctl_to(0, P2P_WIRE_ACK, sreq);
+    marker(TAG_M_REPLAYED_ACK);
+
+    /* a rendezvous: read it, answer FIN, then replay the FIN */
+    RawMsg r = raw.wait_tag(0, TAG_RNDV, "the rendezvous send");
+    if (r.type() == P2P_WIRE_RTS) {
+        p2p_wire_rts_t rts;
+        memcpy(&rts, r.hdr.data(), sizeof(rts));
+        std::vector<uint8_t> buf(rts.length);
+        ucp_rkey_h rkey;
+        ASSERT_EQ(UCS_OK, ucp_ep_rkey_unpack(raw.ep(0), r.data.data(),
+                                             &rkey));
+        ucp_request_param_t param;
+        param.op_attr_mask = 0;
+        ucs_status_ptr_t sp = ucp_get_nbx(raw.ep(0), buf.data(), buf.size(),
+                                          rts.address, rkey, &param);
+        while (UCS_PTR_IS_PTR(sp) &&
+               (ucp_request_check_status(sp) == UCS_INPROGRESS)) {
+            raw.progress();
+        }
+        if (UCS_PTR_IS_PTR(sp)) {
+            ucp_request_free(sp);
+        }
+        ucp_rkey_destroy(rkey);
+        EXPECT_EQ(0x5a, buf[buf.size() / 2]);
+        ctl_to(0, P2P_WIRE_FIN, rts.sreq, 0);
+        ctl_to(0, P2P_WIRE_FIN, rts.sreq, 0);
+    } else {
+        /* UCP's rendezvous (no RMA lane): nothing to answer */
+        ASSERT_EQ((unsigned)P2P_WIRE_MID, r.type());
+        std::vector<uint8_t> buf(r.length);
+        ucp_request_param_t  param;
+        param.op_attr_mask = 0;
+        ucs_status_ptr_t sp = ucp_am_recv_data_nbx(raw.worker(), r.desc,
+                                                   buf.data(), buf.size(),
+                                                   &param);
+        while (UCS_PTR_IS_PTR(sp) &&
+               (ucp_request_check_status(sp) == UCS_INPROGRESS)) {
+            raw.progress();
+        }
+        if (UCS_PTR_IS_PTR(sp)) {
+            ucp_request_free(sp);
+        }
+    }
+    marker(TAG_M_REPLAYED_FIN);
+
+    /* the first message again, other content: a replay */
+    p2p_wire_match_t m = RawPeer::match_hdr(P2P_WIRE_EAGER, 1, TAG_HELLO, 0);
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &m, sizeof(m), "evil!", 5));
+    marker(TAG_M_DUP);
+
+    /* impersonation: as rank 0 itself and as rank 2, by its own endpoint
+     * and with the token rank 0 gave it; as itself without saying by
+     * which endpoint, and with a wrong token */
+    EXPECT_NE(0u, raw.token(0)) << "rank 0 handed over no token";
+    for (int claim = 0; claim < std::min(size, 3); claim += 2) {
+        m = RawPeer::match_hdr(P2P_WIRE_EAGER, claim, TAG_IMP, 0);
+        ASSERT_EQ(UCS_OK, raw.send_raw(0, &m, sizeof(m), "forged", 6));
+        m.token = raw.token(0);
+        ASSERT_EQ(UCS_OK, raw.send_raw(0, &m, sizeof(m), "forged", 6));
+    }
+    m = RawPeer::match_hdr(P2P_WIRE_EAGER, 1, TAG_IMP, raw.next_seq(0));
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &m, sizeof(m), "forged", 6, false));
+    m.token = raw.token(0) ^ 0x100;
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &m, sizeof(m), "forged", 6));
+    marker(TAG_M_IMPERSONATE);
+
+    /* malformed: another version, unknown types, short headers, an
+     * answer with data, a source outside the communicator */
+    m = RawPeer::match_hdr(P2P_WIRE_EAGER, 1, TAG_IMP, raw.next_seq(0));
+    p2p_wire_match_t bad = m;
+    bad.version = 99;
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &bad, sizeof(bad), "x", 1));
+    bad = m;
+    bad.type = 0;
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &bad, sizeof(bad), "x", 1));
+    bad.type = 77;
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &bad, sizeof(bad), "x", 1));
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &m, sizeof(m) - 1, "x", 1));
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &m, 1, "x", 1));
+    p2p_wire_ctl_t c = {};
+    c.type    = P2P_WIRE_ACK;
+    c.version = P2P_WIRE_VERSION;
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &c, sizeof(c), "data", 4));
+    bad     = m;
+    bad.src = 99;
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, &bad, sizeof(bad), "x", 1));
+    marker(TAG_M_MALFORMED);
+
+    /* lengths: rendezvous keys that are short, long, inconsistent or
+     * whose inner sizes run past their end; a key is a real one packed
+     * here, which p2p must unpack only when its layout holds */
+    const size_t buf_len = 65536;
+    std::vector<uint8_t> mem(buf_len);
+    for (size_t i = 0; i < buf_len; ++i) {
+        mem[i] = byte_at(i);
+    }
+    ucp_mem_map_params_t mp;
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address    = mem.data();
+    mp.length     = buf_len;
+    ucp_mem_h memh;
+    void      *key;
+    size_t    key_len;
+    ASSERT_EQ(UCS_OK, ucp_mem_map(raw.context(), &mp, &memh));
+    ASSERT_EQ(UCS_OK, ucp_rkey_pack(raw.context(), memh, &key, &key_len));
+    std::vector<uint8_t> k((uint8_t*)key, (uint8_t*)key + key_len);
+    ucp_rkey_buffer_release(key);
+
+    p2p_wire_rts_t rts;
+    rts.m        = RawPeer::match_hdr(P2P_WIRE_RTS, 1, TAG_HUGE,
+                                      raw.next_seq(0));
+    rts.m.token  = raw.token(0);
+    rts.sreq     = HUGE_SREQ;
+    rts.length   = HUGE_LEN;
+    rts.address  = (uintptr_t)mem.data();
+    auto rts_with = [&](const std::vector<uint8_t> &data, uint32_t len) {
+        p2p_wire_rts_t r = rts;
+        r.rkey_len = len;
+        return raw.send_raw(0, &r, sizeof(r), data.data(), data.size(),
+                            false);
+    };
+    ASSERT_EQ(UCS_OK, rts_with(k, (uint32_t)k.size() + 1));
+    ASSERT_EQ(UCS_OK, rts_with(std::vector<uint8_t>(), 0));
+    std::vector<uint8_t> shortk(k.begin(), k.begin() + 5);
+    ASSERT_EQ(UCS_OK, rts_with(shortk, (uint32_t)shortk.size()));
+    std::vector<uint8_t> overrun(16, 0xff);   /* every domain, 255 bytes */
+    overrun[8] = 0;                           /* host memory */
+    ASSERT_EQ(UCS_OK, rts_with(overrun, (uint32_t)overrun.size()));
+    std::vector<uint8_t> badtype = k;
+    badtype[8] = 200;
+    ASSERT_EQ(UCS_OK, rts_with(badtype, (uint32_t)badtype.size()));
+    std::vector<uint8_t> longk(P2P_WIRE_RKEY_MAX + 1, 0);
+    ASSERT_EQ(UCS_OK, rts_with(longk, (uint32_t)longk.size()));
+    /* now a good key, with a length far beyond the buffer: the receive
+     * is small, p2p reads only what fits */
+    ASSERT_EQ(UCS_OK, rts_with(k, (uint32_t)k.size()));
+    raw.consume_seq(0);
+
+    /* a long message UCP delivers by its rendezvous */
+    void *big = mmap(nullptr, TRUNC_LEN, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ASSERT_NE(MAP_FAILED, big);
+    for (size_t i = 0; i < 4096; ++i) {
+        ((uint8_t*)big)[i] = byte_at(i);
+    }
+    p2p_wire_sync_t mid;
+    mid.m       = RawPeer::match_hdr(P2P_WIRE_MID, 1, TAG_TRUNC,
+                                     raw.next_seq(0));
+    mid.m.token = raw.token(0);
+    mid.sreq    = 0;
+    RawPeer::Pending pmid;
+    raw.send_nb(0, &mid, sizeof(mid), big, TRUNC_LEN, UCP_AM_SEND_FLAG_RNDV,
+                &pmid);
+    raw.consume_seq(0);
+    marker(TAG_M_LENGTHS);
+    EXPECT_EQ(UCS_OK, raw.finish(&pmid));
+    munmap(big, TRUNC_LEN);
+
+    /* the good key was used and answered */
+    RawMsg fin = raw.wait([](const RawMsg &m) {
+        return m.type() == P2P_WIRE_FIN;
+    }, "FIN of the huge rendezvous");
+    p2p_wire_ctl_t c2;
+    memcpy(&c2, fin.hdr.data(), sizeof(c2));
+    EXPECT_EQ(HUGE_SREQ, c2.sreq);
+    EXPECT_EQ(0, c2.status);
+    ucp_mem_unmap(raw.context(), memh);
+}
+
+/* ---- rank 0: the victim ---- */
+
+void victim()
+{
+    Drops initial(stats());
+    expected = &initial;
+    EXPECT_EQ("hello", recv_str(1, TAG_HELLO, "the first message"));
+    expect_drops(0, 0, 0, 0, "a correct message");
+    next_phase(TAG_HELLO);
+
+    /* forged answers are dropped, counted, and dereference nothing */
+    EXPECT_EQ("mark", recv_marker(TAG_M_FORGED));
+    expect_drops(0, 0, 4, 0, "forged request ids");
+    next_phase(TAG_M_FORGED);
+
+    /* a FIN does not complete a synchronous send; an ACK does, once */
+    char          x[8] = "sync";
+    p2p_request_t *sreq;
+    int           flag = 1;
+    ASSERT_EQ(P2P_OK, p2p_issend(x, sizeof(x), 1, TAG_SYNC, world, &sreq));
+    EXPECT_EQ("mark", recv_marker(TAG_M_WRONGKIND));
+    ASSERT_EQ(P2P_OK, p2p_test(&sreq, &flag, nullptr));
+    EXPECT_EQ(0, flag) << "a FIN completed a synchronous send";
+    expect_drops(0, 0, 1, 0, "an answer of the wrong kind");
+    next_phase(TAG_M_WRONGKIND);
+    ASSERT_EQ(P2P_OK, p2p_send("go", 2, 1, TAG_GO_ACK, world));
+    EXPECT_EQ(P2P_OK, wait_req(&sreq, nullptr, "the synchronous send"));
+    EXPECT_EQ("mark", recv_marker(TAG_M_REPLAYED_ACK));
+    expect_drops(0, 0, 1, 0, "a replayed ACK");
+    next_phase(TAG_M_REPLAYED_ACK);
+
+    /* a rendezvous answered twice */
+    p2p_stats_t          s3 = stats();
+    std::vector<uint8_t> big(s3.rndv_thresh * 2, 0x5a);
+    p2p_request_t        *rreq;
+    ASSERT_EQ(P2P_OK, p2p_isend(big.data(), big.size(), 1, TAG_RNDV, world,
+                                &rreq));
+    EXPECT_EQ(P2P_OK, wait_req(&rreq, nullptr, "the rendezvous send"));
+    EXPECT_EQ("mark", recv_marker(TAG_M_REPLAYED_FIN));
+    bool by_get = stats().rndv_sent == s3.rndv_sent + 1;
+    expect_drops(0, 0, by_get ? 1 : 0, 0, "a replayed FIN");
+    next_phase(TAG_M_REPLAYED_FIN);
+
+    /* a replayed first message is not delivered again */
+    p2p_request_t *hreq;
+    char          hbuf[16];
+    ASSERT_EQ(P2P_OK, p2p_irecv(hbuf, sizeof(hbuf), 1, TAG_HELLO, world,
+                                &hreq));
+    EXPECT_EQ("mark", recv_marker(TAG_M_DUP));
+    expect_drops(0, 0, 0, 1, "a replayed message");
+    next_phase(TAG_M_DUP);
+
+    /* impersonation: nothing reaches a receive from anyone */
+    p2p_request_t *ireq;
+    char          ibuf[16] = {0};
+    ASSERT_EQ(P2P_OK, p2p_irecv(ibuf, sizeof(ibuf), P2P_ANY_SOURCE, TAG_IMP,
+                                world, &ireq));
+    EXPECT_EQ("mark", recv_marker(TAG_M_IMPERSONATE));
+    ASSERT_EQ(P2P_OK, p2p_test(&ireq, &flag, nullptr));
+    EXPECT_EQ(0, flag) << "an impersonating message was delivered";
+    expect_drops(0, (size >= 3) ? 6 : 4, 0, 0, "impersonation");
+    next_phase(TAG_M_IMPERSONATE);
+    if (size >= 3) {
+        /* the real rank 2 still gets through */
+        p2p_status_t st;
+        ASSERT_EQ(P2P_OK, p2p_send("go", 2, 2, TAG_GO_HONEST, world));
+        EXPECT_EQ(P2P_OK, wait_req(&ireq, &st, "rank 2's message"));
+        EXPECT_EQ(2, st.source);
+        EXPECT_EQ("genuine", std::string(ibuf, st.count));
+    } else {
+        EXPECT_EQ(P2P_OK, p2p_cancel(ireq));
+        EXPECT_EQ(P2P_OK, wait_req(&ireq, nullptr, "the cancel"));
+    }
+
+    /* malformed ones: each counted, none delivered */
+    EXPECT_EQ("mark", recv_marker(TAG_M_MALFORMED));
+    expect_drops(7, 0, 0, 0, "malformed messages");
+    next_phase(TAG_M_MALFORMED);
+
+    /* lengths: six broken rendezvous keys dropped; a huge declared length
+     * reads only what the receive holds; a message longer than the
+     * receive costs no memory of its length */
+    EXPECT_EQ("mark", recv_marker(TAG_M_LENGTHS));
+    expect_drops(6, 0, 0, 0, "rendezvous keys");
+    std::vector<uint8_t> small(HUGE_RECV + 1, 0xee);
+    p2p_request_t        *lreq;
+    p2p_status_t         lst;
+    ASSERT_EQ(P2P_OK, p2p_irecv(small.data(), HUGE_RECV, 1, TAG_HUGE, world,
+                                &lreq));
+    EXPECT_EQ(P2P_ERR_TRUNCATE, wait_req(&lreq, &lst, "the huge one"));
+    EXPECT_EQ(HUGE_RECV, lst.count);
+    for (size_t i = 0; i < HUGE_RECV; ++i) {
+        ASSERT_EQ(byte_at(i), small[i]) << "byte " << i;
+    }
+    EXPECT_EQ(0xee, small[HUGE_RECV]) << "written past the receive";
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    ASSERT_EQ(P2P_OK, p2p_irecv(small.data(), TRUNC_RECV, 1, TAG_TRUNC,
+                                world, &lreq));
+    EXPECT_EQ(P2P_ERR_TRUNCATE, wait_req(&lreq, &lst, "the long one"));
+    getrusage(RUSAGE_SELF, &ru1);
+    EXPECT_EQ(TRUNC_RECV, lst.count);
+    for (size_t i = 0; i < TRUNC_RECV; ++i) {
+        ASSERT_EQ(byte_at(i), small[i]) << "byte " << i;
+    }
+    EXPECT_LT(ru1.ru_maxrss - ru0.ru_maxrss, 32 * 1024)
+        << "a " << TRUNC_LEN << "-byte message into a " << TRUNC_RECV
+        << "-byte receive raised the peak memory by "
+        << (ru1.ru_maxrss - ru0.ru_maxrss) << " KiB";
+    expect_drops(0, 0, 0, 0, "long messages");
+    next_phase(TAG_M_LENGTHS);
+
+    /* nothing of it is queued anywhere, and the replayed receive never
+     * matched */
+    int          any = 1;
+    p2p_status_t pst;
+    ASSERT_EQ(P2P_OK, p2p_iprobe(P2P_ANY_SOURCE, P2P_ANY_TAG, world, &any,
+                                 &pst));
+    EXPECT_EQ(0, any) << "a message from rank " << pst.source << " tag "
+                      << pst.tag << " was queued";
+    ASSERT_EQ(P2P_OK, p2p_cancel(hreq));
+    p2p_status_t hst;
+    EXPECT_EQ(P2P_OK, wait_req(&hreq, &hst, "the cancel"));
+    EXPECT_EQ(1, hst.cancelled) << "a replayed message was delivered";
+}
+
+}
+
+TEST(P2PHostile, ForgedStaleReplayedMessagesAreDroppedAndCounted)
+{
+    ASSERT_GE(size, 2) << "run with mpirun -np 3 (or 2)";
+    if (rank == 1) {
+        hostile();
+    } else if (rank == 0) {
+        victim();
+    } else if (rank == 2) {
+        char go[4];
+        ASSERT_EQ(P2P_OK, p2p_recv(go, sizeof(go), 0, TAG_GO_HONEST, world,
+                                   nullptr));
+        ASSERT_EQ(P2P_OK, p2p_send("genuine", 7, 0, TAG_IMP, world));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    ::testing::InitGoogleTest(&argc, argv);
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    if ((r != nullptr) && (atoi(r) == 1)) {
+        if (!raw.init()) {
+            return 2;
+        }
+        rank = raw.rank;
+        size = raw.size;
+    } else {
+        if (p2p_init(nullptr, &ctx) != P2P_OK) {
+            return 2;
+        }
+        world = p2p_comm_world(ctx);
+        rank  = p2p_comm_rank(world);
+        size  = p2p_comm_size(world);
+    }
+    if (rank != 0) {
+        auto &l = ::testing::UnitTest::GetInstance()->listeners();
+        delete l.Release(l.default_result_printer());
+    }
+    int rc = RUN_ALL_TESTS();
+    if (rank == 1) {
+        raw.barrier();
+        raw.finalize();
+    } else if (p2p_finalize(ctx) != P2P_OK) {
+        rc = 1;
+    }
+    return rc;
+}
