@@ -4,23 +4,28 @@
 # over the rc_ib2 transport, next to Open MPI's ob1 with the openib BTL on
 # the same verbs device -- softverbs where the machine has no adapter. The
 # configurations alternate round by round (ABBA order, so neither always
-# runs first); the table gives each size's median latency and the ratio
-# rc_ib2 / openib, with the range of the per-round ratios.
+# runs first). Each run reports per size the median and the best of its
+# short batches; the tables give, per size, the median over the rounds of
+# each, the ratio to openib, and the range of the per-round ratios. On a
+# loaded machine the best batch shows the protocols' cost, the median
+# batch what the load leaves of it.
 #
 # Before the rounds, one short verbose run of each configuration shows
 # which transports carry the messages between the two ranks; the script
 # stops if that is not rc_ib2 (pml ucx) or openib (ob1), e.g. if shared
 # memory took over. It also prints UCP's protocol ranges (ucx_info) for
-# each pml ucx configuration.
+# each pml ucx configuration: tag_send_nbr is what MPI_Send uses.
 #
 #   contrib/bench/mpi/mpi_vs_openib.sh [options] BUILD_DIR
 #     -r ROUNDS   rounds (default 5)
 #     -s SIZES    message sizes for mpi_pingpong -s (default 8,1k,64k,1m,4m)
-#     -b BATCHES  timed batches per size in each run (default 5)
+#     -b BATCHES  timed batches per size in each run (default mpi_pingpong's)
 #     -n ITERS    ping-pongs per batch (default: mpi_pingpong's)
 #     -u 'NAME VAR=VALUE ...'
 #                 one more pml ucx over rc_ib2 configuration, with these
-#                 environment variables for the ranks (repeatable)
+#                 environment variables for the ranks (repeatable); with
+#                 UCX_TLS among them, over its first transport instead
+#                 (e.g. 'rc_verbs UCX_TLS=rc_verbs,ud_verbs:aux')
 #     -o 'NAME PARAM=VALUE ...'
 #                 one more ob1 + openib configuration, with these MCA
 #                 parameters (repeatable)
@@ -35,7 +40,7 @@ usage() { sed -n '/^#   contrib/,/^# Variables/p' "$0" | sed 's/^# \{0,1\}//' |
 
 ROUNDS=5
 SIZES=8,1k,64k,1m,4m
-BATCHES=5
+BATCHES=
 ITERS=
 EXTRA_UCX=()
 EXTRA_OB1=()
@@ -92,9 +97,9 @@ fi
 MPI_COMMON=(--allow-run-as-root --bind-to none -np 2)
 # pml ucx: UCX's transports are only rc_ib2 (and ud_verbs for wire-up);
 # Open MPI's BTLs are limited to self, so nothing else is even opened.
+UCX_TLS_DEFAULT=rc_ib2,ud_verbs:aux
 UCX_MCA=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any
-         --mca btl self -x UCX_TLS=rc_ib2,ud_verbs:aux
-         -x LD_PRELOAD="$PRELOAD")
+         --mca btl self -x LD_PRELOAD="$PRELOAD")
 OB1_MCA=(--mca pml ob1 --mca btl openib,self --mca btl_openib_allow_ib 1
          --mca btl_openib_warn_no_device_params_found 0)
 
@@ -123,6 +128,8 @@ config_args() {
     IFS='|' read -r _ kind rest <<<"$1"
     if [ "$kind" = ucx ]; then
         printf '%s\n' "${UCX_MCA[@]}"
+        [[ " $rest" == *" UCX_TLS="* ]] ||
+            printf -- '-x\nUCX_TLS=%s\n' "$UCX_TLS_DEFAULT"
         for a in $rest; do
             [[ $a == *=* ]] || { echo "mpi_vs_openib: -u: \"$a\" is not" \
                                       "VAR=VALUE" >&2; return 2; }
@@ -172,19 +179,26 @@ for c in "${CONFIGS[@]}"; do
     if [ "$(cut -d'|' -f2 <<<"$c")" = ucx ]; then
         # UCP names each endpoint configuration's lanes at info level.
         run_mpi "$c" "$log" -x UCX_LOG_LEVEL=info -- -s 8 -b 1 -n 10 -w 2
+        # the transport meant: the first of the configuration's UCX_TLS
+        tls=$UCX_TLS_DEFAULT
+        for a in $(cut -d'|' -f3 <<<"$c"); do
+            [[ $a == UCX_TLS=* ]] && tls=${a#UCX_TLS=}
+        done
+        tl=${tls%%,*}
         lanes=$(grep -o 'ep_cfg\[[0-9]*\]: .*' "$log" | sort -u)
-        if ! grep -q 'rc_ib2/' <<<"$lanes" ||
+        if ! grep -q "$tl/" <<<"$lanes" ||
                 grep -Eq "(^|[ (,;])($shm_re)/" <<<"$lanes"; then
             echo "mpi_vs_openib: $name: the ranks did not talk over" \
-                 "rc_ib2 alone; UCP's lanes:" >&2
+                 "$tl alone (shared memory, tcp and self are not" \
+                 "allowed); UCP's lanes:" >&2
             echo "${lanes:-(none printed)}" >&2
             exit 1
         fi
         sed 's/^/  '"$name"': UCP /' <<<"$lanes"
         # UCP's protocol for each size range, for the same settings
-        env $(cut -d'|' -f3 <<<"$c") UCX_TLS=rc_ib2,ud_verbs:aux \
+        env UCX_TLS="$UCX_TLS_DEFAULT" $(cut -d'|' -f3 <<<"$c") \
             LD_PRELOAD="$IB2_LIB" timeout 120 "${RUNNER[@]}" \
-            ucx_info -e -u t -D net 2>&1 | grep 'tag_send:' |
+            ucx_info -e -u t -D net 2>&1 | grep 'tag_send\(_nbr\)\?:' |
             sed 's/^# */  '"$name"': UCP /'
     else
         run_mpi "$c" "$log" --mca btl_base_verbose 100 -- -s 8 -b 1 -n 10 \
@@ -205,7 +219,8 @@ for c in "${CONFIGS[@]}"; do
 done
 
 # ---- the rounds ------------------------------------------------------------
-bench_args=(-s "$SIZES" -b "$BATCHES")
+bench_args=(-s "$SIZES")
+[ -n "$BATCHES" ] && bench_args+=(-b "$BATCHES")
 [ -n "$ITERS" ] && bench_args+=(-n "$ITERS")
 echo "$ROUNDS rounds, configurations alternating (ABBA), mpi_pingpong" \
      "${bench_args[*]}"
@@ -222,8 +237,8 @@ for r in $(seq 1 "$ROUNDS"); do
         name=${c%%|*}
         printf '  round %d/%d: %s\n' "$r" "$ROUNDS" "$name" >&2
         run_mpi "$c" "$TMP/run.log" -- "${bench_args[@]}"
-        # round bytes latency_us
-        awk -v r="$r" '$1 ~ /^[0-9]+$/ && NF == 5 { print r, $1, $3 }' \
+        # round bytes latency_us(median batch) latency_us(best batch)
+        awk -v r="$r" '$1 ~ /^[0-9]+$/ && NF == 5 { print r, $1, $3, $4 }' \
             "$TMP/run.log" >>"$TMP/$name"
         grep -q . "$TMP/$name" || {
             echo "mpi_vs_openib: $name printed no numbers:" >&2
@@ -232,49 +247,56 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 echo "load after:  $(uptime | sed 's/.*load/load/')"
 
-# ---- the table -------------------------------------------------------------
-# Each configuration against openib: median latency per size, the ratio of
-# the medians, and the lowest and highest ratio of one round's two runs.
-echo
-hdr=$(printf '%9s %10s' bytes openib)
-for n in "${names[@]:1}"; do
-    hdr+=$(printf ' | %10s %6s %11s' "$n" ratio "round range")
-done
-echo "one-way latency, us (half a round trip), medians of $ROUNDS rounds"
-echo "$hdr"
-awk -v names="${names[*]}" -v dir="$TMP" '
-    function med(list,    v, n, i, j, t) {
-        n = split(list, v, " ")
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
-            if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
-        return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
-    BEGIN {
-        nc = split(names, nm, " ")
-        for (c = 1; c <= nc; c++) {
-            f = dir "/" nm[c]
-            while ((getline line < f) > 0) {
-                split(line, w, " ")
-                lat[c, w[2]] = lat[c, w[2]] " " w[3]
-                per[c, w[1], w[2]] = w[3]
-                if (!(w[2] in seen)) { seen[w[2]] = 1; sz[++ns] = w[2] }
-                if (w[1] > nr) nr = w[1]
-            }
+# ---- the tables ------------------------------------------------------------
+# Each configuration against openib: median over the rounds per size, the
+# ratio of the medians, and the lowest and highest ratio of one round's
+# two runs.
+table() {   # table COLUMN TITLE: COLUMN 3 = median batch, 4 = best batch
+    local hdr n
+    echo
+    echo "$2"
+    hdr=$(printf '%9s %10s' bytes openib)
+    for n in "${names[@]:1}"; do
+        hdr+=$(printf ' | %10s %6s %11s' "$n" ratio "round range")
+    done
+    echo "$hdr"
+    awk -v names="${names[*]}" -v dir="$TMP" -v col="$1" '
+        function med(list,    v, n, i, j, t) {
+            n = split(list, v, " ")
+            for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+                if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+            return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
         }
-        for (s = 1; s <= ns; s++) {
-            b = sz[s]; base = med(lat[1, b])
-            printf "%9d %10.3f", b, base
-            for (c = 2; c <= nc; c++) {
-                m = med(lat[c, b]); lo = 1e30; hi = 0
-                for (r = 1; r <= nr; r++) {
-                    if (!((c, r, b) in per) || !((1, r, b) in per)) continue
-                    q = per[c, r, b] / per[1, r, b]
-                    if (q < lo) lo = q
-                    if (q > hi) hi = q
+        BEGIN {
+            nc = split(names, nm, " ")
+            for (c = 1; c <= nc; c++) {
+                f = dir "/" nm[c]
+                while ((getline line < f) > 0) {
+                    split(line, w, " ")
+                    lat[c, w[2]] = lat[c, w[2]] " " w[col]
+                    per[c, w[1], w[2]] = w[col]
+                    if (!(w[2] in seen)) { seen[w[2]] = 1; sz[++ns] = w[2] }
+                    if (w[1] > nr) nr = w[1]
                 }
-                printf " | %10.3f %6.2f %5.2f-%-5.2f", m, m / base, lo, hi
             }
-            printf "\n"
-        }
-    }'
+            for (s = 1; s <= ns; s++) {
+                b = sz[s]; base = med(lat[1, b])
+                printf "%9d %10.3f", b, base
+                for (c = 2; c <= nc; c++) {
+                    m = med(lat[c, b]); lo = 1e30; hi = 0
+                    for (r = 1; r <= nr; r++) {
+                        if (!((c, r, b) in per) || !((1, r, b) in per))
+                            continue
+                        q = per[c, r, b] / per[1, r, b]
+                        if (q < lo) lo = q
+                        if (q > hi) hi = q
+                    }
+                    printf " | %10.3f %6.2f %5.2f-%-5.2f", m, m / base, lo, hi
+                }
+                printf "\n"
+            }
+        }'
+}
+table 3 "one-way latency, us (half a round trip): each run's median batch, median of $ROUNDS rounds"
+table 4 "one-way latency, us: each run's best batch, median of $ROUNDS rounds"
 echo "(ratio: configuration / openib; below 1.0 the configuration is faster)"
