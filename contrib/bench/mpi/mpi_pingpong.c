@@ -9,6 +9,12 @@
  * median batch is reported next to the fastest.
  *
  *   mpirun -np 2 mpi_pingpong [-s SIZES] [-n ITERS] [-b BATCHES] [-w WARMUP]
+ *                             [-i]
+ *
+ * -i sends with MPI_Isend and MPI_Wait instead of MPI_Send: an MPI library
+ * may take different protocols for the two (Open MPI's pml ucx sends
+ * MPI_Send through UCP's ucp_tag_send_nbr, MPI_Isend through
+ * ucp_tag_send_nb(x), which have their own rendezvous thresholds).
  *
  * Output, one line per size after a '#' header:
  *   bytes iterations latency_us(median batch) latency_us(best batch) MB/s
@@ -34,7 +40,7 @@
  * protocol, the median what a user of the loaded machine sees. */
 #define MPB_BATCH_BYTES   (8ul << 20)
 #define MPB_MIN_ITERS     10ul
-#define MPB_MAX_ITERS     1000ul
+#define MPB_MAX_ITERS     200ul
 
 typedef struct {
     size_t   sizes[MPB_MAX_SIZES];
@@ -42,6 +48,7 @@ typedef struct {
     unsigned long iters;    /* 0: from the size */
     unsigned batches;
     unsigned long warmup;
+    int isend;              /* MPI_Isend + MPI_Wait instead of MPI_Send */
 } mpb_opts_t;
 
 /* Argument errors: every rank finds them, rank 0 says so. */
@@ -70,8 +77,9 @@ static void mpb_usage(FILE *f)
         "  -n ITERS    ping-pongs per batch (default: about 8 MiB per\n"
         "              batch, %lu to %lu)\n"
         "  -b BATCHES  timed batches per size, median and best reported\n"
-        "              (default 11, at most %d)\n"
-        "  -w WARMUP   untimed ping-pongs before the batches (default 50)\n",
+        "              (default 21, at most %d)\n"
+        "  -w WARMUP   untimed ping-pongs before the batches (default 50)\n"
+        "  -i          send with MPI_Isend + MPI_Wait instead of MPI_Send\n",
         MPB_MIN_ITERS, MPB_MAX_ITERS, MPB_MAX_BATCHES);
 }
 
@@ -151,13 +159,14 @@ static int mpb_parse_args(int argc, char **argv, mpb_opts_t *o)
     int c;
 
     o->iters   = 0;
-    o->batches = 11;
+    o->batches = 21;
     o->warmup  = 50;
+    o->isend   = 0;
     if (mpb_parse_sizes(defaults, o) != 0) {
         return -1;
     }
     opterr = 0;
-    while ((c = getopt(argc, argv, "s:n:b:w:h")) != -1) {
+    while ((c = getopt(argc, argv, "s:n:b:w:ih")) != -1) {
         switch (c) {
         case 's':
             if (mpb_parse_sizes(optarg, o) != 0) {
@@ -181,6 +190,9 @@ static int mpb_parse_args(int argc, char **argv, mpb_opts_t *o)
                                 &o->warmup) != 0) {
                 return -1;
             }
+            break;
+        case 'i':
+            o->isend = 1;
             break;
         case 'h':
             return 1;
@@ -251,10 +263,24 @@ static int mpb_check(const unsigned char *buf, size_t size, int from,
     return 0;
 }
 
+static void mpb_send(const unsigned char *buf, size_t size, int peer,
+                     int isend)
+{
+    MPI_Request req;
+
+    if (isend) {
+        MPI_Isend(buf, (int)size, MPI_BYTE, peer, MPB_TAG, MPI_COMM_WORLD,
+                  &req);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+    } else {
+        MPI_Send(buf, (int)size, MPI_BYTE, peer, MPB_TAG, MPI_COMM_WORLD);
+    }
+}
+
 /* Untimed exchanges; the first and last are filled and checked. Returns
  * 0, or -1 on every rank if any rank saw corrupted data. */
 static int mpb_warmup(unsigned char *sbuf, unsigned char *rbuf, size_t size,
-                      unsigned long warmup, int rank)
+                      unsigned long warmup, int isend, int rank)
 {
     int peer = !rank, bad = 0, any_bad = 0;
     unsigned long r;
@@ -267,15 +293,13 @@ static int mpb_warmup(unsigned char *sbuf, unsigned char *rbuf, size_t size,
             memset(rbuf, 0, size);
         }
         if (rank == 0) {
-            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, MPB_TAG,
-                     MPI_COMM_WORLD);
+            mpb_send(sbuf, size, peer, isend);
             MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, MPB_TAG,
                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         } else {
             MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, MPB_TAG,
                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, MPB_TAG,
-                     MPI_COMM_WORLD);
+            mpb_send(sbuf, size, peer, isend);
         }
         if (check && !bad && mpb_check(rbuf, size, peer, r, rank) != 0) {
             bad = 1;
@@ -287,7 +311,7 @@ static int mpb_warmup(unsigned char *sbuf, unsigned char *rbuf, size_t size,
 
 /* One timed batch: seconds per round trip, as rank 0 measured it. */
 static double mpb_batch(unsigned char *sbuf, unsigned char *rbuf,
-                        size_t size, unsigned long iters, int rank)
+                        size_t size, unsigned long iters, int isend, int rank)
 {
     int peer = !rank;
     double t0, t;
@@ -297,8 +321,7 @@ static double mpb_batch(unsigned char *sbuf, unsigned char *rbuf,
     t0 = MPI_Wtime();
     if (rank == 0) {
         for (i = 0; i < iters; ++i) {
-            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, MPB_TAG,
-                     MPI_COMM_WORLD);
+            mpb_send(sbuf, size, peer, isend);
             MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, MPB_TAG,
                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         }
@@ -306,8 +329,7 @@ static double mpb_batch(unsigned char *sbuf, unsigned char *rbuf,
         for (i = 0; i < iters; ++i) {
             MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, MPB_TAG,
                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            MPI_Send(sbuf, (int)size, MPI_BYTE, peer, MPB_TAG,
-                     MPI_COMM_WORLD);
+            mpb_send(sbuf, size, peer, isend);
         }
     }
     t = MPI_Wtime() - t0;
@@ -354,7 +376,7 @@ static int mpb_run(const mpb_opts_t *o, int rank)
     for (s = 0; s < o->num_sizes; ++s) {
         size  = o->sizes[s];
         iters = mpb_iters(o, size);
-        if (mpb_warmup(sbuf, rbuf, size, o->warmup, rank) != 0) {
+        if (mpb_warmup(sbuf, rbuf, size, o->warmup, o->isend, rank) != 0) {
             if (rank == 0) {
                 fprintf(stderr, "mpi_pingpong: %zu-byte messages arrived "
                         "corrupted (see the message above)\n", size);
@@ -363,7 +385,7 @@ static int mpb_run(const mpb_opts_t *o, int rank)
             break;
         }
         for (b = 0; b < o->batches; ++b) {
-            t[b] = mpb_batch(sbuf, rbuf, size, iters, rank);
+            t[b] = mpb_batch(sbuf, rbuf, size, iters, o->isend, rank);
         }
         if (rank == 0) {
             qsort(t, o->batches, sizeof(t[0]), mpb_cmp_double);

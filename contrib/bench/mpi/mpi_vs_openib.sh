@@ -21,6 +21,9 @@
 #     -s SIZES    message sizes for mpi_pingpong -s (default 8,1k,64k,1m,4m)
 #     -b BATCHES  timed batches per size in each run (default mpi_pingpong's)
 #     -n ITERS    ping-pongs per batch (default: mpi_pingpong's)
+#     -i          send with MPI_Isend + MPI_Wait (mpi_pingpong -i) instead
+#                 of MPI_Send: pml ucx then takes UCP's ucp_tag_send_nb
+#                 protocols instead of ucp_tag_send_nbr's
 #     -u 'NAME VAR=VALUE ...'
 #                 one more pml ucx over rc_ib2 configuration, with these
 #                 environment variables for the ranks (repeatable); with
@@ -42,14 +45,16 @@ ROUNDS=5
 SIZES=8,1k,64k,1m,4m
 BATCHES=
 ITERS=
+ISEND=
 EXTRA_UCX=()
 EXTRA_OB1=()
-while getopts "r:s:b:n:u:o:h" opt; do
+while getopts "r:s:b:n:iu:o:h" opt; do
     case $opt in
     r) ROUNDS=$OPTARG ;;
     s) SIZES=$OPTARG ;;
     b) BATCHES=$OPTARG ;;
     n) ITERS=$OPTARG ;;
+    i) ISEND=-i ;;
     u) EXTRA_UCX+=("$OPTARG") ;;
     o) EXTRA_OB1+=("$OPTARG") ;;
     h) usage; exit 0 ;;
@@ -222,6 +227,7 @@ done
 bench_args=(-s "$SIZES")
 [ -n "$BATCHES" ] && bench_args+=(-b "$BATCHES")
 [ -n "$ITERS" ] && bench_args+=(-n "$ITERS")
+[ -n "$ISEND" ] && bench_args+=("$ISEND")
 echo "$ROUNDS rounds, configurations alternating (ABBA), mpi_pingpong" \
      "${bench_args[*]}"
 echo "load before: $(uptime | sed 's/.*load/load/')"
