@@ -74,7 +74,9 @@ ucs_status_t ib2_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
     ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
     ib2_iface_t *iface = ep->iface;
 
-    UCT_CHECK_AM_ID(id);
+    if (ucs_unlikely(id >= UCT_AM_ID_MAX)) {
+        return ib2_ep_am_id_invalid(id);
+    }
     /* The first queue is the smallest: most short messages go there. */
     if (ucs_unlikely(sizeof(iface->tx_short.am_hdr) + length >
                      iface->config.am_short_q0)) {

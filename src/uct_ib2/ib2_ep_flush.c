@@ -23,6 +23,13 @@ static UCS_F_ALWAYS_INLINE int ib2_sn_before(uint32_t a, uint32_t b)
     return (int32_t)(a - b) < 0;
 }
 
+/* UCT_CHECK_AM_ID's message and status, out of the fast paths. */
+UCS_F_NOINLINE ucs_status_t ib2_ep_am_id_invalid(uint8_t id)
+{
+    UCT_CHECK_AM_ID(id);
+    return UCS_OK;
+}
+
 /* A post failed: its bookkeeping is undone (no completion will come for
  * it) and the endpoint fails, as the QP's state is unknown now. */
 UCS_F_NOINLINE

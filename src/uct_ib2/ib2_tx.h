@@ -15,9 +15,15 @@
 
 #include "ib2.h"
 
-ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am,
-                            unsigned *flags);
-ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q, int am, int ret);
+/* Called from the operations' fast paths: hidden, so that the calls go
+ * straight to them, not through the dynamic linker's table. */
+#define IB2_INTERNAL __attribute__((visibility("hidden")))
+
+IB2_INTERNAL ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am,
+                                         unsigned *flags);
+IB2_INTERNAL ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q,
+                                             int am, int ret);
+IB2_INTERNAL ucs_status_t ib2_ep_am_id_invalid(uint8_t id);
 
 static UCS_F_ALWAYS_INLINE int ib2_txq_ready(ib2_iface_t *iface,
                                              ib2_ep_txq_t *txq)

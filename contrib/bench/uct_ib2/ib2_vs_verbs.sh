@@ -103,13 +103,19 @@ count_instr() {   # count_instr PORT TL FUNCTION PERFTEST-ARGS...
     # output a function's line ("* fn") follows the lines of its callers
     # ("< caller (Nx)"). Run away from the sources: where it finds them,
     # callgrind_annotate leaves the caller lines out.
-    local ir calls
-    ir=$(cd "$TMP" && callgrind_annotate --auto=no --threshold=100 \
-             cg.out 2>/dev/null |
-         awk -v fn="$fn" '$0 !~ / [<>*] / && index($0, ":" fn " ") > 0 ||
-                          $0 ~ (":" fn "$") {
-                              x = $1; gsub(",", "", x); ir += x }
-                          END { print ir + 0 }')
+    # FUNCTION may be "fn+helper+...": the helpers the send path calls
+    # out of line count too (per call of fn).
+    local ir=0 calls part
+    for part in ${fn//+/ }; do
+        ir=$((ir + $(cd "$TMP" && callgrind_annotate --auto=no \
+                         --threshold=100 cg.out 2>/dev/null |
+                     awk -v fn="$part" '
+                         $0 !~ / [<>*] / && index($0, ":" fn " ") > 0 ||
+                         $0 ~ (":" fn "$") {
+                             x = $1; gsub(",", "", x); ir += x }
+                         END { print ir + 0 }')))
+    done
+    fn=${fn%%+*}
     calls=$(cd "$TMP" && callgrind_annotate --auto=no --tree=caller \
                 --threshold=100 cg.out 2>/dev/null |
             awk -v fn="$fn" '
