@@ -23,6 +23,11 @@
 #     -s SIZES    message sizes for mpi_pingpong -s (default 8,1k,64k,1m,4m)
 #     -b BATCHES  timed batches per size in each run (default mpi_pingpong's)
 #     -n ITERS    ping-pongs per batch (default: mpi_pingpong's)
+#     -B BINDING  mpirun --bind-to BINDING (default core: each rank on a
+#                 core of its own where there are two; "none" lets the
+#                 scheduler place them, and under load it at times puts
+#                 both on one core, where every message then waits for the
+#                 waiting rank to yield its core)
 #     -i          send with MPI_Isend + MPI_Wait (mpi_pingpong -i) instead
 #                 of MPI_Send: pml ucx then takes UCP's ucp_tag_send_nb
 #                 protocols instead of ucp_tag_send_nbr's
@@ -48,15 +53,17 @@ SIZES=8,1k,64k,1m,4m
 BATCHES=
 ITERS=
 ISEND=
+BIND=
 EXTRA_UCX=()
 EXTRA_OB1=()
-while getopts "r:s:b:n:iu:o:h" opt; do
+while getopts "r:s:b:n:B:iu:o:h" opt; do
     case $opt in
     r) ROUNDS=$OPTARG ;;
     s) SIZES=$OPTARG ;;
     b) BATCHES=$OPTARG ;;
     n) ITERS=$OPTARG ;;
     i) ISEND=-i ;;
+    B) BIND=$OPTARG ;;
     u) EXTRA_UCX+=("$OPTARG") ;;
     o) EXTRA_OB1+=("$OPTARG") ;;
     h) usage; exit 0 ;;
@@ -101,7 +108,16 @@ else
     PRELOAD="${sv_preload// /:}:$IB2_LIB"
 fi
 
-MPI_COMMON=(--allow-run-as-root --bind-to none -np 2)
+if [ -z "$BIND" ]; then
+    BIND=core
+    [ "$(nproc)" -ge 2 ] || BIND=none
+fi
+case $BIND in
+none|core|hwthread|socket|numa|l3cache|l2cache) ;;
+*) echo "mpi_vs_openib: -B: \"$BIND\": give none, core, hwthread, socket," \
+        "numa, l2cache or l3cache" >&2; exit 2 ;;
+esac
+MPI_COMMON=(--allow-run-as-root --bind-to "$BIND" -np 2)
 # pml ucx: UCX's transports are only rc_ib2 (and ud_verbs for wire-up);
 # Open MPI's BTLs are limited to self, so nothing else is even opened.
 UCX_TLS_DEFAULT=rc_ib2,ud_verbs:aux
