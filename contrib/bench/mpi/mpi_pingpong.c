@@ -5,8 +5,12 @@
  * usually quoted, and the bandwidth is message size over that latency.
  *
  * Each size runs a warm-up (which also checks that every byte arrived as
- * sent, in both directions), then several short batches of iterations; the
- * median batch is reported next to the fastest.
+ * sent, in both directions), then several short batches of iterations.
+ * Reported: the median batch, the fastest batch, and the 10th percentile
+ * of single round trips. On a machine loaded by other work the busy-polling
+ * ranks often wait for a core; the batch figures then show what the load
+ * leaves, the percentile of single round trips what the protocol costs
+ * when both ranks are running.
  *
  *   mpirun -np 2 mpi_pingpong [-s SIZES] [-n ITERS] [-b BATCHES] [-w WARMUP]
  *                             [-i]
@@ -17,7 +21,8 @@
  * ucp_tag_send_nb(x), which have their own rendezvous thresholds).
  *
  * Output, one line per size after a '#' header:
- *   bytes iterations latency_us(median batch) latency_us(best batch) MB/s
+ *   bytes iterations latency_us(median batch) latency_us(best batch)
+ *   latency_us(10th percentile of round trips) MB/s(median batch)
  */
 #include <mpi.h>
 
@@ -41,6 +46,8 @@
 #define MPB_BATCH_BYTES   (8ul << 20)
 #define MPB_MIN_ITERS     10ul
 #define MPB_MAX_ITERS     200ul
+/* -n at most: every round trip's time is kept until the size is done. */
+#define MPB_MAX_ITERS_OPT 100000ul
 
 typedef struct {
     size_t   sizes[MPB_MAX_SIZES];
@@ -174,7 +181,7 @@ static int mpb_parse_args(int argc, char **argv, mpb_opts_t *o)
             }
             break;
         case 'n':
-            if (mpb_parse_count("-n", optarg, 1, 100000000ul,
+            if (mpb_parse_count("-n", optarg, 1, MPB_MAX_ITERS_OPT,
                                 &o->iters) != 0) {
                 return -1;
             }
@@ -309,21 +316,27 @@ static int mpb_warmup(unsigned char *sbuf, unsigned char *rbuf, size_t size,
     return any_bad ? -1 : 0;
 }
 
-/* One timed batch: seconds per round trip, as rank 0 measured it. */
+/* One timed batch: seconds per round trip, as rank 0 measured it; rank 0
+ * also stores each round trip's time in rt[0..iters-1]. */
 static double mpb_batch(unsigned char *sbuf, unsigned char *rbuf,
-                        size_t size, unsigned long iters, int isend, int rank)
+                        size_t size, unsigned long iters, int isend, int rank,
+                        double *rt)
 {
     int peer = !rank;
-    double t0, t;
+    double t0, t, prev, now;
     unsigned long i;
 
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
     if (rank == 0) {
+        prev = t0;
         for (i = 0; i < iters; ++i) {
             mpb_send(sbuf, size, peer, isend);
             MPI_Recv(rbuf, (int)size, MPI_BYTE, peer, MPB_TAG,
                      MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            now   = MPI_Wtime();
+            rt[i] = now - prev;
+            prev  = now;
         }
     } else {
         for (i = 0; i < iters; ++i) {
@@ -347,21 +360,27 @@ static int mpb_run(const mpb_opts_t *o, int rank)
 {
     size_t max = 0, size;
     unsigned char *sbuf = NULL, *rbuf = NULL;
-    double t[MPB_MAX_BATCHES], med, lat;
-    unsigned long iters;
+    double t[MPB_MAX_BATCHES], med, lat, p10, *rt = NULL;
+    unsigned long iters, max_iters = 0, n;
     unsigned s, b;
     long page = sysconf(_SC_PAGESIZE);
     int ret = 0;
 
     for (s = 0; s < o->num_sizes; ++s) {
         max = (o->sizes[s] > max) ? o->sizes[s] : max;
+        iters = mpb_iters(o, o->sizes[s]);
+        max_iters = (iters > max_iters) ? iters : max_iters;
     }
     /* Page-aligned, as applications' large buffers usually are; the same
      * buffers every iteration, so registration caches can keep them. */
-    if (posix_memalign((void**)&sbuf, (size_t)page, max) != 0 ||
+    rt = malloc(sizeof(*rt) * max_iters * o->batches);
+    if (rt == NULL ||
+        posix_memalign((void**)&sbuf, (size_t)page, max) != 0 ||
         posix_memalign((void**)&rbuf, (size_t)page, max) != 0) {
         fprintf(stderr, "mpi_pingpong: rank %d: cannot allocate 2 x %zu "
-                "bytes\n", rank, max);
+                "bytes and %lu round-trip times\n", rank, max,
+                max_iters * o->batches);
+        free(rt);
         free(sbuf);
         MPI_Abort(MPI_COMM_WORLD, 1);
         return -1;
@@ -370,8 +389,8 @@ static int mpb_run(const mpb_opts_t *o, int rank)
     memset(rbuf, 0, max);
 
     if (rank == 0) {
-        printf("# %10s %10s %14s %14s %12s\n", "bytes", "iterations",
-               "latency_us", "best_lat_us", "MB/s");
+        printf("# %10s %10s %14s %14s %14s %12s\n", "bytes", "iterations",
+               "latency_us", "best_batch_us", "p10_single_us", "MB/s");
     }
     for (s = 0; s < o->num_sizes; ++s) {
         size  = o->sizes[s];
@@ -385,18 +404,24 @@ static int mpb_run(const mpb_opts_t *o, int rank)
             break;
         }
         for (b = 0; b < o->batches; ++b) {
-            t[b] = mpb_batch(sbuf, rbuf, size, iters, o->isend, rank);
+            t[b] = mpb_batch(sbuf, rbuf, size, iters, o->isend, rank,
+                             rt + b * iters);
         }
         if (rank == 0) {
             qsort(t, o->batches, sizeof(t[0]), mpb_cmp_double);
             med = (o->batches % 2) ? t[o->batches / 2] :
                   (t[o->batches / 2 - 1] + t[o->batches / 2]) / 2;
             lat = med / 2;
-            printf("  %10zu %10lu %14.3f %14.3f %12.1f\n", size, iters,
-                   lat * 1e6, t[0] / 2 * 1e6, (double)size / lat / 1e6);
+            n   = iters * o->batches;
+            qsort(rt, n, sizeof(rt[0]), mpb_cmp_double);
+            p10 = rt[n / 10];
+            printf("  %10zu %10lu %14.3f %14.3f %14.3f %12.1f\n", size,
+                   iters, lat * 1e6, t[0] / 2 * 1e6, p10 / 2 * 1e6,
+                   (double)size / lat / 1e6);
             fflush(stdout);
         }
     }
+    free(rt);
     free(sbuf);
     free(rbuf);
     return ret;
