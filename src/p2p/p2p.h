@@ -221,6 +221,11 @@ typedef struct p2p_stats {
     uint64_t rx_stale_comm;         /* for a freed communicator */
     uint64_t rx_duplicate;          /* sequence number already delivered */
     uint64_t rx_failed_peer;        /* from a peer declared failed */
+    uint64_t rx_no_memory;          /* not even a header record could be
+                                       kept: its sender is cut off */
+    uint64_t rx_data_no_memory;     /* data not kept (out of memory): the
+                                       matching receive fails with
+                                       P2P_ERR_NO_MEMORY */
     /* registration cache of rendezvous send buffers */
     uint64_t reg_hits, reg_misses, reg_evictions, reg_invalidations;
     uint64_t reg_regions;           /* registrations alive now */

@@ -121,6 +121,16 @@ const char *p2p_strerror(int error)
     }
 }
 
+void p2p_fault_inject(p2p_context_t *ctx, int kind, unsigned count)
+{
+    if ((kind < 0) || (kind >= P2P_FAULT_LAST)) {
+        return;
+    }
+    ctx->faults      -= ctx->fault[kind];
+    ctx->fault[kind]  = count;
+    ctx->faults      += count;
+}
+
 const char *p2p_last_error(p2p_context_t *ctx)
 {
     return ctx->last_error;
@@ -336,6 +346,7 @@ static void p2p_teardown(p2p_context_t *ctx)
         free(c);
     }
     p2p_rid_cleanup(ctx);
+    p2p_rec_cleanup(ctx);
     kh_destroy_inplace(p2p_ep_rank, &ctx->ep_rank);
     free(ctx->peers);
     free(ctx->comms);
@@ -374,6 +385,9 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     }
     if (ret == P2P_OK) {
         ret = p2p_rndv_init(ctx);
+    }
+    if (ret == P2P_OK) {
+        ret = p2p_rec_init(ctx);
     }
     if (ret == P2P_OK) {
         ret = p2p_wireup_init(ctx);
@@ -515,7 +529,8 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             "peak %zu, limit %zu, dropped %llu\n"
             "p2p[%d] stats: dropped on arrival: malformed %llu, "
             "unauthenticated %llu, stale request id %llu, stale "
-            "communicator %llu, duplicate %llu, from a failed peer %llu\n"
+            "communicator %llu, duplicate %llu, from a failed peer %llu, "
+            "out of memory %llu (data only %llu)\n"
             "p2p[%d] stats: registration cache (leave pinned %s): hits %llu,"
             " misses %llu, evictions %llu, invalidations %llu, "
             "regions %llu\n",
@@ -533,6 +548,8 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             (unsigned long long)s.rx_stale_comm,
             (unsigned long long)s.rx_duplicate,
             (unsigned long long)s.rx_failed_peer,
+            (unsigned long long)s.rx_no_memory,
+            (unsigned long long)s.rx_data_no_memory,
             ctx->rank, ctx->cfg.leave_pinned ? "on" : "off",
             (unsigned long long)s.reg_hits,
             (unsigned long long)s.reg_misses,

@@ -2,6 +2,11 @@
  * Peer failure: when UCP (an endpoint error) or the same-host watch
  * (p2p_liveness.c) says a peer is gone, everything that waits for it
  * completes with P2P_ERR_PEER_FAILED, and its endpoint is closed.
+ *
+ * A peer is also cut off when a message of it can be neither kept nor
+ * even remembered (out of memory, and the reserve of header records
+ * exhausted): its operations then complete with P2P_ERR_NO_MEMORY rather
+ * than wait for what was lost.
  */
 #include "p2p_int.h"
 
@@ -10,6 +15,7 @@ static void p2p_fail_posted_cb(void *arg, p2p_mq_recv_t *r)
     void          **a    = arg;
     p2p_comm_t    *comm  = a[0];
     int           crank  = *(int*)a[1];
+    int           error  = *(int*)a[2];
     p2p_request_t *req;
 
     if ((r->src != crank) && (r->src != P2P_MQ_ANY_SOURCE)) {
@@ -17,7 +23,7 @@ static void p2p_fail_posted_cb(void *arg, p2p_mq_recv_t *r)
     }
     p2p_mq_cancel(&comm->mq, r);
     req = p2p_container_of(r, p2p_request_t, recv.mq);
-    p2p_req_fail(req, P2P_ERR_PEER_FAILED);
+    p2p_req_fail(req, error);
     p2p_req_event(req);
 }
 
@@ -46,13 +52,22 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
     int           r;
 
     if (!peer->failed) {
-        peer->failed = 1;
-        p2p_log(ctx, "rank %u failed or became unreachable (%s): its "
-                "pending operations complete with P2P_ERR_PEER_FAILED",
-                peer->rank, ucs_status_string(status));
+        peer->failed     = 1;
+        peer->fail_error = (status == UCS_ERR_NO_MEMORY) ?
+                           P2P_ERR_NO_MEMORY : P2P_ERR_PEER_FAILED;
+        if (status == UCS_ERR_NO_MEMORY) {
+            p2p_log(ctx, "error: out of memory: a message from rank %u "
+                    "could not even be remembered, so nothing more is "
+                    "taken from it; its pending operations complete with "
+                    "P2P_ERR_NO_MEMORY", peer->rank);
+        } else {
+            p2p_log(ctx, "rank %u failed or became unreachable (%s): its "
+                    "pending operations complete with P2P_ERR_PEER_FAILED",
+                    peer->rank, ucs_status_string(status));
+        }
         p2p_dlist_for_each_safe(e, t, &peer->waiting) {
             p2p_wait_done(p2p_container_of(e, p2p_request_t, wait_link),
-                          P2P_ERR_PEER_FAILED);
+                          peer->fail_error);
         }
         /* receives that only this peer (or anyone, which now may mean
          * this peer) could satisfy would wait forever */
@@ -63,7 +78,7 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
             }
             for (r = 0; r < comm->size; ++r) {
                 if (comm->world[r] == peer->rank) {
-                    void *arg[2] = { comm, &r };
+                    void *arg[3] = { comm, &r, &peer->fail_error };
                     p2p_mq_foreach_posted(&comm->mq, p2p_fail_posted_cb,
                                           arg);
                     break;

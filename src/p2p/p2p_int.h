@@ -10,6 +10,7 @@
 #include "p2p_list.h"
 #include "p2p_match.h"
 #include "p2p_wire.h"
+#include "p2p_fault.h"
 
 #include <rcache.h>
 #include <pmix.h>
@@ -57,6 +58,9 @@ typedef struct p2p_rx {
     uint64_t       length;      /* message length */
     uint64_t       address;     /* RTS: sender's buffer */
     ucp_ep_h       ep;          /* the endpoint UCP says it came by */
+    int            dropped;     /* 0, or why the data was not kept
+                                   (P2P_ERR_NO_MEMORY, _UNEXP_LIMIT): the
+                                   receive that matches fails with it */
     void           *data;       /* payload, packed rkey or UCP descriptor */
     size_t         data_len;    /* bytes at data (0 for a descriptor) */
 } p2p_rx_t;
@@ -93,6 +97,9 @@ typedef struct p2p_peer {
                                    messages: large sends use UCP's own
                                    rendezvous (p2p_wireup.c says why) */
     uint8_t       token_sent;   /* it has been given rx_token */
+    uint8_t       token_busy;   /* token_msg in flight */
+    int           fail_error;   /* what its requests fail with */
+    p2p_wire_token_t token_msg;
     /* Authentication (p2p_wire.h): what it must put in its messages to
      * us (random, never 0), and what we put in ours to it (0: not known
      * yet, send with UCP's reply flag instead) */
@@ -111,6 +118,7 @@ typedef struct p2p_peer {
  * missing. Replayed through the arrival path in arrival order. */
 typedef struct p2p_held {
     p2p_dlist_t link;
+    int         reserve;        /* a header-only record of the reserve */
     p2p_rx_t    rx;             /* rx.data points into buf (or is the
                                    UCP descriptor) */
     char        buf[];          /* copied data */
@@ -163,6 +171,7 @@ struct p2p_request {
             size_t         len;
             ucp_rkey_h     rkey;
             uint64_t       sreq;      /* rendezvous: whom to send FIN */
+            p2p_wire_ctl_t answer;    /* FIN or ACK in flight */
             size_t         msg_len;   /* truncating UCP protocol: length
                                          the sender declared */
         } recv;
@@ -180,8 +189,9 @@ struct p2p_unexp {
     p2p_mq_msg_t  mq;
     p2p_comm_t    *comm;
     uint8_t       kind;
-    uint8_t       sync;         /* eager: sender wants an ACK on match */
-    uint8_t       dropped;      /* eager data not kept: limit was hit */
+    uint8_t       reserve;      /* a header-only record of the reserve */
+    int16_t       dropped;      /* 0, or why the data was not kept: the
+                                   receive that matches fails with it */
     int32_t       src;
     int32_t       tag;
     size_t        length;       /* message length */
@@ -191,17 +201,6 @@ struct p2p_unexp {
     void          *desc;        /* UCP descriptor (P2P_UNEXP_UCP) */
     char          data[];       /* eager payload or packed rkey */
 };
-
-/* Small control message in flight (FIN/ACK): its header must outlive the
- * send. */
-typedef struct p2p_ctl {
-    union {
-        p2p_wire_ctl_t   hdr;
-        p2p_wire_token_t tok;
-    };
-    p2p_context_t  *ctx;
-    struct p2p_ctl *next_free;
-} p2p_ctl_t;
 
 typedef struct p2p_reg {
     ucp_mem_h memh;
@@ -245,8 +244,7 @@ struct p2p_context {
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
     p2p_request_t *free_reqs;
-    p2p_ctl_t     *free_ctls;
-    void          *chunks;      /* request/ctl memory, freed at finalize */
+    void          *chunks;      /* request memory, freed at finalize */
     p2p_rid_slot_t *rids;       /* request table */
     uint32_t      nrids;
     uint32_t      rid_free;     /* first free slot, UINT32_MAX: none */
@@ -257,6 +255,12 @@ struct p2p_context {
     size_t        unexp_bytes;
     int           unexp_warned;
     unsigned      warned;       /* P2P_WARNED_*: said once already */
+    /* header-only records for messages whose record could not be
+     * allocated (p2p_rec_alloc) */
+    void          *reserve_mem;
+    void          *reserve;
+    unsigned      faults;       /* injected faults pending (p2p_fault.h) */
+    unsigned      fault[P2P_FAULT_LAST];
     p2p_stats_t   stats;
     char          last_error[512];
 };
@@ -333,8 +337,10 @@ static inline void p2p_req_fail(p2p_request_t *req, int error)
 /* p2p_send.c */
 int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, int sync, p2p_request_t **req_p);
-void p2p_send_ctl(p2p_context_t *ctx, p2p_peer_t *peer, unsigned type,
-                  uint64_t sreq, int status);
+/* The answer (FIN, ACK) a receive owes the sender: its header lives in
+ * the request, which completes once it is sent. */
+void p2p_send_answer(p2p_request_t *req, unsigned type, uint64_t sreq,
+                     int status);
 void p2p_wait_done(p2p_request_t *req, int error);
 /* An answer (FIN/ACK) for one of our sends arrived from peer. */
 void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
@@ -356,6 +362,7 @@ int  p2p_rkey_valid(const void *buf, size_t len);
 void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
                     uint64_t length, uint64_t address, const void *rkey_buf,
                     size_t rkey_len);
+void p2p_rndv_refuse(p2p_request_t *req, uint64_t sreq, int error);
 void p2p_mid_start(p2p_request_t *req, void *desc, size_t length);
 
 /* Eager data into a matched receive: what fits, and TRUNCATE if not all */
@@ -374,8 +381,30 @@ static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
     req->status.count = n;
 }
 
+/* Whether an operation of this kind is to fail now (p2p_fault.h). */
+static inline int p2p_fault(p2p_context_t *ctx, int kind)
+{
+    if (P2P_LIKELY(ctx->faults == 0) || (ctx->fault[kind] == 0)) {
+        return 0;
+    }
+    --ctx->fault[kind];
+    --ctx->faults;
+    return 1;
+}
+
 /* p2p_unexp.c */
-void p2p_unexp_queue(p2p_comm_t *comm, const p2p_rx_t *rx);
+/* Memory for the record of an arrived message (unexpected or held): size
+ * bytes, or if that fails a header-only record from the reserve
+ * (*reserve = 1, its data cannot be kept), or NULL if that is empty too. */
+void *p2p_rec_alloc(p2p_context_t *ctx, size_t size, int *reserve);
+void p2p_rec_free(p2p_context_t *ctx, void *rec, int reserve);
+int  p2p_rec_init(p2p_context_t *ctx);
+void p2p_rec_cleanup(p2p_context_t *ctx);
+/* The record of a message from this sender cannot be kept at all: cut
+ * it off (p2p_failure.c) rather than lose the message silently. */
+void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx);
+/* Returns whether UCP must keep the descriptor (it was queued). */
+int  p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx);
 void p2p_recv_from_unexp(p2p_request_t *req, struct p2p_unexp *u);
 void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u);
 

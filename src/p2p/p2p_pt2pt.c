@@ -159,6 +159,13 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
         p2p_recv_from_unexp(req, u);
         return P2P_OK;
     }
+    if ((src != P2P_ANY_SOURCE) &&
+        P2P_UNLIKELY(p2p_comm_peer(comm, src)->failed)) {
+        /* nothing more will come from it */
+        p2p_req_fail(req, p2p_comm_peer(comm, src)->fail_error);
+        p2p_req_event(req);
+        return P2P_OK;
+    }
     if (P2P_UNLIKELY(p2p_mq_post(&comm->mq, &req->recv.mq, src, tag) != 0)) {
         p2p_req_put(req);
         *req_p = NULL;

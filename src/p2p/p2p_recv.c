@@ -119,22 +119,37 @@ static inline p2p_peer_t *p2p_rx_authenticate(p2p_comm_t *comm,
 
 /* ---- matching ---- */
 
-/* An in-order message of comm: match it or queue it. */
-static inline void p2p_deliver(p2p_comm_t *comm, p2p_peer_t *peer,
-                        const p2p_rx_t *rx)
+/* An in-order message of comm: match it or queue it. Returns whether UCP
+ * must keep the descriptor (consumed by a receive, or queued). */
+static inline int p2p_deliver(p2p_comm_t *comm, p2p_peer_t *peer,
+                              const p2p_rx_t *rx)
 {
     p2p_mq_recv_t *r;
     p2p_request_t *req;
 
     r = p2p_mq_match_arrival(&comm->mq, rx->m.src, rx->m.tag);
     if (r == NULL) {
-        p2p_unexp_queue(comm, rx);
-        return;
+        return p2p_unexp_queue(comm, peer, rx);
     }
     req                = p2p_container_of(r, p2p_request_t, recv.mq);
     req->status.source = rx->m.src;
     req->status.tag    = rx->m.tag;
     req->peer          = peer;
+    if (P2P_UNLIKELY(rx->dropped)) {
+        /* its data could not be kept while it was held */
+        if (rx->type == P2P_WIRE_RTS) {
+            p2p_rndv_refuse(req, rx->sreq, rx->dropped);
+            return 0;
+        }
+        req->status.error = rx->dropped;
+        req->status.count = 0;
+        if (rx->sreq != 0) {
+            ++comm->ctx->stats.sync_acks;
+            p2p_send_answer(req, P2P_WIRE_ACK, rx->sreq, P2P_OK);
+        }
+        p2p_req_event(req);
+        return 0;
+    }
     switch (rx->type) {
     case P2P_WIRE_EAGER:
         p2p_recv_copy(req, rx->data, rx->data_len);
@@ -143,45 +158,54 @@ static inline void p2p_deliver(p2p_comm_t *comm, p2p_peer_t *peer,
     case P2P_WIRE_EAGER_SYNC:
         p2p_recv_copy(req, rx->data, rx->data_len);
         ++comm->ctx->stats.sync_acks;
-        p2p_send_ctl(comm->ctx, peer, P2P_WIRE_ACK, rx->sreq, P2P_OK);
+        p2p_send_answer(req, P2P_WIRE_ACK, rx->sreq, P2P_OK);
         p2p_req_event(req);
         break;
     case P2P_WIRE_MID:
         if (rx->sreq != 0) {
             ++comm->ctx->stats.sync_acks;
-            p2p_send_ctl(comm->ctx, peer, P2P_WIRE_ACK, rx->sreq, P2P_OK);
+            p2p_send_answer(req, P2P_WIRE_ACK, rx->sreq, P2P_OK);
         }
         if (rx->how == P2P_ARR_UCP_DESC) {
             p2p_mid_start(req, rx->data, rx->length);
-        } else {
-            p2p_recv_copy(req, rx->data, rx->data_len);
-            p2p_req_event(req);
+            return 1;
         }
+        p2p_recv_copy(req, rx->data, rx->data_len);
+        p2p_req_event(req);
         break;
     default:
         p2p_rndv_start(req, peer, rx->sreq, rx->length, rx->address,
                        rx->data, rx->data_len);
         break;
     }
+    return 0;
 }
 
 /* ---- held messages ---- */
 
-/* Keep a copy (or the UCP descriptor) for later. Returns whether UCP must
- * keep the descriptor alive. */
-static int p2p_hold(p2p_context_t *ctx, p2p_dlist_t *list, const p2p_rx_t *rx)
+/* Keep a copy (or the UCP descriptor) for later. peer: the sender if
+ * authenticated already. Returns whether UCP must keep the descriptor. */
+static int p2p_hold(p2p_context_t *ctx, p2p_dlist_t *list, p2p_peer_t *peer,
+                    const p2p_rx_t *rx)
 {
     size_t     dlen = (rx->how == P2P_ARR_DATA) ? rx->data_len : 0;
-    p2p_held_t *h   = malloc(sizeof(*h) + dlen);
+    int        reserve;
+    p2p_held_t *h   = p2p_rec_alloc(ctx, sizeof(*h) + dlen, &reserve);
 
-    if (h == NULL) {
-        p2p_log(ctx, "error: out of memory holding an early message from "
-                "rank %d of communicator %u: it is lost", rx->m.src,
-                rx->m.cid);
+    if (P2P_UNLIKELY(h == NULL)) {
+        p2p_rec_lost(ctx, peer, rx);
         return 0;
     }
-    h->rx = *rx;
+    h->reserve = reserve;
+    h->rx      = *rx;
     if (rx->how == P2P_ARR_DATA) {
+        if (P2P_UNLIKELY(reserve) && (dlen != 0)) {
+            /* only the header fits: the receive will say why */
+            dlen              = 0;
+            h->rx.data_len    = 0;
+            h->rx.dropped     = P2P_ERR_NO_MEMORY;
+            ++ctx->stats.rx_data_no_memory;
+        }
         if (dlen != 0) {
             memcpy(h->buf, rx->data, dlen);
         }
@@ -197,7 +221,7 @@ static void p2p_held_release(p2p_context_t *ctx, p2p_held_t *h)
     if (h->rx.how == P2P_ARR_DATA) {
         ctx->unexp_bytes -= h->rx.data_len;
     }
-    free(h);
+    p2p_rec_free(ctx, h, h->reserve);
 }
 
 void p2p_replay_held(p2p_context_t *ctx, p2p_held_t *h)
@@ -252,6 +276,7 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
     p2p_comm_t *comm = p2p_comm_by_cid(ctx, rx->m.cid);
     p2p_peer_t *peer;
     int32_t    ahead;
+    int        keep;
 
     if (P2P_UNLIKELY((comm == NULL) || (comm == P2P_COMM_FREED) ||
                      (comm->cepoch != rx->m.cepoch))) {
@@ -259,7 +284,7 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
             ((comm != P2P_COMM_FREED) &&
              ((int16_t)(rx->m.cepoch - comm->cepoch) > 0))) {
             /* its communicator is being created here: keep it for then */
-            return p2p_hold(ctx, &ctx->early, rx);
+            return p2p_hold(ctx, &ctx->early, NULL, rx);
         }
         ++ctx->stats.rx_stale_comm;
         return 0;
@@ -286,15 +311,14 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
             ++ctx->stats.rx_duplicate;
             return 0;
         }
-        return p2p_hold(ctx, &comm->ooo, rx);
+        return p2p_hold(ctx, &comm->ooo, peer, rx);
     }
     ++comm->recv_seq[rx->m.src];
-    p2p_deliver(comm, peer, rx);
+    keep = p2p_deliver(comm, peer, rx);
     if (P2P_UNLIKELY(!p2p_dlist_empty(&comm->ooo))) {
         p2p_drain_ooo(comm, rx->m.src);
     }
-    /* a descriptor was either consumed (recv_data) or queued unexpected */
-    return rx->how == P2P_ARR_UCP_DESC;
+    return keep;
 }
 
 void p2p_arrival(p2p_context_t *ctx, const p2p_rx_t *rx)
@@ -382,6 +406,7 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
     rx.m.src    = (int32_t)P2P_FROM_LE32((uint32_t)h.m.src);
     rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.m.tag);
     rx.m.seq    = P2P_FROM_LE32(h.m.seq);
+    rx.dropped  = 0;
     rx.data     = data;
     rx.data_len = (rx.how == P2P_ARR_DATA) ? length : 0;
     rx.length   = length;
@@ -444,6 +469,7 @@ static ucs_status_t p2p_am_cb(void *arg, const void *header,
     rx.m.src    = (int32_t)P2P_FROM_LE32((uint32_t)h.src);
     rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.tag);
     rx.m.seq    = P2P_FROM_LE32(h.seq);
+    rx.dropped  = 0;
     rx.data     = data;
     rx.data_len = length;
     rx.length   = length;

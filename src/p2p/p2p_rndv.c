@@ -44,8 +44,6 @@ int p2p_rkey_valid(const void *buf, size_t len)
 
 static void p2p_rndv_finish(p2p_request_t *req, ucs_status_t status)
 {
-    p2p_peer_t *peer = req->peer;
-
     if (req->recv.rkey != NULL) {
         ucp_rkey_destroy(req->recv.rkey);
         req->recv.rkey = NULL;
@@ -55,7 +53,7 @@ static void p2p_rndv_finish(p2p_request_t *req, ucs_status_t status)
         req->status.count = 0;
     }
     /* the sender learns whether its data arrived */
-    p2p_send_ctl(req->ctx, peer, P2P_WIRE_FIN, req->recv.sreq,
+    p2p_send_answer(req, P2P_WIRE_FIN, req->recv.sreq,
                  (status == UCS_OK) ? P2P_OK : p2p_status_err(status));
     p2p_req_event(req);
 }
@@ -64,6 +62,18 @@ static void p2p_get_cb(void *ucp_req, ucs_status_t status, void *user_data)
 {
     ucp_request_free(ucp_req);
     p2p_rndv_finish((p2p_request_t*)user_data, status);
+}
+
+/* A receive matched a rendezvous whose key was not kept (out of memory):
+ * the receive fails, and the sender hears so by FIN. */
+void p2p_rndv_refuse(p2p_request_t *req, uint64_t sreq, int error)
+{
+    req->recv.sreq = sreq;
+    req->recv.rkey = NULL;
+    p2p_req_fail(req, error);
+    req->status.count = 0;
+    p2p_send_answer(req, P2P_WIRE_FIN, sreq, error);
+    p2p_req_event(req);
 }
 
 /* A receive matched a rendezvous message: pull the data. */
@@ -88,7 +98,7 @@ void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
     }
     req->status.count = n;
     if (peer->failed) {
-        p2p_req_fail(req, P2P_ERR_PEER_FAILED);
+        p2p_req_fail(req, peer->fail_error);
         req->status.count = 0;
         p2p_req_event(req);
         return;

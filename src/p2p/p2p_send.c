@@ -24,77 +24,89 @@
 
 #include <string.h>
 
-/* ---- small control messages (FIN, ACK) ---- */
+/* ---- small control messages (FIN, ACK, TOKEN) ----
+ *
+ * Their headers live in what they belong to -- an answer in the receive
+ * request that answers, a token in its peer -- so sending one never
+ * allocates: an answer cannot be lost to a failed allocation, which would
+ * leave its send waiting forever. */
 
-static p2p_ctl_t *p2p_ctl_get(p2p_context_t *ctx)
+static void p2p_answer_cb(void *ucp_req, ucs_status_t status,
+                          void *user_data)
 {
-    p2p_ctl_t *c;
-    int       i;
-
-    if (P2P_UNLIKELY(ctx->free_ctls == NULL)) {
-        c = p2p_chunk_alloc(ctx, 64 * sizeof(*c));
-        if (c == NULL) {
-            return NULL;
-        }
-        for (i = 0; i < 64; ++i) {
-            c[i].next_free = ctx->free_ctls;
-            ctx->free_ctls = &c[i];
-        }
-    }
-    c              = ctx->free_ctls;
-    ctx->free_ctls = c->next_free;
-    return c;
-}
-
-static void p2p_ctl_put(p2p_context_t *ctx, p2p_ctl_t *c)
-{
-    c->next_free   = ctx->free_ctls;
-    ctx->free_ctls = c;
-}
-
-static void p2p_ctl_cb(void *ucp_req, ucs_status_t status, void *user_data)
-{
-    p2p_ctl_t *c = user_data;
-
     ucp_request_free(ucp_req);
-    p2p_ctl_put(c->ctx, c);
+    p2p_req_event((p2p_request_t*)user_data);
 }
 
-/* Best effort: if the peer is gone, its request is gone too. */
-void p2p_send_ctl(p2p_context_t *ctx, p2p_peer_t *peer, unsigned type,
-                  uint64_t sreq, int status)
+/* The answer a receive owes the sender of what it matched. The request
+ * completes only once UCP is done with the header in it. Best effort: if
+ * the peer is gone, its request is gone too. */
+void p2p_send_answer(p2p_request_t *req, unsigned type, uint64_t sreq,
+                     int status)
 {
+    p2p_context_t       *ctx  = req->ctx;
+    p2p_peer_t          *peer = req->peer;
     ucp_request_param_t param;
     ucs_status_ptr_t    sp;
     ucp_ep_h            ep;
-    p2p_ctl_t           *c;
 
     if (peer->failed || (p2p_peer_ep(peer, &ep) != P2P_OK)) {
         return;
     }
-    c = p2p_ctl_get(ctx);
-    if (c == NULL) {
-        p2p_log(ctx, "out of memory: a %s to rank %u is lost; that send "
-                "will not complete", (type == P2P_WIRE_FIN) ? "FIN" : "ACK",
-                peer->rank);
-        return;
-    }
-    c->hdr.type     = (uint8_t)type;
-    c->hdr.version  = P2P_WIRE_VERSION;
-    c->hdr.reserved = 0;
-    c->hdr.status   = (int32_t)P2P_LE32((uint32_t)status);
-    c->hdr.sreq     = P2P_LE64(sreq);
-    c->ctx          = ctx;
+    req->recv.answer.type     = (uint8_t)type;
+    req->recv.answer.version  = P2P_WIRE_VERSION;
+    req->recv.answer.reserved = 0;
+    req->recv.answer.status   = (int32_t)P2P_LE32((uint32_t)status);
+    req->recv.answer.sreq     = P2P_LE64(sreq);
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA |
                          UCP_OP_ATTR_FIELD_FLAGS;
     param.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send      = p2p_ctl_cb;
-    param.user_data    = c;
-    sp = ucp_am_send_nbx(ep, ctx->am_id, &c->hdr, sizeof(c->hdr), NULL, 0,
-                         &param);
-    if (!UCS_PTR_IS_PTR(sp)) {
-        p2p_ctl_put(ctx, c);
+    param.cb.send      = p2p_answer_cb;
+    param.user_data    = req;
+    sp = ucp_am_send_nbx(ep, ctx->am_id, &req->recv.answer,
+                         sizeof(req->recv.answer), NULL, 0, &param);
+    if (UCS_PTR_IS_PTR(sp)) {
+        ++req->pending;
+    }
+}
+
+static void p2p_token_cb(void *ucp_req, ucs_status_t status,
+                         void *user_data)
+{
+    ucp_request_free(ucp_req);
+    ((p2p_peer_t*)user_data)->token_busy = 0;
+}
+
+/* Our token for peer, over the endpoint to it (the only channel that
+ * reaches it alone). Best effort: without it the peer keeps sending with
+ * the reply flag, which works too. */
+void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t    sp;
+    ucp_ep_h            ep;
+
+    if (peer->failed || peer->token_busy ||
+        (p2p_peer_ep(peer, &ep) != P2P_OK)) {
+        return;
+    }
+    peer->token_sent          = 1;
+    peer->token_msg.type      = P2P_WIRE_TOKEN;
+    peer->token_msg.version   = P2P_WIRE_VERSION;
+    peer->token_msg.reserved  = 0;
+    peer->token_msg.reserved2 = 0;
+    peer->token_msg.token     = peer->rx_token;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
+    param.cb.send      = p2p_token_cb;
+    param.user_data    = peer;
+    sp = ucp_am_send_nbx(ep, ctx->am_id, &peer->token_msg,
+                         sizeof(peer->token_msg), NULL, 0, &param);
+    if (UCS_PTR_IS_PTR(sp)) {
+        peer->token_busy = 1;
     }
 }
 
@@ -169,12 +181,30 @@ static void p2p_send_cb(void *ucp_req, ucs_status_t status, void *user_data)
     p2p_req_event(req);
 }
 
-static void p2p_send_posted(p2p_request_t *req, ucs_status_ptr_t sp)
+static inline ucs_status_ptr_t p2p_am_send(p2p_context_t *ctx, ucp_ep_h ep,
+                                           const void *hdr, size_t hdr_len,
+                                           const void *buf, size_t len,
+                                           const ucp_request_param_t *param)
+{
+    if (P2P_UNLIKELY(p2p_fault(ctx, P2P_FAULT_SEND))) {
+        return UCS_STATUS_PTR(UCS_ERR_IO_ERROR);
+    }
+    return ucp_am_send_nbx(ep, ctx->am_id, hdr, hdr_len, buf, len, param);
+}
+
+/* After ucp_am_send_nbx of a numbered message: an error right away means
+ * nothing was sent, so its sequence number is given back -- otherwise the
+ * receiver would hold every later message waiting for this one. */
+static void p2p_send_posted(p2p_request_t *req, ucs_status_ptr_t sp,
+                            uint32_t *seq)
 {
     if (P2P_LIKELY(sp == NULL)) {
         p2p_req_event(req);
     } else if (UCS_PTR_IS_ERR(sp)) {
         int err = p2p_status_err(UCS_PTR_STATUS(sp));
+        --*seq;
+        p2p_set_error(req->ctx, "sending to rank %u failed: %s",
+                      req->peer->rank, ucs_status_string(UCS_PTR_STATUS(sp)));
         p2p_req_fail(req, err);
         p2p_wait_done(req, err);
         p2p_req_event(req);
@@ -211,43 +241,6 @@ static inline uint32_t p2p_auth_flag(const p2p_peer_t *peer)
     return P2P_LIKELY(peer->tx_token != 0) ? 0 : UCP_AM_SEND_FLAG_REPLY;
 }
 
-/* Our token for peer, over the endpoint to it (the only channel that
- * reaches it alone). Best effort: without it the peer keeps sending with
- * the reply flag, which works too. */
-void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer)
-{
-    ucp_request_param_t param;
-    ucs_status_ptr_t    sp;
-    ucp_ep_h            ep;
-    p2p_ctl_t           *c;
-
-    if (peer->failed || (p2p_peer_ep(peer, &ep) != P2P_OK)) {
-        return;
-    }
-    c = p2p_ctl_get(ctx);
-    if (c == NULL) {
-        return;
-    }
-    peer->token_sent   = 1;
-    c->tok.type        = P2P_WIRE_TOKEN;
-    c->tok.version     = P2P_WIRE_VERSION;
-    c->tok.reserved    = 0;
-    c->tok.reserved2   = 0;
-    c->tok.token       = peer->rx_token;
-    c->ctx             = ctx;
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                         UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send      = p2p_ctl_cb;
-    param.user_data    = c;
-    sp = ucp_am_send_nbx(ep, ctx->am_id, &c->tok, sizeof(c->tok), NULL, 0,
-                         &param);
-    if (!UCS_PTR_IS_PTR(sp)) {
-        p2p_ctl_put(ctx, c);
-    }
-}
-
 int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                    int tag, int sync, p2p_request_t **req_p)
 {
@@ -274,7 +267,7 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     req->status.count   = len;
     req->send.region    = NULL;
     if (P2P_UNLIKELY(peer->failed)) {
-        p2p_send_refused(req, P2P_ERR_PEER_FAILED);
+        p2p_send_refused(req, peer->fail_error);
         return P2P_OK;
     }
     ret = p2p_peer_ep(peer, &ep);
@@ -298,9 +291,8 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
             req->pending = 1;
             ++comm->send_seq[dest];
             ++ctx->stats.eager_sent;
-            sp = ucp_am_send_nbx(ep, ctx->am_id, &req->send.hdr.eager,
-                                 sizeof(req->send.hdr.eager), buf, len,
-                                 &param);
+            sp = p2p_am_send(ctx, ep, &req->send.hdr.eager,
+                             sizeof(req->send.hdr.eager), buf, len, &param);
         } else {
             if (p2p_wait_link(req) != P2P_OK) {
                 p2p_set_error(ctx, "out of memory for a request id");
@@ -313,11 +305,10 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
             req->pending = 2;
             ++comm->send_seq[dest];
             ++ctx->stats.eager_sent;
-            sp = ucp_am_send_nbx(ep, ctx->am_id, &req->send.hdr.sync,
-                                 sizeof(req->send.hdr.sync), buf, len,
-                                 &param);
+            sp = p2p_am_send(ctx, ep, &req->send.hdr.sync,
+                             sizeof(req->send.hdr.sync), buf, len, &param);
         }
-        p2p_send_posted(req, sp);
+        p2p_send_posted(req, sp, &comm->send_seq[dest]);
         return P2P_OK;
     }
 
@@ -342,9 +333,9 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
         } else {
             ++ctx->stats.rndv_ucp_sent;
         }
-        sp = ucp_am_send_nbx(ep, ctx->am_id, &req->send.hdr.sync,
-                             sizeof(req->send.hdr.sync), buf, len, &param);
-        p2p_send_posted(req, sp);
+        sp = p2p_am_send(ctx, ep, &req->send.hdr.sync,
+                         sizeof(req->send.hdr.sync), buf, len, &param);
+        p2p_send_posted(req, sp, &comm->send_seq[dest]);
         return P2P_OK;
     }
 
@@ -375,9 +366,8 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     ++comm->send_seq[dest];
     param.flags = UCP_AM_SEND_FLAG_EAGER | p2p_auth_flag(peer);
     ++ctx->stats.rndv_sent;
-    sp = ucp_am_send_nbx(ep, ctx->am_id, &req->send.hdr.rts,
-                         sizeof(req->send.hdr.rts), reg->rkey_buf,
-                         reg->rkey_len, &param);
-    p2p_send_posted(req, sp);
+    sp = p2p_am_send(ctx, ep, &req->send.hdr.rts, sizeof(req->send.hdr.rts),
+                     reg->rkey_buf, reg->rkey_len, &param);
+    p2p_send_posted(req, sp, &comm->send_seq[dest]);
     return P2P_OK;
 }

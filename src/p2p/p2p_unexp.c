@@ -5,11 +5,102 @@
  * rkey, a message UCP delivers by its own rendezvous its header and UCP's
  * descriptor. A receive or matched probe takes them off in arrival order
  * (p2p_match.c).
+ *
+ * No message is lost without trace. A record whose data cannot be kept
+ * (over the limit, or out of memory) keeps the header, and the receive
+ * that matches it fails saying why; if even the header cannot be
+ * allocated, a record of a small reserve takes it; and if the reserve is
+ * used up, the sender is cut off (p2p_failure.c), so that its operations
+ * fail instead of waiting for what was lost.
  */
 #include "p2p_int.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define P2P_REC_RESERVE 256
+
+typedef union p2p_rec_slot {
+    union p2p_rec_slot *next;
+    struct p2p_unexp   u;
+    p2p_held_t         h;
+} p2p_rec_slot_t;
+
+int p2p_rec_init(p2p_context_t *ctx)
+{
+    p2p_rec_slot_t *slots = calloc(P2P_REC_RESERVE, sizeof(*slots));
+    int            i;
+
+    if (slots == NULL) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    for (i = 0; i < P2P_REC_RESERVE; ++i) {
+        slots[i].next = ctx->reserve;
+        ctx->reserve  = &slots[i];
+    }
+    ctx->reserve_mem = slots;
+    return P2P_OK;
+}
+
+void p2p_rec_cleanup(p2p_context_t *ctx)
+{
+    free(ctx->reserve_mem);
+    ctx->reserve_mem = NULL;
+    ctx->reserve     = NULL;
+}
+
+void *p2p_rec_alloc(p2p_context_t *ctx, size_t size, int *reserve)
+{
+    p2p_rec_slot_t *slot;
+    void           *rec = p2p_fault(ctx, P2P_FAULT_ALLOC) ? NULL :
+                          malloc(size);
+
+    *reserve = 0;
+    if (P2P_LIKELY(rec != NULL)) {
+        return rec;
+    }
+    slot = ctx->reserve;
+    if (slot == NULL) {
+        return NULL;
+    }
+    ctx->reserve = slot->next;
+    *reserve     = 1;
+    memset(slot, 0, sizeof(*slot));
+    return slot;
+}
+
+void p2p_rec_free(p2p_context_t *ctx, void *rec, int reserve)
+{
+    p2p_rec_slot_t *slot = rec;
+
+    if (!reserve) {
+        free(rec);
+        return;
+    }
+    slot->next   = ctx->reserve;
+    ctx->reserve = slot;
+}
+
+void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx)
+{
+    int i;
+
+    ++ctx->stats.rx_no_memory;
+    if (peer == NULL) {
+        /* not authenticated yet (its communicator is unknown here): who
+         * sent it, by token or endpoint? */
+        peer = p2p_rx_peer(ctx, rx->ep);
+        for (i = 0; (peer == NULL) && (rx->token != 0) && (i < ctx->size);
+             ++i) {
+            if (ctx->peers[i].rx_token == rx->token) {
+                peer = &ctx->peers[i];
+            }
+        }
+    }
+    if (peer != NULL) {
+        p2p_peer_failed(peer, UCS_ERR_NO_MEMORY, 1);
+    }
+}
 
 void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u)
 {
@@ -19,7 +110,7 @@ void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u)
     if ((u->kind == P2P_UNEXP_UCP) && (u->desc != NULL)) {
         ucp_am_data_release(ctx->worker, u->desc);
     }
-    free(u);
+    p2p_rec_free(ctx, u, u->reserve);
 }
 
 /* Deliver an unexpected message to a receive that matched it (irecv found
@@ -35,48 +126,52 @@ void p2p_recv_from_unexp(p2p_request_t *req, struct p2p_unexp *u)
     switch (u->kind) {
     case P2P_UNEXP_EAGER:
         if (u->dropped) {
-            req->status.error = P2P_ERR_UNEXP_LIMIT;
+            req->status.error = u->dropped;
             req->status.count = 0;
         } else {
             p2p_recv_copy(req, u->data, u->length);
         }
         if (u->sreq != 0) {
             ++ctx->stats.sync_acks;
-            p2p_send_ctl(ctx, peer, P2P_WIRE_ACK, u->sreq, P2P_OK);
+            p2p_send_answer(req, P2P_WIRE_ACK, u->sreq, P2P_OK);
         }
         p2p_req_event(req);
         break;
     case P2P_UNEXP_UCP:
         if (u->sreq != 0) {
             ++ctx->stats.sync_acks;
-            p2p_send_ctl(ctx, peer, P2P_WIRE_ACK, u->sreq, P2P_OK);
+            p2p_send_answer(req, P2P_WIRE_ACK, u->sreq, P2P_OK);
         }
         p2p_mid_start(req, u->desc, u->length);
         u->desc = NULL;     /* consumed by ucp_am_recv_data_nbx */
         break;
     default:
-        p2p_rndv_start(req, peer, u->sreq, u->length, u->address, u->data,
-                       u->data_len);
+        if (u->dropped) {
+            p2p_rndv_refuse(req, u->sreq, u->dropped);
+        } else {
+            p2p_rndv_start(req, peer, u->sreq, u->length, u->address,
+                           u->data, u->data_len);
+        }
         break;
     }
     p2p_unexp_free(ctx, u);
 }
 
-void p2p_unexp_queue(p2p_comm_t *comm, const p2p_rx_t *rx)
+int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
 {
     p2p_context_t    *ctx = comm->ctx;
     struct p2p_unexp *u;
     size_t           keep = 0;
-    int              dropped = 0;
+    int              dropped = rx->dropped, reserve;
 
-    if (rx->how == P2P_ARR_DATA) {
+    if ((rx->how == P2P_ARR_DATA) && !dropped) {
         keep = rx->data_len;
         if ((rx->type != P2P_WIRE_RTS) &&
             (ctx->unexp_bytes + keep > ctx->cfg.unexp_limit)) {
             /* The bound: keep the header, not the data; the receive that
              * matches it fails with P2P_ERR_UNEXP_LIMIT. */
             keep    = 0;
-            dropped = 1;
+            dropped = P2P_ERR_UNEXP_LIMIT;
             ++ctx->stats.unexp_dropped;
             if (!ctx->unexp_warned) {
                 ctx->unexp_warned = 1;
@@ -90,16 +185,18 @@ void p2p_unexp_queue(p2p_comm_t *comm, const p2p_rx_t *rx)
             }
         }
     }
-    u = malloc(sizeof(*u) + keep);
-    if (u == NULL) {
-        p2p_log(ctx, "error: out of memory queueing an unexpected message "
-                "from rank %d tag %d of communicator %u: it is lost",
-                rx->m.src, rx->m.tag, rx->m.cid);
-        if (rx->how == P2P_ARR_UCP_DESC) {
-            ucp_am_data_release(ctx->worker, rx->data);
-        }
-        return;
+    u = p2p_rec_alloc(ctx, sizeof(*u) + keep, &reserve);
+    if (P2P_UNLIKELY(u == NULL)) {
+        p2p_rec_lost(ctx, peer, rx);
+        return 0;
     }
+    if (P2P_UNLIKELY(reserve) && (keep != 0)) {
+        /* only the header fits */
+        keep    = 0;
+        dropped = P2P_ERR_NO_MEMORY;
+        ++ctx->stats.rx_data_no_memory;
+    }
+    u->reserve  = reserve;
     u->comm     = comm;
     u->src      = rx->m.src;
     u->tag      = rx->m.tag;
@@ -120,13 +217,13 @@ void p2p_unexp_queue(p2p_comm_t *comm, const p2p_rx_t *rx)
     if (keep != 0) {
         memcpy(u->data, rx->data, keep);
     }
-    if (p2p_mq_add_unexp(&comm->mq, &u->mq, rx->m.src, rx->m.tag) != 0) {
-        p2p_log(ctx, "error: out of memory queueing an unexpected message "
-                "from rank %d tag %d of communicator %u: it is lost",
-                rx->m.src, rx->m.tag, rx->m.cid);
+    if (P2P_UNLIKELY(p2p_mq_add_unexp(&comm->mq, &u->mq, rx->m.src,
+                                      rx->m.tag) != 0)) {
+        u->desc    = NULL;  /* UCP releases it: we return "not kept" */
         u->dropped = 1;
         p2p_unexp_free(ctx, u);
-        return;
+        p2p_rec_lost(ctx, peer, rx);
+        return 0;
     }
     if (!dropped) {
         ctx->unexp_bytes += keep;
@@ -135,4 +232,5 @@ void p2p_unexp_queue(p2p_comm_t *comm, const p2p_rx_t *rx)
         }
     }
     ++ctx->stats.unexp_msgs;
+    return rx->how == P2P_ARR_UCP_DESC;
 }

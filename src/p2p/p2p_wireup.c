@@ -161,7 +161,7 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
     int             ret;
 
     if (peer->failed) {
-        return P2P_ERR_PEER_FAILED;
+        return peer->fail_error;
     }
     if ((int)peer->rank == ctx->rank) {
         addr = ctx->address;

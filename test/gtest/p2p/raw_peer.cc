@@ -77,15 +77,18 @@ bool RawPeer::init()
         fprintf(stderr, "raw peer: %s: %s\n", ib2, dlerror());
         return false;
     }
-    /* the transports p2p offers: shared memory with peer error handling */
+    /* the transports p2p offers: shared memory with peer error handling,
+     * configured as p2p configures it (UCX 1.13 aborts when the two ends
+     * of a connection pick different lanes) */
     ucp_config_t *config;
+    const char   *tls = getenv("UCX_TLS");
+    bool         mm   = (tls == nullptr) || (strstr(tls, "tcp") == nullptr);
+    if (mm && (getenv("UCX_POSIX_ERROR_HANDLING") == nullptr) &&
+        (getenv("UCX_MM_ERROR_HANDLING") == nullptr)) {
+        setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    }
     if (ucp_config_read(NULL, NULL, &config) != UCS_OK) {
         return false;
-    }
-    const char *tls = getenv("UCX_TLS");
-    bool       mm   = (tls == nullptr) || (strstr(tls, "tcp") == nullptr);
-    if (mm && (getenv("UCX_MM_ERROR_HANDLING") == nullptr)) {
-        ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
     }
     ucp_params_t params;
     memset(&params, 0, sizeof(params));

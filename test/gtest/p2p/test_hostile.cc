@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <p2p.h>
+#include <p2p_fault.h>
 #include <p2p_wire.h>
 
 #include <cstdio>
@@ -46,8 +47,12 @@ enum {
     TAG_GO_ACK = 22, TAG_M_REPLAYED_ACK = 23, TAG_RNDV = 24,
     TAG_M_REPLAYED_FIN = 25, TAG_M_DUP = 26, TAG_M_IMPERSONATE = 27,
     TAG_M_MALFORMED = 28, TAG_M_LENGTHS = 29, TAG_IMP = 30, TAG_HUGE = 31,
-    TAG_TRUNC = 32, TAG_GO_HONEST = 40
+    TAG_TRUNC = 32, TAG_OOO = 33, TAG_M_OOO = 37, TAG_GO_HONEST = 40,
+    TAG_GO_FLOOD = 60, TAG_FLOOD = 61, TAG_AFTER = 62
 };
+
+/* the cut-off test: rank 1 ends without rank 0's finalize barrier */
+bool cut_off;
 
 /* the rendezvous rank 1 offers with a length far beyond its buffer */
 const uint64_t HUGE_LEN  = (uint64_t)1 << 40;
@@ -381,6 +386,25 @@ void hostile()
     EXPECT_EQ(HUGE_SREQ, c2.sreq);
     EXPECT_EQ(0, c2.status);
     ucp_mem_unmap(raw.context(), memh);
+
+    /* out of order: the second before the first (p2p holds it), twice;
+     * rank 0 fails the allocation of the first hold */
+    uint32_t base = raw.next_seq(0);
+    const char *texts[4] = { "first", "second", "third", "fourth" };
+    for (int pair = 0; pair < 2; ++pair) {
+        for (int k = 1; k >= 0; --k) {
+            int              i = 2 * pair + k;
+            p2p_wire_match_t o = RawPeer::match_hdr(P2P_WIRE_EAGER, 1,
+                                                    TAG_OOO + i, base + i);
+            o.token = raw.token(0);
+            ASSERT_EQ(UCS_OK, raw.send_raw(0, &o, sizeof(o), texts[i],
+                                           strlen(texts[i]), false));
+        }
+    }
+    for (int i = 0; i < 4; ++i) {
+        raw.consume_seq(0);
+    }
+    marker(TAG_M_OOO);
 }
 
 /* ---- rank 0: the victim ---- */
@@ -493,7 +517,27 @@ void victim()
         << "-byte receive raised the peak memory by "
         << (ru1.ru_maxrss - ru0.ru_maxrss) << " KiB";
     expect_drops(0, 0, 0, 0, "long messages");
+    p2p_stats_t s7 = stats();
+    p2p_fault_inject(ctx, P2P_FAULT_ALLOC, 1);
     next_phase(TAG_M_LENGTHS);
+
+    /* held out of order: delivered in order; the one whose hold could not
+     * be allocated fails its receive saying so, instead of vanishing */
+    EXPECT_EQ("mark", recv_marker(TAG_M_OOO));
+    p2p_status_t ost;
+    EXPECT_EQ("first", recv_str(1, TAG_OOO, "first", &ost));
+    char          obuf[16];
+    p2p_request_t *oreq;
+    ASSERT_EQ(P2P_OK, p2p_irecv(obuf, sizeof(obuf), 1, TAG_OOO + 1, world,
+                                &oreq));
+    EXPECT_EQ(P2P_ERR_NO_MEMORY, wait_req(&oreq, &ost, "second"));
+    EXPECT_EQ(0u, ost.count);
+    EXPECT_EQ("third", recv_str(1, TAG_OOO + 2, "third"));
+    EXPECT_EQ("fourth", recv_str(1, TAG_OOO + 3, "fourth"));
+    EXPECT_EQ(s7.rx_data_no_memory + 1, stats().rx_data_no_memory);
+    EXPECT_EQ(s7.rx_no_memory, stats().rx_no_memory);
+    expect_drops(0, 0, 0, 0, "out of order");
+    next_phase(TAG_M_OOO);
 
     /* nothing of it is queued anywhere, and the replayed receive never
      * matched */
@@ -526,6 +570,57 @@ TEST(P2PHostile, ForgedStaleReplayedMessagesAreDroppedAndCounted)
     }
 }
 
+/* More messages than memory: rank 0's allocations fail for all of them,
+ * the reserve of header records holds the first ones (their receives fail
+ * with P2P_ERR_NO_MEMORY), and when it is used up the sender is cut off:
+ * its receives and sends fail at once rather than wait for what was
+ * lost. Alone with -np 2: rank 1 stays cut off to the end. */
+TEST(P2PHostile, ExhaustedReserveCutsOffTheSender)
+{
+    if (size != 2) {
+        GTEST_SKIP() << "run alone with -np 2";
+    }
+    const int flood = 258;
+    if (rank == 1) {
+        raw.wait_tag(0, TAG_GO_FLOOD, "go");
+        for (int i = 0; i < flood; ++i) {
+            raw.eager(0, TAG_FLOOD, "x", 1);
+        }
+        raw.eager(0, TAG_AFTER, "after", 5);
+        cut_off = true;
+        return;
+    }
+    p2p_stats_t s0 = stats();
+    p2p_fault_inject(ctx, P2P_FAULT_ALLOC, 1000);
+    ASSERT_EQ(P2P_OK, p2p_send("go", 2, 1, TAG_GO_FLOOD, world));
+    double deadline = now() + 60;
+    while (stats().rx_failed_peer < s0.rx_failed_peer + 2) {
+        p2p_progress(ctx);
+        ASSERT_LT(now(), deadline) << "the flood did not arrive";
+    }
+    p2p_fault_inject(ctx, P2P_FAULT_ALLOC, 0);
+    p2p_stats_t s1 = stats();
+    EXPECT_EQ(s0.rx_no_memory + 1, s1.rx_no_memory);
+    int kept = (int)(s1.rx_data_no_memory - s0.rx_data_no_memory);
+    EXPECT_GE(kept, 200) << "the reserve held only " << kept;
+    EXPECT_EQ(flood, kept + 1 + (int)(s1.rx_failed_peer -
+                                      s0.rx_failed_peer - 1));
+    for (int i = 0; i < kept; ++i) {
+        char         c;
+        p2p_status_t st;
+        ASSERT_EQ(P2P_ERR_NO_MEMORY, p2p_recv(&c, 1, 1, TAG_FLOOD, world,
+                                              &st)) << "message " << i;
+        EXPECT_EQ(0u, st.count);
+    }
+    /* what came after was not kept: the sender is cut off */
+    char c;
+    EXPECT_EQ(P2P_ERR_NO_MEMORY, p2p_recv(&c, 1, 1, TAG_FLOOD, world,
+                                          nullptr));
+    EXPECT_EQ(P2P_ERR_NO_MEMORY, p2p_recv(&c, 1, 1, TAG_AFTER, world,
+                                          nullptr));
+    EXPECT_EQ(P2P_ERR_NO_MEMORY, p2p_send("x", 1, 1, TAG_AFTER, world));
+}
+
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
@@ -550,7 +645,9 @@ int main(int argc, char **argv)
     }
     int rc = RUN_ALL_TESTS();
     if (rank == 1) {
-        raw.barrier();
+        if (!cut_off) {
+            raw.barrier();
+        }
         raw.finalize();
     } else if (p2p_finalize(ctx) != P2P_OK) {
         rc = 1;
