@@ -1,7 +1,7 @@
 /* The fabric's shape: several devices with several ports, a subnet prefix
  * per InfiniBand port (other prefixes unreachable), SL and traffic class
  * as the receiver sees them, a PCI address in a device's sysfs view. */
-#include "sv_test.h"
+#include "sv_cm_test.h"
 #include "softverbs.h"
 
 #include <arpa/inet.h>
@@ -390,6 +390,40 @@ TEST(Fabric, PciAddressInSysfs)
         SV_CHILD_CHECK(a == b && (a != 0 ? ea == eb :
                                   st.st_ino == st2.st_ino), 26);
         SV_CHILD_CHECK(stat("/sys/devices/system/cpu", &st) == 0, 27);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+/* rdmacm: from an id bound to a port, an address of a port on another
+ * subnet prefix does not resolve (as another fabric's); one of the same
+ * subnet on another device does. */
+TEST(Fabric, RdmacmResolvesWithinTheSubnetOnly)
+{
+    int rc = run_child_env(cm_env("cmsubnet", "s0:ib:2/p2.subnet=fe80:0:0:2,"
+                                  "t0:ib:1/p1.subnet=fe80:0:0:2"), [] {
+        rdma_event_channel *ch = rdma_create_event_channel();
+        rdma_cm_id *a, *b;
+        sockaddr_in p1 = ip4("127.0.1.1", 0), p2 = ip4("127.0.1.2", 0);
+        sockaddr_in t1 = ip4("127.0.2.1", 7300), s2 = ip4("127.0.1.2", 7301);
+        CmEv ev;
+
+        SV_CHILD_CHECK(ch != nullptr, 10);
+        SV_CHILD_CHECK(rdma_create_id(ch, &a, nullptr, RDMA_PS_TCP) == 0 &&
+                       rdma_bind_addr(a, (sockaddr *)&p1) == 0, 11);
+        SV_CHILD_CHECK(rdma_resolve_addr(a, nullptr, (sockaddr *)&s2,
+                                         100) == 0, 12);
+        SV_CHILD_CHECK(cm_expect(ch, RDMA_CM_EVENT_ADDR_ERROR, &ev) &&
+                       ev.status == -ENETUNREACH, 13);
+        SV_CHILD_CHECK(rdma_create_id(ch, &b, nullptr, RDMA_PS_TCP) == 0 &&
+                       rdma_bind_addr(b, (sockaddr *)&p2) == 0, 14);
+        SV_CHILD_CHECK(rdma_resolve_addr(b, nullptr, (sockaddr *)&t1,
+                                         100) == 0, 15);
+        SV_CHILD_CHECK(cm_expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED, &ev) &&
+                       ev.status == 0, 16);
+        rdma_destroy_id(a);
+        rdma_destroy_id(b);
+        rdma_destroy_event_channel(ch);
         return 0;
     });
     EXPECT_EQ(rc, 0);
