@@ -206,9 +206,16 @@ typedef struct p2p_stats {
                                        peer (TCP), docs/p2p.md */
     uint64_t sync_acks;             /* ACKs sent for synchronous sends */
     uint64_t unexp_msgs;            /* messages that arrived unexpected */
-    size_t   unexp_bytes;           /* payload bytes queued now */
+    uint64_t held_msgs;             /* held: out of order, or for a
+                                       communicator not created yet */
+    /* bytes held for messages no receive has taken yet (unexpected or
+     * held): records, kept data, UCP descriptors; P2P_UNEXPECTED_LIMIT */
+    size_t   unexp_bytes;
     size_t   unexp_bytes_peak;
     size_t   unexp_limit;
+    size_t   unexp_hard_limit;      /* limit + headroom for headers only */
+    size_t   unexp_overhead;        /* bytes counted per unexpected message
+                                       besides its data */
     uint64_t unexp_dropped;         /* over the limit: data not kept */
     /* messages dropped on arrival, by reason (docs/p2p.md, "Wire
      * protocol"): nothing a peer sends can make p2p deliver a message
@@ -223,6 +230,8 @@ typedef struct p2p_stats {
     uint64_t rx_failed_peer;        /* from a peer declared failed */
     uint64_t rx_no_memory;          /* not even a header record could be
                                        kept: its sender is cut off */
+    uint64_t rx_over_limit;         /* not even its header within the
+                                       limit's headroom: sender cut off */
     uint64_t rx_data_no_memory;     /* data not kept (out of memory): the
                                        matching receive fails with
                                        P2P_ERR_NO_MEMORY */

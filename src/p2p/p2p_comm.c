@@ -36,7 +36,6 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
                     const uint32_t *world, p2p_comm_t **comm_p)
 {
     p2p_comm_t  *comm;
-    p2p_dlist_t *e, *t;
 
     if (cid >= ctx->ncomms) {
         uint32_t   n  = (cid + 1 > 2 * ctx->ncomms) ? cid + 1 : 2 * ctx->ncomms;
@@ -59,7 +58,7 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
     comm->world    = malloc(size * sizeof(*comm->world));
     comm->send_seq = calloc(size, sizeof(*comm->send_seq));
     comm->recv_seq = calloc(size, sizeof(*comm->recv_seq));
-    p2p_dlist_init(&comm->ooo);
+    kh_init_inplace(p2p_held, &comm->held);
     if ((comm->world == NULL) || (comm->send_seq == NULL) ||
         (comm->recv_seq == NULL) || (p2p_mq_init(&comm->mq) != 0)) {
         free(comm->world);
@@ -75,13 +74,7 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
     }
     *comm_p = comm;
     /* messages that raced ahead of our creating it, in arrival order */
-    p2p_dlist_for_each_safe(e, t, &ctx->early) {
-        p2p_held_t *h = p2p_container_of(e, p2p_held_t, link);
-        if ((h->rx.m.cid == cid) && (h->rx.m.cepoch == comm->cepoch)) {
-            p2p_dlist_del(e);
-            p2p_replay_held(ctx, h);
-        }
-    }
+    p2p_early_replay(ctx, comm);
     return P2P_OK;
 }
 
@@ -110,7 +103,7 @@ void p2p_comm_destroy(p2p_comm_t *comm)
 
     p2p_mq_foreach_posted(&comm->mq, p2p_comm_cancel_cb, comm);
     p2p_mq_foreach_unexp(&comm->mq, p2p_comm_drop_cb, comm);
-    held = p2p_drop_held(ctx, &comm->ooo);
+    held = p2p_held_drop_comm(comm);
     if (unexp + held != 0) {
         p2p_log(ctx, "warning: communicator %u freed with %zu messages "
                 "never received; they are dropped", comm->cid, unexp + held);

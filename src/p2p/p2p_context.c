@@ -325,7 +325,7 @@ static void p2p_teardown(p2p_context_t *ctx)
             p2p_comm_destroy(ctx->comms[cid]);
         }
     }
-    p2p_drop_held(ctx, &ctx->early);
+    p2p_held_drop_early(ctx);
     if (ctx->peers != NULL) {
         p2p_close_eps(ctx);
     }
@@ -366,7 +366,7 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         fprintf(stderr, "p2p: error: out of memory at init\n");
         return P2P_ERR_NO_MEMORY;
     }
-    p2p_dlist_init(&ctx->early);
+    kh_init_inplace(p2p_early, &ctx->early);
     kh_init_inplace(p2p_ep_rank, &ctx->ep_rank);
     ctx->rid_free = UINT32_MAX;
     ctx->am_id    = P2P_WIRE_AM_ID_DEFAULT;
@@ -425,6 +425,8 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         goto err;
     }
     ctx->stats.unexp_limit = ctx->cfg.unexp_limit;
+    ctx->stats.unexp_hard_limit = p2p_unexp_hard_limit(ctx);
+    ctx->stats.unexp_overhead   = sizeof(struct p2p_unexp);
     ctx->stats.eager_limit = ctx->cfg.eager_limit;
     ctx->stats.rndv_thresh = ctx->cfg.rndv_thresh;
     ctx->stats.leave_pinned = ctx->cfg.leave_pinned;

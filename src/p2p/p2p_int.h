@@ -115,14 +115,26 @@ typedef struct p2p_peer {
 
 /* A copy of a message that could not be processed yet: its communicator
  * does not exist here yet, or an earlier message of the same sender is
- * missing. Replayed through the arrival path in arrival order. */
+ * missing (p2p_held.c). */
 typedef struct p2p_held {
-    p2p_dlist_t link;
+    struct p2p_held *next;      /* early: the next for the same context id */
     int         reserve;        /* a header-only record of the reserve */
+    size_t      charge;         /* bytes counted against the limit */
     p2p_rx_t    rx;             /* rx.data points into buf (or is the
                                    UCP descriptor) */
     char        buf[];          /* copied data */
 } p2p_held_t;
+
+KHASH_MAP_INIT_INT64(p2p_ep_rank, uint32_t)
+
+/* held out of order, per communicator: (source, seq) -> record */
+KHASH_MAP_INIT_INT64(p2p_held, p2p_held_t*)
+
+/* held early, per context id: records in arrival order */
+typedef struct p2p_early_q {
+    p2p_held_t *first, *last;
+} p2p_early_q_t;
+KHASH_MAP_INIT_INT(p2p_early, p2p_early_q_t)
 
 struct p2p_comm {
     p2p_context_t *ctx;
@@ -133,7 +145,7 @@ struct p2p_comm {
     uint32_t      *world;       /* comm rank -> world rank */
     uint32_t      *send_seq;    /* next seq to each comm rank */
     uint32_t      *recv_seq;    /* next seq expected from each comm rank */
-    p2p_dlist_t   ooo;          /* held: arrived ahead of their seq */
+    khash_t(p2p_held) held;     /* arrived ahead of their seq */
     p2p_mq_t      mq;
 };
 
@@ -192,6 +204,7 @@ struct p2p_unexp {
     uint8_t       reserve;      /* a header-only record of the reserve */
     int16_t       dropped;      /* 0, or why the data was not kept: the
                                    receive that matches fails with it */
+    size_t        charge;       /* bytes counted against the limit */
     int32_t       src;
     int32_t       tag;
     size_t        length;       /* message length */
@@ -215,7 +228,6 @@ typedef struct p2p_rid_slot {
     uint32_t      next_free;
 } p2p_rid_slot_t;
 
-KHASH_MAP_INIT_INT64(p2p_ep_rank, uint32_t)
 
 struct p2p_context {
     p2p_config_t  cfg;
@@ -240,7 +252,7 @@ struct p2p_context {
     p2p_comm_t    **comms;
     uint32_t      ncomms;       /* capacity of comms[] */
     uint32_t      next_cid;     /* lowest cid this process never used */
-    p2p_dlist_t   early;        /* held: for communicators not created yet */
+    khash_t(p2p_early) early;   /* held: for communicators not created yet */
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
     p2p_request_t *free_reqs;
@@ -350,8 +362,16 @@ void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer);
 /* p2p_recv.c */
 int  p2p_recv_init(p2p_context_t *ctx);
 void p2p_arrival(p2p_context_t *ctx, const p2p_rx_t *rx);
-void p2p_replay_held(p2p_context_t *ctx, p2p_held_t *h);
-size_t p2p_drop_held(p2p_context_t *ctx, p2p_dlist_t *list);
+
+/* p2p_held.c */
+/* Returns whether UCP must keep the descriptor (it was held). */
+int  p2p_hold_ooo(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx);
+int  p2p_hold_early(p2p_context_t *ctx, const p2p_rx_t *rx);
+p2p_held_t *p2p_held_next(p2p_comm_t *comm, int32_t src);
+void p2p_held_done(p2p_context_t *ctx, p2p_held_t *h, int kept);
+void p2p_early_replay(p2p_context_t *ctx, p2p_comm_t *comm);
+size_t p2p_held_drop_comm(p2p_comm_t *comm);
+void p2p_held_drop_early(p2p_context_t *ctx);
 p2p_peer_t *p2p_rx_peer(p2p_context_t *ctx, ucp_ep_h ep);
 
 /* p2p_rndv.c */
@@ -402,7 +422,18 @@ int  p2p_rec_init(p2p_context_t *ctx);
 void p2p_rec_cleanup(p2p_context_t *ctx);
 /* The record of a message from this sender cannot be kept at all: cut
  * it off (p2p_failure.c) rather than lose the message silently. */
-void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx);
+void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx,
+                  ucs_status_t why);
+/* What UCP's descriptor of a message it delivers by its own rendezvous is
+ * counted as (its header and key; the data stays with the sender). */
+#define P2P_UCP_DESC_CHARGE 256
+/* Count a record of rec bytes plus data bytes against
+ * P2P_UNEXPECTED_LIMIT: 1 all counted; 0 only the record (data over the
+ * limit; not for a record whose data cannot be dropped); -1 nothing (over
+ * the limit and its headroom). */
+int  p2p_charge(p2p_context_t *ctx, size_t rec, size_t data, int droppable);
+void p2p_uncharge(p2p_context_t *ctx, size_t bytes);
+size_t p2p_unexp_hard_limit(const p2p_context_t *ctx);
 /* Returns whether UCP must keep the descriptor (it was queued). */
 int  p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx);
 void p2p_recv_from_unexp(p2p_request_t *req, struct p2p_unexp *u);

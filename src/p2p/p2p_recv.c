@@ -181,91 +181,17 @@ static inline int p2p_deliver(p2p_comm_t *comm, p2p_peer_t *peer,
     return 0;
 }
 
-/* ---- held messages ---- */
-
-/* Keep a copy (or the UCP descriptor) for later. peer: the sender if
- * authenticated already. Returns whether UCP must keep the descriptor. */
-static int p2p_hold(p2p_context_t *ctx, p2p_dlist_t *list, p2p_peer_t *peer,
-                    const p2p_rx_t *rx)
+/* The messages of src held because they came ahead of their turn, now in
+ * turn: delivered in a loop (a long chain must not recurse). */
+static void p2p_deliver_held(p2p_comm_t *comm, p2p_peer_t *peer, int32_t src)
 {
-    size_t     dlen = (rx->how == P2P_ARR_DATA) ? rx->data_len : 0;
-    int        reserve;
-    p2p_held_t *h   = p2p_rec_alloc(ctx, sizeof(*h) + dlen, &reserve);
+    p2p_held_t *h;
 
-    if (P2P_UNLIKELY(h == NULL)) {
-        p2p_rec_lost(ctx, peer, rx);
-        return 0;
+    while ((kh_size(&comm->held) != 0) &&
+           ((h = p2p_held_next(comm, src)) != NULL)) {
+        ++comm->recv_seq[src];
+        p2p_held_done(comm->ctx, h, p2p_deliver(comm, peer, &h->rx));
     }
-    h->reserve = reserve;
-    h->rx      = *rx;
-    if (rx->how == P2P_ARR_DATA) {
-        if (P2P_UNLIKELY(reserve) && (dlen != 0)) {
-            /* only the header fits: the receive will say why */
-            dlen              = 0;
-            h->rx.data_len    = 0;
-            h->rx.dropped     = P2P_ERR_NO_MEMORY;
-            ++ctx->stats.rx_data_no_memory;
-        }
-        if (dlen != 0) {
-            memcpy(h->buf, rx->data, dlen);
-        }
-        h->rx.data = h->buf;
-        ctx->unexp_bytes += dlen;
-    }
-    p2p_dlist_push_tail(list, &h->link);
-    return rx->how == P2P_ARR_UCP_DESC;
-}
-
-static void p2p_held_release(p2p_context_t *ctx, p2p_held_t *h)
-{
-    if (h->rx.how == P2P_ARR_DATA) {
-        ctx->unexp_bytes -= h->rx.data_len;
-    }
-    p2p_rec_free(ctx, h, h->reserve);
-}
-
-void p2p_replay_held(p2p_context_t *ctx, p2p_held_t *h)
-{
-    p2p_arrival(ctx, &h->rx);
-    p2p_held_release(ctx, h);
-}
-
-size_t p2p_drop_held(p2p_context_t *ctx, p2p_dlist_t *list)
-{
-    p2p_dlist_t *e, *t;
-    size_t      n = 0;
-
-    p2p_dlist_for_each_safe(e, t, list) {
-        p2p_held_t *h = p2p_container_of(e, p2p_held_t, link);
-        p2p_dlist_del(e);
-        if (h->rx.how == P2P_ARR_UCP_DESC) {
-            ucp_am_data_release(ctx->worker, h->rx.data);
-        }
-        p2p_held_release(ctx, h);
-        ++n;
-    }
-    return n;
-}
-
-/* Messages of src that were held because they came ahead of their turn. */
-static void p2p_drain_ooo(p2p_comm_t *comm, int32_t src)
-{
-    p2p_dlist_t *e, *t;
-    int         found;
-
-    do {
-        found = 0;
-        p2p_dlist_for_each_safe(e, t, &comm->ooo) {
-            p2p_held_t *h = p2p_container_of(e, p2p_held_t, link);
-            if ((h->rx.m.src == src) &&
-                (h->rx.m.seq == comm->recv_seq[src])) {
-                p2p_dlist_del(e);
-                p2p_replay_held(comm->ctx, h);
-                found = 1;
-                break;
-            }
-        }
-    } while (found && !p2p_dlist_empty(&comm->ooo));
 }
 
 /* Returns whether UCP must keep the descriptor (it was held or queued, not
@@ -284,7 +210,7 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
             ((comm != P2P_COMM_FREED) &&
              ((int16_t)(rx->m.cepoch - comm->cepoch) > 0))) {
             /* its communicator is being created here: keep it for then */
-            return p2p_hold(ctx, &ctx->early, NULL, rx);
+            return p2p_hold_early(ctx, rx);
         }
         ++ctx->stats.rx_stale_comm;
         return 0;
@@ -311,12 +237,12 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
             ++ctx->stats.rx_duplicate;
             return 0;
         }
-        return p2p_hold(ctx, &comm->ooo, peer, rx);
+        return p2p_hold_ooo(comm, peer, rx);
     }
     ++comm->recv_seq[rx->m.src];
     keep = p2p_deliver(comm, peer, rx);
-    if (P2P_UNLIKELY(!p2p_dlist_empty(&comm->ooo))) {
-        p2p_drain_ooo(comm, rx->m.src);
+    if (P2P_UNLIKELY(kh_size(&comm->held) != 0)) {
+        p2p_deliver_held(comm, peer, rx->m.src);
     }
     return keep;
 }
@@ -324,7 +250,8 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
 void p2p_arrival(p2p_context_t *ctx, const p2p_rx_t *rx)
 {
     if (!p2p_arrival_ret(ctx, rx) && (rx->how == P2P_ARR_UCP_DESC)) {
-        /* replayed from a hold and dropped: nobody else releases it */
+        /* replayed from an early hold and dropped: nobody else releases
+         * it */
         ucp_am_data_release(ctx->worker, rx->data);
     }
 }

@@ -12,6 +12,12 @@
  * allocated, a record of a small reserve takes it; and if the reserve is
  * used up, the sender is cut off (p2p_failure.c), so that its operations
  * fail instead of waiting for what was lost.
+ *
+ * P2P_UNEXPECTED_LIMIT bounds every byte held for messages no receive has
+ * taken yet, here and in p2p_held.c: records, kept data, UCP descriptors.
+ * Over the limit a message keeps only its header; headers alone may go
+ * over by the headroom (an eighth of the limit, at least 16 KiB); a
+ * message that does not fit even so cuts its sender off.
  */
 #include "p2p_int.h"
 
@@ -81,11 +87,63 @@ void p2p_rec_free(p2p_context_t *ctx, void *rec, int reserve)
     ctx->reserve = slot;
 }
 
-void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx)
+size_t p2p_unexp_hard_limit(const p2p_context_t *ctx)
+{
+    size_t headroom = ctx->cfg.unexp_limit / 8;
+
+    return ctx->cfg.unexp_limit + ((headroom < 16384) ? 16384 : headroom);
+}
+
+int p2p_charge(p2p_context_t *ctx, size_t rec, size_t data, int droppable)
+{
+    int keep = 1;
+
+    if (P2P_UNLIKELY(ctx->unexp_bytes + rec + data > ctx->cfg.unexp_limit)) {
+        if (droppable && (data != 0)) {
+            /* keep the header: the receive will say the data is gone */
+            data = 0;
+            keep = 0;
+        }
+        /* headers alone (no data, dropped data, or a rendezvous key,
+         * which is its message) may use the headroom */
+        if (ctx->unexp_bytes + rec + data > p2p_unexp_hard_limit(ctx)) {
+            return -1;
+        }
+    }
+    ctx->unexp_bytes += rec + data;
+    if (ctx->unexp_bytes > ctx->stats.unexp_bytes_peak) {
+        ctx->stats.unexp_bytes_peak = ctx->unexp_bytes;
+    }
+    if (!keep) {
+        ++ctx->stats.unexp_dropped;
+        if (!ctx->unexp_warned) {
+            ctx->unexp_warned = 1;
+            p2p_log(ctx, "error: messages no receive has taken yet hold "
+                    "%zu bytes, P2P_UNEXPECTED_LIMIT=%zu reached: the data "
+                    "of further ones is dropped and the receives matching "
+                    "them fail with P2P_ERR_UNEXP_LIMIT. Post receives "
+                    "earlier or raise the limit.", ctx->unexp_bytes,
+                    ctx->cfg.unexp_limit);
+        }
+    }
+    return keep;
+}
+
+void p2p_uncharge(p2p_context_t *ctx, size_t bytes)
+{
+    ctx->unexp_bytes -= bytes;
+}
+
+void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx,
+                  ucs_status_t why)
 {
     int i;
 
-    ++ctx->stats.rx_no_memory;
+    if (why == UCS_ERR_NO_MEMORY) {
+        ++ctx->stats.rx_no_memory;
+    } else {
+        ++ctx->stats.rx_over_limit;
+    }
     if (peer == NULL) {
         /* not authenticated yet (its communicator is unknown here): who
          * sent it, by token or endpoint? */
@@ -98,15 +156,13 @@ void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx)
         }
     }
     if (peer != NULL) {
-        p2p_peer_failed(peer, UCS_ERR_NO_MEMORY, 1);
+        p2p_peer_failed(peer, why, 1);
     }
 }
 
 void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u)
 {
-    if (!u->dropped) {
-        ctx->unexp_bytes -= u->data_len;
-    }
+    p2p_uncharge(ctx, u->charge);
     if ((u->kind == P2P_UNEXP_UCP) && (u->desc != NULL)) {
         ucp_am_data_release(ctx->worker, u->desc);
     }
@@ -162,41 +218,40 @@ int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
     p2p_context_t    *ctx = comm->ctx;
     struct p2p_unexp *u;
     size_t           keep = 0;
-    int              dropped = rx->dropped, reserve;
+    size_t           rec  = sizeof(*u) +
+                            ((rx->how == P2P_ARR_UCP_DESC) ?
+                             P2P_UCP_DESC_CHARGE : 0);
+    int              dropped = rx->dropped, reserve, fits;
 
     if ((rx->how == P2P_ARR_DATA) && !dropped) {
         keep = rx->data_len;
-        if ((rx->type != P2P_WIRE_RTS) &&
-            (ctx->unexp_bytes + keep > ctx->cfg.unexp_limit)) {
-            /* The bound: keep the header, not the data; the receive that
-             * matches it fails with P2P_ERR_UNEXP_LIMIT. */
-            keep    = 0;
-            dropped = P2P_ERR_UNEXP_LIMIT;
-            ++ctx->stats.unexp_dropped;
-            if (!ctx->unexp_warned) {
-                ctx->unexp_warned = 1;
-                p2p_log(ctx, "error: unexpected messages hold %zu bytes, "
-                        "P2P_UNEXPECTED_LIMIT=%zu reached: the data of "
-                        "further unexpected messages is dropped and the "
-                        "receives matching them fail with "
-                        "P2P_ERR_UNEXP_LIMIT. Post receives earlier or "
-                        "raise the limit.", ctx->unexp_bytes,
-                        ctx->cfg.unexp_limit);
-            }
-        }
+    }
+    fits = p2p_charge(ctx, rec, keep, rx->type != P2P_WIRE_RTS);
+    if (P2P_UNLIKELY(fits < 0)) {
+        p2p_rec_lost(ctx, peer, rx, UCS_ERR_EXCEEDS_LIMIT);
+        return 0;
+    }
+    if (!fits) {
+        /* the bound: keep the header, not the data; the receive that
+         * matches it fails with P2P_ERR_UNEXP_LIMIT */
+        keep    = 0;
+        dropped = P2P_ERR_UNEXP_LIMIT;
     }
     u = p2p_rec_alloc(ctx, sizeof(*u) + keep, &reserve);
     if (P2P_UNLIKELY(u == NULL)) {
-        p2p_rec_lost(ctx, peer, rx);
+        p2p_uncharge(ctx, rec + keep);
+        p2p_rec_lost(ctx, peer, rx, UCS_ERR_NO_MEMORY);
         return 0;
     }
     if (P2P_UNLIKELY(reserve) && (keep != 0)) {
         /* only the header fits */
+        p2p_uncharge(ctx, keep);
         keep    = 0;
         dropped = P2P_ERR_NO_MEMORY;
         ++ctx->stats.rx_data_no_memory;
     }
     u->reserve  = reserve;
+    u->charge   = rec + keep;
     u->comm     = comm;
     u->src      = rx->m.src;
     u->tag      = rx->m.tag;
@@ -219,17 +274,10 @@ int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
     }
     if (P2P_UNLIKELY(p2p_mq_add_unexp(&comm->mq, &u->mq, rx->m.src,
                                       rx->m.tag) != 0)) {
-        u->desc    = NULL;  /* UCP releases it: we return "not kept" */
-        u->dropped = 1;
+        u->desc = NULL;     /* UCP releases it: we return "not kept" */
         p2p_unexp_free(ctx, u);
-        p2p_rec_lost(ctx, peer, rx);
+        p2p_rec_lost(ctx, peer, rx, UCS_ERR_NO_MEMORY);
         return 0;
-    }
-    if (!dropped) {
-        ctx->unexp_bytes += keep;
-        if (ctx->unexp_bytes > ctx->stats.unexp_bytes_peak) {
-            ctx->stats.unexp_bytes_peak = ctx->unexp_bytes;
-        }
     }
     ++ctx->stats.unexp_msgs;
     return rx->how == P2P_ARR_UCP_DESC;

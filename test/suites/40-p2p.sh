@@ -38,11 +38,13 @@ for tl in shm tcp; do
         "$p2pt/test_p2p" "${p2p_gt[@]}" --gtest_filter='P2P.UnexpectedQueue*'
     # a raw UCP peer sends forged, stale, replayed and malformed messages;
     # alone, it floods a receiver whose allocations fail until it is cut off
-    ib2_gtest "p2p-$tl-hostile" "$p2p_mpirun" "${p2p_mpi[@]}" -np 3 \
-        "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" --gtest_filter=-*CutsOff*
-    ib2_gtest "p2p-$tl-hostile-cut-off" "$p2p_mpirun" "${p2p_mpi[@]}" \
-        -np 2 "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" \
-        --gtest_filter=*CutsOff*
+    P2P_UNEXPECTED_LIMIT=64k ib2_gtest "p2p-$tl-hostile" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 3 \
+        "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" \
+        --gtest_filter=P2PHostile.Forged*
+    ib2_gtest "p2p-$tl-hostile-held-and-cut-off" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" \
+        --gtest_filter=-P2PHostile.Forged*
     # without --enable-recovery mpirun would kill the survivor as well
     ib2_gtest "p2p-$tl-killed" "$p2p_mpirun" "${p2p_mpi[@]}" \
         --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}"
@@ -87,9 +89,10 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p" "${p2p_gt[@]}" \
         --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'
 
-    ib2_gtest p2p-rc_ib2-hostile "${p2p_sv[@]}" "$p2p_mpirun" \
-        "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" \
-        --gtest_filter=-*CutsOff*
+    P2P_UNEXPECTED_LIMIT=64k ib2_gtest p2p-rc_ib2-hostile "${p2p_sv[@]}" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 3 \
+        "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" \
+        --gtest_filter=P2PHostile.Forged*
 
     p2p_rq_tests=P2P.SendRecvAcrossProtocols:P2P.OrderingStress
     p2p_rq_tests+=:P2P.ThousandsOutstanding:P2P.LargeMessage64MiB

@@ -224,7 +224,7 @@ TEST_F(P2P, UnexpectedQueueBound)
     }
     /* messages of L bytes, more than the limit holds, all unexpected */
     const size_t L = std::min((size_t)1000, s.eager_limit);
-    const int    K = (int)(s.unexp_limit / L) + 20;
+    const int    K = (int)(s.unexp_limit / (L + s.unexp_overhead)) + 20;
     std::vector<uint8_t>        out(L);
     std::vector<p2p_request_t*> reqs(K, nullptr);
     for (int i = 0; i < K; ++i) {
@@ -258,10 +258,13 @@ TEST_F(P2P, UnexpectedQueueBound)
             ++refused;
         }
     }
-    EXPECT_EQ((int)(s.unexp_limit / L), ok);
+    /* the limit counts every byte held: each message's record and data */
+    EXPECT_EQ((int)(s.unexp_limit / (L + s.unexp_overhead)), ok);
     EXPECT_EQ(K - ok, refused);
     EXPECT_GE(stats().unexp_dropped, (uint64_t)refused);
-    EXPECT_LE(stats().unexp_bytes_peak, s.unexp_limit);
+    /* data never over the limit; headers alone within the headroom */
+    EXPECT_LE(stats().unexp_bytes_peak, s.unexp_hard_limit);
+    EXPECT_LE((size_t)ok * (L + s.unexp_overhead), s.unexp_limit);
     p2p_status_t st;
     ASSERT_EQ(P2P_OK, p2p_recv(rbig.data(), rbig.size(), peer(), 2, comm,
                                &st));

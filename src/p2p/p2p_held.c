@@ -1,0 +1,215 @@
+/*
+ * Held messages: those that cannot be matched yet.
+ *
+ *  - Out of order: a sender's message that arrives ahead of its sequence
+ *    number (UCP may deliver out of order across lanes). Held per
+ *    communicator in a hash keyed by (source, sequence number), so when a
+ *    message is delivered, the next one of the same source is found in
+ *    O(1), and the chain behind it is delivered in a loop, not by
+ *    recursion.
+ *  - Early: a message for a communicator this process has not created yet
+ *    (another member was faster). Held per context id in arrival order,
+ *    and replayed through the whole arrival path when the communicator is
+ *    created.
+ *
+ * Both count against P2P_UNEXPECTED_LIMIT like unexpected messages
+ * (p2p_unexp.c): record and data; over the limit only the header is kept
+ * (its receive fails with P2P_ERR_UNEXP_LIMIT), and over the limit by more
+ * than its headroom the sender is cut off.
+ */
+#include "p2p_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint64_t p2p_held_key(int32_t src, uint32_t seq)
+{
+    return ((uint64_t)(uint32_t)src << 32) | seq;
+}
+
+/* A record for rx, charged; NULL if it was dropped (and accounted). */
+static p2p_held_t *p2p_held_new(p2p_context_t *ctx, p2p_peer_t *peer,
+                                const p2p_rx_t *rx)
+{
+    size_t     dlen = (rx->how == P2P_ARR_DATA) ? rx->data_len : 0;
+    size_t     rec  = sizeof(p2p_held_t) +
+                      ((rx->how == P2P_ARR_UCP_DESC) ? P2P_UCP_DESC_CHARGE :
+                       0);
+    int        keep, reserve;
+    p2p_held_t *h;
+
+    keep = p2p_charge(ctx, rec, dlen, rx->type != P2P_WIRE_RTS);
+    if (P2P_UNLIKELY(keep < 0)) {
+        p2p_rec_lost(ctx, peer, rx, UCS_ERR_EXCEEDS_LIMIT);
+        return NULL;
+    }
+    if (!keep) {
+        dlen = 0;
+    }
+    h = p2p_rec_alloc(ctx, sizeof(*h) + dlen, &reserve);
+    if (P2P_UNLIKELY(h == NULL)) {
+        p2p_uncharge(ctx, rec + dlen);
+        p2p_rec_lost(ctx, peer, rx, UCS_ERR_NO_MEMORY);
+        return NULL;
+    }
+    h->next    = NULL;
+    h->reserve = reserve;
+    h->rx      = *rx;
+    if (rx->how == P2P_ARR_DATA) {
+        if (P2P_UNLIKELY(reserve) && (dlen != 0)) {
+            /* only the header fits: the receive will say why */
+            p2p_uncharge(ctx, dlen);
+            dlen          = 0;
+            h->rx.dropped = P2P_ERR_NO_MEMORY;
+            ++ctx->stats.rx_data_no_memory;
+        } else if (!keep) {
+            h->rx.dropped = P2P_ERR_UNEXP_LIMIT;
+        }
+        if (dlen != 0) {
+            memcpy(h->buf, rx->data, dlen);
+        }
+        h->rx.data     = h->buf;
+        h->rx.data_len = dlen;
+    }
+    h->charge = rec + dlen;
+    ++ctx->stats.held_msgs;
+    return h;
+}
+
+static void p2p_held_free(p2p_context_t *ctx, p2p_held_t *h, int release)
+{
+    if (release && (h->rx.how == P2P_ARR_UCP_DESC)) {
+        ucp_am_data_release(ctx->worker, h->rx.data);
+    }
+    p2p_uncharge(ctx, h->charge);
+    p2p_rec_free(ctx, h, h->reserve);
+}
+
+int p2p_hold_ooo(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
+{
+    p2p_context_t *ctx = comm->ctx;
+    p2p_held_t    *h;
+    khiter_t      k;
+    int           ret;
+
+    k = kh_get(p2p_held, &comm->held, p2p_held_key(rx->m.src, rx->m.seq));
+    if (k != kh_end(&comm->held)) {
+        /* the same number again: a replay or a duplicate */
+        ++ctx->stats.rx_duplicate;
+        return 0;
+    }
+    h = p2p_held_new(ctx, peer, rx);
+    if (h == NULL) {
+        return 0;
+    }
+    k = kh_put(p2p_held, &comm->held, p2p_held_key(rx->m.src, rx->m.seq),
+               &ret);
+    if (P2P_UNLIKELY(ret < 0)) {
+        p2p_held_free(ctx, h, 0);
+        p2p_rec_lost(ctx, peer, rx, UCS_ERR_NO_MEMORY);
+        return 0;
+    }
+    kh_val(&comm->held, k) = h;
+    return rx->how == P2P_ARR_UCP_DESC;
+}
+
+/* The message of src that is next in turn, if it is held. */
+p2p_held_t *p2p_held_next(p2p_comm_t *comm, int32_t src)
+{
+    khiter_t   k;
+    p2p_held_t *h;
+
+    k = kh_get(p2p_held, &comm->held,
+               p2p_held_key(src, comm->recv_seq[src]));
+    if (k == kh_end(&comm->held)) {
+        return NULL;
+    }
+    h = kh_val(&comm->held, k);
+    kh_del(p2p_held, &comm->held, k);
+    return h;
+}
+
+/* Delivered from a hold: the record goes, UCP's descriptor (if any) now
+ * belongs to whatever took the message, unless it was dropped. */
+void p2p_held_done(p2p_context_t *ctx, p2p_held_t *h, int kept)
+{
+    p2p_held_free(ctx, h, !kept);
+}
+
+int p2p_hold_early(p2p_context_t *ctx, const p2p_rx_t *rx)
+{
+    p2p_early_q_t *q;
+    p2p_held_t    *h;
+    khiter_t      k;
+    int           ret;
+
+    h = p2p_held_new(ctx, NULL, rx);
+    if (h == NULL) {
+        return 0;
+    }
+    k = kh_put(p2p_early, &ctx->early, rx->m.cid, &ret);
+    if (P2P_UNLIKELY(ret < 0)) {
+        p2p_held_free(ctx, h, 0);
+        p2p_rec_lost(ctx, NULL, rx, UCS_ERR_NO_MEMORY);
+        return 0;
+    }
+    q = &kh_val(&ctx->early, k);
+    if (ret != 0) {     /* new key */
+        q->first = q->last = NULL;
+    }
+    if (q->last == NULL) {
+        q->first = h;
+    } else {
+        q->last->next = h;
+    }
+    q->last = h;
+    return rx->how == P2P_ARR_UCP_DESC;
+}
+
+/* comm was just created: what arrived for it before, in arrival order.
+ * Messages for another incarnation of the same id stay (newer) or go
+ * (older) through the arrival path like any other. */
+void p2p_early_replay(p2p_context_t *ctx, p2p_comm_t *comm)
+{
+    khiter_t   k = kh_get(p2p_early, &ctx->early, comm->cid);
+    p2p_held_t *h, *next;
+
+    if (k == kh_end(&ctx->early)) {
+        return;
+    }
+    h = kh_val(&ctx->early, k).first;
+    kh_del(p2p_early, &ctx->early, k);
+    for (; h != NULL; h = next) {
+        next = h->next;
+        p2p_arrival(ctx, &h->rx);
+        /* the arrival path copied the data or took the descriptor */
+        p2p_held_free(ctx, h, 0);
+    }
+}
+
+size_t p2p_held_drop_comm(p2p_comm_t *comm)
+{
+    p2p_held_t *h;
+    size_t     n = 0;
+
+    kh_foreach_value(&comm->held, h, {
+        p2p_held_free(comm->ctx, h, 1);
+        ++n;
+    });
+    kh_destroy_inplace(p2p_held, &comm->held);
+    return n;
+}
+
+void p2p_held_drop_early(p2p_context_t *ctx)
+{
+    p2p_early_q_t q;
+    p2p_held_t    *h, *next;
+
+    kh_foreach_value(&ctx->early, q, {
+        for (h = q.first; h != NULL; h = next) {
+            next = h->next;
+            p2p_held_free(ctx, h, 1);
+        }
+    });
+    kh_destroy_inplace(p2p_early, &ctx->early);
+}
