@@ -161,6 +161,8 @@ case $what in
         ;;
     test)
         build_tree "$ASAN_BUILD" --enable-sanitizers
+        "$TOP/contrib/ucx-gtest/build.sh" >/dev/null ||
+            log "UCX's gtest did not build; suite 36-ucx-gtest reports it"
         exec "$TOP/test/run-tests.sh" "$BUILD" "$ASAN_BUILD"
         ;;
 esac

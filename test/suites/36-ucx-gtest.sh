@@ -1,0 +1,113 @@
+# UCX's own uct test suite (test/gtest of the installed UCX's source
+# package, built by contrib/ucx-gtest/build.sh with rc_ib2 added to its IB
+# transport list) on softverbs: every class in contrib/ucx-gtest/classes.list
+# for rc_verbs, the reference, and for rc_ib2 with mixed, per-peer-only and
+# shared-only receive queues, each class under its own time limit. A test
+# rc_ib2 cannot run is left out only through contrib/ucx-gtest/rc_ib2.skip;
+# rc_verbs' own failures on softverbs are expected through rc_verbs.xfail.
+# See docs/ucx-gtest.md.
+for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_'); do unset "$v"; done
+
+ucxg=$SRC/contrib/ucx-gtest
+. "$ucxg/modes.sh"
+ucxg_out=$LOGDIR/${IB2_PREFIX:-}ucx-gtest
+rm -rf "$ucxg_out"
+mkdir -p "$ucxg_out"
+
+# Normally already built (contrib/setup.sh test builds it; a cached build
+# is reused); otherwise this builds it once, which takes a while.
+if ! ucxg_dir=$("$ucxg/build.sh" 2>"$ucxg_out/build.err"); then
+    cat "$ucxg_out/build.err"
+    ib2_result FAIL "ucx-gtest/build (see $ucxg_out/build.err)"
+    return 0
+fi
+
+ucxg_run() {   # ucxg_run ARGS...: run-class.sh for this build
+    "$ucxg/run-class.sh" -b "$BUILD" -g "$ucxg_dir" -o "$ucxg_out" "$@" \
+        </dev/null
+}
+
+ucxg_tag() {   # ucxg_tag MODE: the mode's name in result lines
+    case $1 in
+    verbs) echo rc_verbs ;;
+    *) echo "rc_ib2-$1" ;;
+    esac
+}
+
+# Every class UCX instantiates for either transport must be in classes.list,
+# to be run or to say why not: a class is never left out silently.
+ucxg_run verbs --classes >"$ucxg_out/classes.rc_verbs"
+ucxg_run mixed --classes >"$ucxg_out/classes.rc_ib2"
+if [ ! -s "$ucxg_out/classes.rc_ib2" ]; then
+    ib2_result FAIL "ucx-gtest/rc_ib2-instantiated (no rc_ib2 test: is the plugin loaded and softverbs0:1 there?)"
+fi
+if [ ! -s "$ucxg_out/classes.rc_verbs" ]; then
+    ib2_result FAIL "ucx-gtest/rc_verbs-instantiated (no rc_verbs test on softverbs0:1)"
+fi
+sort -u "$ucxg_out"/classes.rc_* >"$ucxg_out/classes.all"
+grep -v '^\s*\(#\|$\)' "$ucxg/classes.list" | awk '{ print $1 }' | sort -u \
+    >"$ucxg_out/classes.listed"
+while read -r c; do
+    ib2_result FAIL "ucx-gtest/classes.list ($c is instantiated but not listed)"
+done < <(comm -23 "$ucxg_out/classes.all" "$ucxg_out/classes.listed")
+
+# ucxg_report MODE CLASS: one result line per test of the class's .res.
+ucxg_report() {
+    local mode=$1 class=$2 tag status test why vstatus
+    tag=$(ucxg_tag "$mode")
+    while IFS=$'\t' read -r status test why; do
+        case $status in
+        PASS)   ib2_result PASS "ucx-gtest/$tag/$test" ;;
+        XPASS)  ib2_result PASS "ucx-gtest/$tag/$test ($why)" ;;
+        FAIL)   ib2_result FAIL "ucx-gtest/$tag/$test ($why)" ;;
+        XFAIL)  ib2_result SKIP "ucx-gtest/$tag/$test (expected failure: $why)" ;;
+        LISTED) ib2_result SKIP "ucx-gtest/$tag/$test (rc_ib2.skip: $why)" ;;
+        SKIP)
+            # A test that skips itself on rc_ib2 but runs on rc_verbs needs
+            # a line in rc_ib2.skip saying why it cannot apply.
+            vstatus=$(awk -F'\t' -v t="$test" '$2 == t { print $1 }' \
+                      "$ucxg_out/verbs/$class.res" 2>/dev/null)
+            if [ "$mode" != verbs ] && [ "$vstatus" = PASS ]; then
+                ib2_result FAIL "ucx-gtest/$tag/$test (skips itself: $why; passes on rc_verbs and is not in rc_ib2.skip)"
+            else
+                ib2_result SKIP "ucx-gtest/$tag/$test (skipped by the test: $why)"
+            fi
+            ;;
+        *)      ib2_result FAIL "ucx-gtest/$tag/$test (unknown status $status)" ;;
+        esac
+    done <"$ucxg_out/$mode/$class.res"
+}
+
+start=$(date +%s)
+while read -r class limit _; do
+    case $class in ''|'#'*) continue ;; esac
+    [ "$limit" = - ] && continue
+    for mode in $UCXG_MODES; do
+        tl=$(ucxg_mode_tl "$mode")
+        # A class rc_ib2 skips as a whole says nothing run on rc_verbs.
+        if [ "$mode" = verbs ] &&
+                grep -q "^$class\.\*[[:space:]]" "$ucxg/rc_ib2.skip"; then
+            continue
+        fi
+        if ! grep -qx "$class" "$ucxg_out/classes.$tl"; then
+            ib2_result FAIL "ucx-gtest/$(ucxg_tag "$mode")/$class (listed but not instantiated for $tl)"
+            continue
+        fi
+        t0=$(date +%s)
+        ucxg_run -l "$limit" "$mode" "$class"
+        rc=$?
+        if [ $rc -eq 3 ]; then
+            ib2_result FAIL "ucx-gtest/$(ucxg_tag "$mode")/$class (no test listed, see $ucxg_out/$mode/$class.log)"
+            continue
+        elif [ $rc -eq 2 ]; then
+            ib2_result FAIL "ucx-gtest/$(ucxg_tag "$mode")/$class (could not run)"
+            continue
+        fi
+        echo "--- $class on $(ucxg_tag "$mode"): $(( $(date +%s) - t0 )) s"
+        ucxg_report "$mode" "$class"
+    done
+done <"$ucxg/classes.list"
+
+"$ucxg/table.sh" "$ucxg_out" >"$ucxg_out/table.md"
+cat "$ucxg_out/table.md"
+echo "--- UCX uct tests took $(( $(date +%s) - start )) s; table in $ucxg_out/table.md"
