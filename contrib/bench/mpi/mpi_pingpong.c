@@ -40,9 +40,9 @@
 #define MPB_MAX_BATCHES   101
 #define MPB_TAG           17
 /* Iterations per batch when not given: about this many bytes each way,
- * within the bounds below. Batches are short so that on a loaded machine
- * some of them run undisturbed: the best batch then shows the cost of the
- * protocol, the median what a user of the loaded machine sees. */
+ * within the bounds below. Short batches keep one descheduling from
+ * spoiling much; the median batch is what a user of a loaded machine
+ * sees. */
 #define MPB_BATCH_BYTES   (8ul << 20)
 #define MPB_MIN_ITERS     10ul
 #define MPB_MAX_ITERS     200ul
