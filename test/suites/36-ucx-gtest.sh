@@ -16,7 +16,10 @@ mkdir -p "$ucxg_out"
 
 # Normally already built (contrib/setup.sh test builds it; a cached build
 # is reused); otherwise this builds it once, which takes a while.
-if ! ucxg_dir=$("$ucxg/build.sh" 2>"$ucxg_out/build.err"); then
+# IB2_UCX_GTEST_DIR names another build of it instead.
+if [ -n "${IB2_UCX_GTEST_DIR:-}" ]; then
+    ucxg_dir=$IB2_UCX_GTEST_DIR
+elif ! ucxg_dir=$("$ucxg/build.sh" 2>"$ucxg_out/build.err"); then
     cat "$ucxg_out/build.err"
     ib2_result FAIL "ucx-gtest/build (see $ucxg_out/build.err)"
     return 0
