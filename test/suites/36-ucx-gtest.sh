@@ -81,28 +81,30 @@ ucxg_report() {
     done <"$ucxg_out/$mode/$class.res"
 }
 
-# ucxg_one MODE CLASS LIMIT: run a class, keep its exit status and time.
+# ucxg_one MODE CLASS LIMIT TEST-LIMIT: run a class, keep its exit status
+# and time.
 ucxg_one() {
     local t0 rc
     t0=$(date +%s)
-    ucxg_run -l "$3" "$1" "$2" >"$ucxg_out/$1/$2.out" 2>&1
+    ucxg_run -l "$3" -t "$4" "$1" "$2" >"$ucxg_out/$1/$2.out" 2>&1
     rc=$?
     echo "$rc $(( $(date +%s) - t0 ))" >"$ucxg_out/$1/$2.rc"
     echo "--- $2 on $(ucxg_tag "$1"): exit $rc, $(( $(date +%s) - t0 )) s"
 }
 
-# The classes, as (mode, class, limit), in list order.
+# The classes, as (mode, class, limit, test limit), in list order.
 : >"$ucxg_out/jobs"
-while read -r class limit _; do
+while read -r class limit tlimit _; do
     case $class in ''|'#'*) continue ;; esac
     [ "$limit" = - ] && continue
+    [[ $tlimit =~ ^[0-9]+$ ]] || tlimit=60
     for mode in $UCXG_MODES; do
         # A class rc_ib2 skips as a whole says nothing run on rc_verbs.
         if [ "$mode" = verbs ] &&
                 grep -q "^$class\.\*[[:space:]]" "$ucxg/rc_ib2.skip"; then
             continue
         fi
-        echo "$mode $class $limit" >>"$ucxg_out/jobs"
+        echo "$mode $class $limit $tlimit" >>"$ucxg_out/jobs"
     done
 done <"$ucxg/classes.list"
 
@@ -112,21 +114,21 @@ jobs_max=${IB2_UCXG_JOBS:-$(nproc 2>/dev/null || echo 1)}
 [ "$jobs_max" -gt 2 ] && [ -z "${IB2_UCXG_JOBS:-}" ] && jobs_max=2
 start=$(date +%s)
 for mode in $UCXG_MODES; do mkdir -p "$ucxg_out/$mode"; done
-while read -r mode class limit; do
+while read -r mode class limit tlimit; do
     if ! grep -qx "$class" "$ucxg_out/classes.$(ucxg_mode_tl "$mode")"; then
         continue   # reported below
     fi
     while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do
         wait -n
     done
-    ucxg_one "$mode" "$class" "$limit" &
+    ucxg_one "$mode" "$class" "$limit" "$tlimit" &
 done <"$ucxg_out/jobs"
 wait
 took=$(( $(date +%s) - start ))
 
 # Results in list order; rc_verbs' results are all there before rc_ib2's
 # are compared with them.
-while read -r mode class limit; do
+while read -r mode class _; do
     tl=$(ucxg_mode_tl "$mode")
     tag=$(ucxg_tag "$mode")
     if ! grep -qx "$class" "$ucxg_out/classes.$tl"; then
