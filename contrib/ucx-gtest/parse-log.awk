@@ -39,6 +39,8 @@ function reason(   r) {
 function run_reason(   r) {
     if (crash != "") {
         r = squeeze(crash)
+        if (frames != "")
+            r = r "; at " frames
         if (length(r) > 300)
             r = substr(r, 1, 297) "..."
         return r
@@ -49,7 +51,7 @@ function run_reason(   r) {
 function start(name) {
     cur = name
     failure = ""; capture = 0; warn = ""; ucx_err = ""; crash = ""
-    skip = ""; skipped = 0; watchdog = 0
+    skip = ""; skipped = 0; watchdog = 0; inbt = 0; frames = ""; nframes = 0
 }
 
 /^\[ RUN      \] / {
@@ -76,6 +78,34 @@ cur == "" { next }
         cur = ""
         next
     }
+}
+
+# UCX's backtrace on a fatal signal: " N  /path/lib.so(symbol+0x..) [0x..]".
+# The first frames outside UCS's error handling, libc and the signal
+# trampoline say where the process was.
+/^==== backtrace/ {
+    inbt = 1
+    next
+}
+inbt && /^=+$/ {
+    inbt = 0
+    next
+}
+inbt {
+    if ($0 !~ /^ *[0-9]+ /) { inbt = 0; next }
+    fr = $0
+    sub(/^ *[0-9]+ +/, "", fr)
+    sub(/ *\[0x[0-9a-f]*\] *$/, "", fr)
+    lib = fr; sub(/\(.*/, "", lib); lib = base(lib)
+    sym = fr; if (!sub(/^[^(]*\(/, "", sym)) sym = ""; sub(/\+0x[0-9a-f]*\)$/, "", sym); sub(/\)$/, "", sym)
+    if (lib ~ /^(libucs\.so|libc\.so|libpthread)/ || sym == "" ||
+        sym ~ /^(ucs_|__|raise|abort|pthread_kill|gsignal)/)
+        next
+    if (nframes < 3) {
+        frames = frames (nframes ? " < " : "") sym " (" lib ")"
+        nframes++
+    }
+    next
 }
 
 /abort testing/ {
@@ -129,7 +159,9 @@ capture > 0 {
 (/Caught signal/ || /Assertion .* failed/ || /terminate called/ ||
  /^Aborted/ || /Segmentation fault/) && crash == "" {
     crash = $0
-    sub(/^\[[^]]*\] *\[[^]]*\] */, "", crash)
+    # UCX's message may follow an unfinished gtest INFO line
+    if (!sub(/.*Caught signal/, "Caught signal", crash))
+        sub(/^\[[^]]*\] *\[[^]]*\] */, "", crash)
     next
 }
 

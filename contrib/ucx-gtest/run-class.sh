@@ -99,13 +99,20 @@ preload=$sv_lib
 run_gtest() {   # run_gtest TIMEOUT ARGS...
     local t=$1
     shift
-    # UCX_HANDLE_ERRORS=bt: a crash prints where and exits, never freezes.
+    # UCX_HANDLE_ERRORS=bt: a crash prints where and exits, never freezes;
+    # with SIGABRT among the error signals, so does the gtest watchdog's
+    # abort of a hung test, which then shows where it hung.
     timeout --kill-after=10 "$t" env \
         LD_PRELOAD="$preload${LD_PRELOAD:+ $LD_PRELOAD}" \
         SOFTVERBS_SHM="$shm" \
         UCX_HANDLE_ERRORS="${UCX_HANDLE_ERRORS:-bt}" \
+        UCX_ERROR_SIGNALS="${UCX_ERROR_SIGNALS:-ILL,SEGV,BUS,FPE,ABRT}" \
         ${rq:+UCX_IB2_RECEIVE_QUEUES="$rq"} \
         "$gtest" "$@"
+}
+
+demangle() {   # C++ names in backtraces, readable where c++filt exists
+    if command -v c++filt >/dev/null 2>&1; then c++filt; else cat; fi
 }
 
 # list_match FILE NAME: print the reason of the first pattern in FILE
@@ -171,7 +178,7 @@ while [ ${#todo[@]} -gt 0 ]; do
     rc=$?
     cat "$tmp/run" >>"$log"
     echo "=== run $attempt exit $rc" >>"$log"
-    awk -f "$HERE/parse-log.awk" "$tmp/run" >"$tmp/parsed"
+    awk -f "$HERE/parse-log.awk" "$tmp/run" | demangle >"$tmp/parsed"
     if [ ! -s "$tmp/parsed" ]; then
         why=$(grep -v '^\s*$' "$tmp/run" | tail -n 1)
         for full in "${todo[@]}"; do

@@ -23,7 +23,10 @@ mkdir -p "$ucxg_out"
 
 # Normally already built (contrib/setup.sh test builds it; a cached build
 # is reused); otherwise this builds it once, which takes a while.
-if ! ucxg_dir=$("$ucxg/build.sh" 2>"$ucxg_out/build.err"); then
+# IB2_UCX_GTEST_DIR names another build of it instead.
+if [ -n "${IB2_UCX_GTEST_DIR:-}" ]; then
+    ucxg_dir=$IB2_UCX_GTEST_DIR
+elif ! ucxg_dir=$("$ucxg/build.sh" 2>"$ucxg_out/build.err"); then
     cat "$ucxg_out/build.err"
     ib2_result FAIL "ucx-gtest/build (see $ucxg_out/build.err)"
     return 0
@@ -85,36 +88,73 @@ ucxg_report() {
     done <"$ucxg_out/$mode/$class.res"
 }
 
-start=$(date +%s)
-while read -r class limit _; do
+# ucxg_one MODE CLASS LIMIT TEST-LIMIT: run a class, keep its exit status
+# and time.
+ucxg_one() {
+    local t0 rc cpu
+    t0=$(date +%s)
+    ucxg_run -l "$3" -t "$4" "$1" "$2" >"$ucxg_out/$1/$2.out" 2>&1
+    rc=$?
+    # CPU time of the class's processes too: on a busy machine the wall
+    # clock says little about what the class costs
+    cpu=$(times | awk 'NR == 2 { print $1 "+" $2 }')
+    echo "$rc $(( $(date +%s) - t0 )) $cpu" >"$ucxg_out/$1/$2.rc"
+    echo "--- $2 on $(ucxg_tag "$1"): exit $rc, $(( $(date +%s) - t0 )) s, cpu $cpu"
+}
+
+# The classes, as (mode, class, limit, test limit), in list order.
+: >"$ucxg_out/jobs"
+while read -r class limit tlimit _; do
     case $class in ''|'#'*) continue ;; esac
     [ "$limit" = - ] && continue
+    [[ $tlimit =~ ^[0-9]+$ ]] || tlimit=60
     for mode in $UCXG_MODES; do
-        tl=$(ucxg_mode_tl "$mode")
         # A class rc_ib2 skips as a whole says nothing run on rc_verbs.
         if [ "$mode" = verbs ] &&
                 grep -q "^$class\.\*[[:space:]]" "$ucxg/rc_ib2.skip"; then
             continue
         fi
-        if ! grep -qx "$class" "$ucxg_out/classes.$tl"; then
-            ib2_result FAIL "ucx-gtest/$(ucxg_tag "$mode")/$class (listed but not instantiated for $tl)"
-            continue
-        fi
-        t0=$(date +%s)
-        ucxg_run -l "$limit" "$mode" "$class"
-        rc=$?
-        if [ $rc -eq 3 ]; then
-            ib2_result FAIL "ucx-gtest/$(ucxg_tag "$mode")/$class (no test listed, see $ucxg_out/$mode/$class.log)"
-            continue
-        elif [ $rc -eq 2 ]; then
-            ib2_result FAIL "ucx-gtest/$(ucxg_tag "$mode")/$class (could not run)"
-            continue
-        fi
-        echo "--- $class on $(ucxg_tag "$mode"): $(( $(date +%s) - t0 )) s"
-        ucxg_report "$mode" "$class"
+        echo "$mode $class $limit $tlimit" >>"$ucxg_out/jobs"
     done
 done <"$ucxg/classes.list"
 
+# Run them IB2_UCXG_JOBS at a time (default: one per core, at most 2):
+# each gtest process is one thread doing both sides of its connections.
+jobs_max=${IB2_UCXG_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[ "$jobs_max" -gt 2 ] && [ -z "${IB2_UCXG_JOBS:-}" ] && jobs_max=2
+start=$(date +%s)
+for mode in $UCXG_MODES; do mkdir -p "$ucxg_out/$mode"; done
+while read -r mode class limit tlimit; do
+    if ! grep -qx "$class" "$ucxg_out/classes.$(ucxg_mode_tl "$mode")"; then
+        continue   # reported below
+    fi
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do
+        wait -n
+    done
+    ucxg_one "$mode" "$class" "$limit" "$tlimit" &
+done <"$ucxg_out/jobs"
+wait
+took=$(( $(date +%s) - start ))
+
+# Results in list order; rc_verbs' results are all there before rc_ib2's
+# are compared with them.
+while read -r mode class _; do
+    tl=$(ucxg_mode_tl "$mode")
+    tag=$(ucxg_tag "$mode")
+    if ! grep -qx "$class" "$ucxg_out/classes.$tl"; then
+        ib2_result FAIL "ucx-gtest/$tag/$class (listed but not instantiated for $tl)"
+        continue
+    fi
+    rc=none
+    [ -f "$ucxg_out/$mode/$class.rc" ] && read -r rc _ <"$ucxg_out/$mode/$class.rc"
+    case $rc in
+    none) ib2_result FAIL "ucx-gtest/$tag/$class (the run did not finish)" ;;
+    3) ib2_result FAIL "ucx-gtest/$tag/$class (no test listed, see $ucxg_out/$mode/$class.log)" ;;
+    2) ib2_result FAIL "ucx-gtest/$tag/$class (could not run: $(tail -n 1 "$ucxg_out/$mode/$class.out"))" ;;
+    *) ucxg_report "$mode" "$class" ;;
+    esac
+done <"$ucxg_out/jobs"
+
 "$ucxg/table.sh" "$ucxg_out" >"$ucxg_out/table.md"
 cat "$ucxg_out/table.md"
-echo "--- UCX uct tests took $(( $(date +%s) - start )) s; table in $ucxg_out/table.md"
+echo "--- UCX uct tests took $took s ($jobs_max at a time); table in $ucxg_out/table.md"
