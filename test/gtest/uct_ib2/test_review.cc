@@ -265,12 +265,8 @@ TEST(Review, SharedQueueRnrLegitTrafficRejectedAsBadSeq)
     EXPECT_EQ(c.rx_bad_seq, 0u) << "legitimate messages dropped";
     EXPECT_TRUE(p.r.errors.empty()) << "the receiver failed its endpoint";
     for (size_t i = 0; i < p.r.rx.size(); ++i) {
-        uint32_t k = 0;
-        if (p.r.rx[i].id == 1) {
-            memcpy(&k, p.r.rx[i].data.data(), 4);
-        } else {
-            memcpy(&k, p.r.rx[i].data.data(), 4);
-        }
+        uint32_t k = 0;   /* am_short: its header; am_bcopy: the payload */
+        memcpy(&k, p.r.rx[i].data.data(), 4);
         EXPECT_EQ(k, i) << "order";
     }
 }
@@ -279,7 +275,10 @@ TEST(Review, SharedQueueRnrLegitTrafficRejectedAsBadSeq)
  * An AM handler destroys the endpoint the message came from. With only
  * shared queues and nothing outstanding the endpoint is freed inside
  * uct_ep_destroy (ib2_ep_zombie_progress); ib2_rx_in_order then reads
- * ep->ooo_count of the freed endpoint.
+ * ep->ooo_count of the freed endpoint. Glibc's perturbation makes the
+ * freed endpoint read as destroyed, so the plain build survives it: this
+ * one fails under the sanitizer build (or valgrind: "Invalid read of
+ * size 4 at ib2_rx_in_order (ib2_rx.c:162)").
  */
 TEST(Review, AmHandlerDestroysItsEpUseAfterFree)
 {
@@ -407,7 +406,8 @@ TEST(Review, TxBuffersHeldByUnsignaledSendsNeverReturn)
 {
     Env::Vars env = {{"UCX_IB2_RECEIVE_QUEUES",
                       "P,128,64,32,16:P,2048,64,32,16"},
-                     {"UCX_IB2_TX_MAX_BUFS", "8"}};
+                     {"UCX_IB2_TX_MAX_BUFS", "8"},
+                     {"UCX_IB2_TX_BUFS_GROW", "8"}};
     Pair p(with_env(env), with_env(env));
     ASSERT_TRUE(p.ok());
     const uint32_t n = 100;
