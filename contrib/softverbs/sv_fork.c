@@ -10,13 +10,26 @@
  * covers the page. As in libibverbs: page-granular reference counts,
  * ibv_fork_init after a registration is EINVAL, ibv_dontfork_range without
  * ibv_fork_init does nothing (and makes a later ibv_fork_init too late).
+ *
+ * SOFTVERBS_FORK=copy models a kernel that copies pinned pages at fork
+ * (5.12 and later): ibv_is_fork_initialized is IBV_FORK_UNNEEDED,
+ * ibv_fork_init does nothing, and at fork the child takes copies of the
+ * registered pages (MADV_POPULATE_WRITE in the child while the parent's
+ * forking thread waits), so the parent keeps its own.
  */
 #include "sv_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 #define SV_FPG 4096UL
 
@@ -30,6 +43,20 @@ static int               sv_fork_on;       /* ibv_fork_init done */
 static int               sv_fork_late;     /* a region came before it */
 static struct sv_frange *sv_fr;
 static size_t            sv_fr_n;
+static int               sv_fork_wait[2] = { -1, -1 }; /* copy mode */
+
+/* SOFTVERBS_FORK=copy: the kernel copies pinned pages at fork. */
+static int sv_fork_copies(void)
+{
+    static int copy = -1;
+
+    if (copy < 0) {
+        const char *e = getenv("SOFTVERBS_FORK");
+
+        copy = (e != NULL && !strcmp(e, "copy"));
+    }
+    return copy;
+}
 
 /* Add delta (+1 or -1) to the count of every page of [lo, hi): pages
  * reaching 1 become DONTFORK, pages reaching 0 DOFORK again. Lock held.
@@ -122,7 +149,7 @@ static int sv_fork_range(void *base, size_t size, int delta)
     uintptr_t hi = ((uintptr_t)base + size + SV_FPG - 1) & ~(SV_FPG - 1);
     int rc = 0;
 
-    if (size == 0) {
+    if (size == 0 || sv_fork_copies()) {
         return 0;
     }
     pthread_mutex_lock(&sv_fork_lock);
@@ -145,11 +172,71 @@ void sv_fork_unreg(void *base, size_t size)
     sv_fork_range(base, size, -1);
 }
 
+/* Copy mode, before fork: the child tells the forking thread when it has
+ * its copies (through a pipe), so that this process does not write a
+ * registered page before. */
+void sv_fork_prepare(void)
+{
+    if (sv_fork_copies() && sv_g.attached &&
+        pipe2(sv_fork_wait, O_CLOEXEC) != 0) {
+        sv_fork_wait[0] = sv_fork_wait[1] = -1;
+    }
+}
+
+void sv_fork_parent(void)
+{
+    struct pollfd pf = { sv_fork_wait[0], POLLIN, 0 };
+    char c;
+
+    if (sv_fork_wait[0] < 0) {
+        return;
+    }
+    close(sv_fork_wait[1]);
+    /* bounded: a child that dies first closes its end */
+    if (poll(&pf, 1, 10000) == 1 && read(sv_fork_wait[0], &c, 1) < 0) {
+        sv_debug("fork: no word from the child copying registered pages");
+    }
+    close(sv_fork_wait[0]);
+    sv_fork_wait[0] = sv_fork_wait[1] = -1;
+}
+
+/* In the child, before its state is reset: in copy mode, take copies of
+ * the parent's registered pages (those the parent still shares). */
+static void sv_fork_child_copy(void)
+{
+    struct sv_table *tb;
+    uint32_t i;
+
+    if (sv_fork_wait[1] < 0) {
+        return;
+    }
+    tb = &sv_g.hdr->table[SV_T_MR];
+    for (i = 0; i < tb->count; ++i) {
+        struct sv_mr_shared *m = sv_slot_at(SV_T_MR, i);
+        uintptr_t lo, hi;
+
+        if (atomic_load(&m->s.handle) == 0 ||
+            atomic_load(&m->s.proc) != sv_g.proc) {
+            continue;
+        }
+        lo = (uintptr_t)m->vaddr & ~(SV_FPG - 1);
+        hi = ((uintptr_t)m->vaddr + m->length + SV_FPG - 1) & ~(SV_FPG - 1);
+        madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE); /* R/O: fails */
+    }
+    if (write(sv_fork_wait[1], "c", 1) != 1) {
+        sv_fork_wait[1] = -1; /* the parent's wait ends at its timeout */
+    }
+    close(sv_fork_wait[0]);
+    close(sv_fork_wait[1]);
+    sv_fork_wait[0] = sv_fork_wait[1] = -1;
+}
+
 /* A child has none of its parent's regions (and no DONTFORK pages of
  * them); whether fork init was done or too late stays as it was, as with
- * libibverbs. */
+ * libibverbs. Called first in the child, the parent's state still there. */
 void sv_fork_child(void)
 {
+    sv_fork_child_copy();
     pthread_mutex_init(&sv_fork_lock, NULL);
     free(sv_fr);
     sv_fr   = NULL;
@@ -160,6 +247,9 @@ SV_EXPORT int ibv_fork_init(void)
 {
     int rc = 0;
 
+    if (sv_fork_copies()) {
+        return 0; /* nothing to do on such a kernel */
+    }
     pthread_mutex_lock(&sv_fork_lock);
     if (!sv_fork_on) {
         if (sv_fork_late) {
@@ -186,6 +276,9 @@ SV_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
 {
     int on;
 
+    if (sv_fork_copies()) {
+        return IBV_FORK_UNNEEDED; /* takes precedence, as in libibverbs */
+    }
     pthread_mutex_lock(&sv_fork_lock);
     on = sv_fork_on;
     pthread_mutex_unlock(&sv_fork_lock);

@@ -746,7 +746,9 @@ static inline int sv_fault_on(void)
 /* sv_fork.c: ibv_fork_init and MADV_DONTFORK of registered pages */
 int  sv_fork_reg(void *base, size_t size);     /* 0 or errno */
 void sv_fork_unreg(void *base, size_t size);
-void sv_fork_child(void);
+void sv_fork_prepare(void);                     /* atfork handlers */
+void sv_fork_parent(void);
+void sv_fork_child(void);                       /* first in the child */
 void sv_fork_env(void);                         /* RDMAV_FORK_SAFE */
 
 /* sv_sysfs.c */

@@ -716,6 +716,8 @@ static void sv_atfork_child(void)
 {
     int t;
 
+    sv_fork_child(); /* first: it reads the parent's regions */
+
     /* The child is a new process: it may attach afresh. Objects of the
      * parent are not usable in the child (as with kernel verbs). */
     if (sv_g.attached) {
@@ -748,7 +750,6 @@ static void sv_atfork_child(void)
     sv_g.wake_fd  = -1;
     pthread_mutex_init(&sv_g.lock, NULL);
     sv_progress_fork_child();
-    sv_fork_child();
 }
 
 /* The last process to leave gives the segment's memory back (tmpfs keeps
@@ -801,7 +802,7 @@ int sv_attach(void)
         return rc;
     }
     if (!atfork_done) {
-        pthread_atfork(NULL, NULL, sv_atfork_child);
+        pthread_atfork(sv_fork_prepare, sv_fork_parent, sv_atfork_child);
         atfork_done = 1;
     }
     if (sv_config_load(&cfg, err, sizeof(err)) ||

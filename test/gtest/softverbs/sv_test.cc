@@ -28,8 +28,9 @@ struct Setup {
         Dl_info info;
 
         pid = getpid();
-        /* the tests expect the default device configuration */
-        for (bool again = true; again;) {
+        /* the tests expect the default device configuration (a process of
+         * run_fresh has only what its test asked for: it keeps that) */
+        for (bool again = getenv("SV_TEST_FRESH") == nullptr; again;) {
             again = false;
             for (char **e = environ; *e != nullptr; ++e) {
                 if (!strncmp(*e, "SOFTVERBS_", 10)) {
@@ -510,6 +511,7 @@ int run_fresh(const char *test, const std::vector<std::string> &env,
             setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
         }
         unsetenv("SOFTVERBS_SHM"); /* it takes a segment of its own */
+        setenv("SV_TEST_FRESH", "1", 1);
         if (quiet) {
             int fd = open("/dev/null", O_WRONLY);
 

@@ -143,3 +143,28 @@ TEST(Fork, ForkSafeEnvironment)
     EXPECT_NE(run_fresh("ForkFresh.DISABLED_ForkSafeEnvironment", {}, true),
               0);
 }
+
+/* SOFTVERBS_FORK=copy: as on a kernel that copies pinned pages at fork,
+ * fork support is not needed, ibv_fork_init changes nothing, and the
+ * child has the pages (its own copies). */
+TEST(ForkFresh, DISABLED_CopyingKernel)
+{
+    EXPECT_EQ(ibv_is_fork_initialized(), IBV_FORK_UNNEEDED);
+    EXPECT_EQ(ibv_fork_init(), 0);
+    EXPECT_EQ(ibv_is_fork_initialized(), IBV_FORK_UNNEEDED);
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    char *p = map_pages(2);
+    ASSERT_NE(p, nullptr);
+    ibv_mr *mr = ibv_reg_mr(d.pd, p, 2 * kPg, IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    EXPECT_EQ(child_pages(p, 2), 0x3);
+    ASSERT_EQ(ibv_dereg_mr(mr), 0);
+    munmap(p, 2 * kPg);
+}
+
+TEST(Fork, CopyingKernel)
+{
+    EXPECT_EQ(run_fresh("ForkFresh.DISABLED_CopyingKernel",
+                        { "SOFTVERBS_FORK=copy" }), 0);
+}
