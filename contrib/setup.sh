@@ -161,6 +161,10 @@ case $what in
         ;;
     test)
         build_tree "$ASAN_BUILD" --enable-sanitizers
+        if [ "${IB2_UCX_GTEST:-0}" = 1 ]; then
+            "$TOP/contrib/ucx-gtest/build.sh" >/dev/null ||
+                log "UCX's gtest did not build; suite 36-ucx-gtest reports it"
+        fi
         exec "$TOP/test/run-tests.sh" "$BUILD" "$ASAN_BUILD"
         ;;
 esac

@@ -10,7 +10,10 @@
 #ifndef SOFTVERBS_H
 #define SOFTVERBS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+struct ibv_mr;
 #include <sys/socket.h>
 
 #ifdef __cplusplus
@@ -43,6 +46,35 @@ int softverbs_cqe_inline(int on);
  * (softverbs could not attach). */
 int softverbs_port_addr(const char *dev, unsigned port, unsigned index,
                         struct sockaddr *addr, socklen_t *len);
+
+/* Fault injection: replace this process's fault rules with those of spec,
+ * in the grammar of SOFTVERBS_FAULTS (docs/softverbs.md, "Fault
+ * injection"); NULL or "" removes them. Counting starts anew, and object
+ * ordinals (qp=#1, ...) count objects created from now on. Returns 0, or
+ * EINVAL with a message naming what was wrong in err (when err is not
+ * NULL), or ENODEV (softverbs could not attach). */
+int softverbs_faults(const char *spec, char *err, size_t errlen);
+
+/* How many faults the rules of this process have injected so far. */
+uint64_t softverbs_faults_injected(void);
+
+/* Pinning (docs/softverbs.md, "Pinned memory"): a region reaches the
+ * pages it was registered with; an access through pages that were freed,
+ * unmapped or replaced since reads SOFTVERBS_POISON where the old contents
+ * are gone and writes where the process does not see it. */
+#define SOFTVERBS_POISON 0xa5
+
+/* How this process checks pages: 0 not at all (SOFTVERBS_PIN=0), 1 by
+ * page frame number (CAP_SYS_ADMIN), 2 only whether a page is still
+ * mapped; -1 if softverbs could not attach. */
+int softverbs_pin_mode(void);
+
+/* Stale accesses (through pages no longer those registered) of all
+ * processes of the segment so far. */
+uint64_t softverbs_stale_accesses(void);
+
+/* Stale accesses through one region (of any process), 0 if it is gone. */
+uint64_t softverbs_mr_stale(struct ibv_mr *mr);
 
 /* Test support: take the shared lock of the queue pair with this QPN
  * (of any process) and return holding it, so that a test can kill the

@@ -303,8 +303,8 @@ static int sv_parse_ip(const char *s, struct sv_ipaddr *ip)
 }
 
 /* pN.ip=ADDR[+ADDR...] */
-static int sv_opt_ip(struct sv_config *cfg, uint32_t dev, uint32_t port,
-                     const char *val, char *err, size_t errlen)
+int sv_addr_opt_ip(struct sv_config *cfg, uint32_t dev, uint32_t port,
+                   const char *val, char *err, size_t errlen)
 {
     struct sv_dev_config *d = &cfg->dev[dev];
     char buf[256], *save = NULL, *a;
@@ -365,67 +365,6 @@ static int sv_opt_ip(struct sv_config *cfg, uint32_t dev, uint32_t port,
         snprintf(err, errlen, "SOFTVERBS_DEVICES: p%u.ip of '%s' is empty",
                  port, d->name);
         return -1;
-    }
-    return 0;
-}
-
-/* Options of a device after its port count, '/' separated: KEY=VALUE for
- * the device, pN.KEY=VALUE for port N. The fabric options (sv_fabric.c,
- * where the same grammar has its own table) take this row when the two
- * meet; the dispatcher below then goes. */
-static const struct {
-    const char *key;
-    int         port_key;   /* may be given per port */
-    int (*parse)(struct sv_config *cfg, uint32_t d, uint32_t port,
-                 const char *val, char *err, size_t errlen);
-} sv_addr_opts[] = {
-    { "ip", 1, sv_opt_ip },
-};
-
-int sv_addr_options(struct sv_config *cfg, uint32_t dev, char *opts,
-                    char *err, size_t errlen)
-{
-    struct sv_dev_config *d = &cfg->dev[dev];
-    char *save = NULL, *o;
-
-    for (o = strtok_r(opts, "/", &save); o != NULL;
-         o = strtok_r(NULL, "/", &save)) {
-        char *key = o, *val = strchr(o, '=');
-        uint32_t port = 0;
-        size_t i;
-
-        if (val == NULL || val[1] == '\0') {
-            snprintf(err, errlen, "SOFTVERBS_DEVICES: option '%s' of '%s' "
-                     "needs a value (KEY=VALUE)", o, d->name);
-            return -1;
-        }
-        *val++ = '\0';
-        if (key[0] == 'p' && key[1] >= '0' && key[1] <= '9') {
-            char *dot;
-            long n = strtol(key + 1, &dot, 10);
-
-            if (*dot != '.' || n < 1 || n > d->num_ports) {
-                snprintf(err, errlen, "SOFTVERBS_DEVICES: option '%s' of "
-                         "'%s': a port option is pN.KEY with N from 1 to %u",
-                         key, d->name, d->num_ports);
-                return -1;
-            }
-            port = (uint32_t)n;
-            key  = dot + 1;
-        }
-        for (i = 0; i < SV_ARRAY_SIZE(sv_addr_opts); ++i) {
-            if (!strcmp(key, sv_addr_opts[i].key)) {
-                break;
-            }
-        }
-        if (i == SV_ARRAY_SIZE(sv_addr_opts)) {
-            snprintf(err, errlen, "SOFTVERBS_DEVICES: unknown option '%s' of "
-                     "'%s'; give pN.ip=ADDR[+ADDR...]", key, d->name);
-            return -1;
-        }
-        if (sv_addr_opts[i].parse(cfg, dev, port, val, err, errlen)) {
-            return -1;
-        }
     }
     return 0;
 }

@@ -32,8 +32,8 @@ SV_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd,
     int eth;
     struct sv_ah *ah;
 
-    if (!sv_port_valid(d, attr->port_num)) {
-        errno = EINVAL;
+    if (!sv_port_valid(d, attr->port_num) || attr->sl > 15) {
+        errno = EINVAL; /* SL: four bits on the wire */
         return NULL;
     }
     if (sv_dev_iwarp(d)) {
@@ -75,15 +75,17 @@ SV_EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
     return 0;
 }
 
-/* Does the AH (used on src_dev) reach the port of dst? */
+/* Does the AH (used on port src_port of src_dev) reach the port of dst? */
 int sv_ah_route(const struct ibv_ah_attr *ah, uint8_t src_dev,
-                const struct sv_qp_shared *dst)
+                uint8_t src_port, const struct sv_qp_shared *dst)
 {
     const struct sv_config *c = &sv_g.hdr->cfg;
     const struct sv_port_shared *dp;
     int src_type, i;
 
-    if (dst->port == 0 || c->dev[src_dev].link != c->dev[dst->dev].link) {
+    /* another fabric, or an InfiniBand subnet without a router to it */
+    if (dst->port == 0 ||
+        !sv_fabric_reachable(src_dev, src_port, dst->dev, dst->port)) {
         return 0;
     }
     dp = &sv_g.hdr->port[dst->dev][dst->port - 1];

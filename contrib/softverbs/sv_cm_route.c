@@ -53,9 +53,8 @@ static int sv_cm_resolve_addr(struct sv_cm_id *id, struct sockaddr *src,
     if (sv_addr_lookup(&dip, &dev, &port)) {
         status = -EHOSTUNREACH; /* no port has this address */
     } else if (id->dev_bound &&
-               sv_g.hdr->cfg.dev[id->dev].link !=
-               sv_g.hdr->cfg.dev[dev].link) {
-        status = -ENETUNREACH;  /* another fabric */
+               !sv_fabric_reachable(id->dev, id->port, dev, port)) {
+        status = -ENETUNREACH;  /* another fabric, or IB subnet */
     } else {
         if (!id->dev_bound) {
             rc = sv_cm_bind_dev(id, dev, port);

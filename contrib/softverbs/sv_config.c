@@ -50,9 +50,10 @@ static const struct sv_num_opt sv_num_opts[] = {
     SV_OPT64("SOFTVERBS_MAX_REG",        max_reg,        0, 0, UINT64_MAX),
     SV_OPT64("SOFTVERBS_HEAP_MB",        heap_size,      1024, 16,
              1 << 20),
+    SV_OPT32("SOFTVERBS_PIN",            pin,            1, 0, 1),
 };
 
-static int sv_parse_u64(const char *s, uint64_t *v)
+int sv_parse_u64(const char *s, uint64_t *v)
 {
     char *end;
     unsigned long long x;
@@ -156,7 +157,7 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
             }
             d->num_ports = (uint8_t)v;
         }
-        if (opts != NULL && sv_addr_options(cfg, n, opts, err, errlen)) {
+        if (opts != NULL && sv_dev_options(cfg, n, opts, err, errlen)) {
             return -1;
         }
         ++n;
@@ -167,7 +168,8 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
         return -1;
     }
     cfg->num_devices = n;
-    return sv_addr_config_check(cfg, err, errlen);
+    return sv_addr_config_check(cfg, err, errlen) ||
+           sv_fabric_config_check(cfg, err, errlen) ? -1 : 0;
 }
 
 int sv_config_load(struct sv_config *cfg, char *err, size_t errlen)

@@ -86,7 +86,10 @@ static int sv_cq_push_entry(uint32_t cq_handle, const struct ibv_wc *wc,
     }
     t = atomic_load_explicit(&cq->tail, memory_order_relaxed);
     if (SV_UNLIKELY(t - atomic_load_explicit(&cq->head, memory_order_acquire)
-                    >= cq->size)) {
+                    >= cq->size ||
+                    (atomic_load_explicit(&cq->fault_at,
+                                          memory_order_relaxed) != 0 &&
+                     t + 1 >= atomic_load(&cq->fault_at)))) {
         uint32_t was = atomic_exchange(&cq->overrun, 1);
         uint32_t aq  = cq->async_evq;
 
@@ -192,6 +195,26 @@ void sv_cq_land_inline(uint64_t addr, uint64_t len)
             }
         }
         pthread_spin_unlock(&cq->poll_lock);
+    }
+    pthread_mutex_unlock(&sv_cq_list_lock);
+}
+
+/* The fault rules changed: the injected overruns of this process's CQs
+ * follow them (counted from the CQ's completions so far). */
+void sv_cq_fault_apply(void)
+{
+    uint32_t i, n = sv_g.hdr->table[SV_T_CQ].count;
+
+    pthread_mutex_lock(&sv_cq_list_lock);
+    for (i = 0; i < n; ++i) {
+        struct sv_cq *cq = sv_local_get(SV_T_CQ, i);
+
+        if (cq != NULL && !cq->sh->ignore_overrun) {
+            sv_cq_lock(cq->sh);
+            atomic_store(&cq->sh->fault_at,
+                         sv_fault_cq(cq->handle, atomic_load(&cq->sh->tail)));
+            sv_mutex_unlock(&cq->sh->lock);
+        }
     }
     pthread_mutex_unlock(&sv_cq_list_lock);
 }
@@ -417,6 +440,9 @@ static struct sv_cq *sv_cq_create(struct ibv_context *c, uint32_t ncqe,
     atomic_store(&sh->armed, SV_ARM_NONE);
     atomic_store(&sh->overrun, 0);
     atomic_store(&sh->deferred, 0);
+    sv_fault_created(SV_FO_CQ, handle);
+    atomic_store(&sh->fault_at, sh->ignore_overrun ? 0 :
+                 sv_fault_cq(handle, 0));
 
     cq->handle   = handle;
     cq->idx      = sv_handle_idx(SV_T_CQ, handle);

@@ -160,33 +160,53 @@ static void sv_warn_ptrace(int32_t pid)
 /* Scatter/gather lists                                                */
 /* ------------------------------------------------------------------ */
 
+/* A scatter/gather list as the adapter reaches it: pieces of memory (in
+ * their owner's address space) and the region of each (NULL: inline data,
+ * a GRH), whose pinned pages the access goes through (sv_pin.c). */
+struct sv_sgl {
+    int                        n;
+    struct iovec               iov[SV_IOV];
+    const struct sv_mr_shared *mr[SV_IOV];
+};
+
+static inline struct sv_side sv_side_of(const struct sv_sgl *l, int first,
+                                        int32_t pid)
+{
+    struct sv_side s = { pid, l->iov + first, l->mr + first, l->n - first };
+
+    return s;
+}
+
+/* The requester's own gather/scatter list, from index `first` of l. */
 static enum ibv_wc_status sv_local_iov(struct sv_qp *qp,
                                        const struct sv_swqe *w,
-                                       unsigned need, struct iovec *iov,
-                                       int *niov, uint64_t *len)
+                                       unsigned need, struct sv_sgl *l,
+                                       int first, uint64_t *len)
 {
     uint64_t total = 0;
     uint32_t i;
-    int n = 0;
+    int n = first;
 
     if (w->inl) {
         if (w->inl_data != NULL) {
-            iov[0].iov_base = w->inl_data;
-            iov[0].iov_len  = w->inl_len;
-            *niov = w->inl_len ? 1 : 0;
+            l->iov[n].iov_base = w->inl_data;
+            l->iov[n].iov_len  = w->inl_len;
+            l->mr[n]           = NULL;
+            l->n  = n + (w->inl_len ? 1 : 0);
             *len  = w->inl_len;
             return IBV_WC_SUCCESS;
         }
         for (i = 0; i < w->num_sge; ++i) {
             if (w->sge[i].length != 0) {
-                iov[n].iov_base = (void *)(uintptr_t)w->sge[i].addr;
-                iov[n].iov_len  = w->sge[i].length;
+                l->iov[n].iov_base = (void *)(uintptr_t)w->sge[i].addr;
+                l->iov[n].iov_len  = w->sge[i].length;
+                l->mr[n]           = NULL; /* copied at posting, no key */
                 total += w->sge[i].length;
                 ++n;
             }
         }
-        *niov = n;
-        *len  = total;
+        l->n = n;
+        *len = total;
         return IBV_WC_SUCCESS;
     }
     for (i = 0; i < w->num_sge; ++i) {
@@ -203,16 +223,18 @@ static enum ibv_wc_status sv_local_iov(struct sv_qp *qp,
                         !sv_in_range(m, s->addr, s->length))) {
             return IBV_WC_LOC_PROT_ERR;
         }
-        iov[n].iov_base = (void *)(uintptr_t)(m->vaddr + (s->addr - m->iova));
-        iov[n].iov_len  = s->length;
+        l->iov[n].iov_base = (void *)(uintptr_t)(m->vaddr +
+                                                 (s->addr - m->iova));
+        l->iov[n].iov_len  = s->length;
+        l->mr[n]           = m;
         total += s->length;
         ++n;
     }
     if (SV_UNLIKELY(total > SV_MAX_MSG_SIZE)) {
         return IBV_WC_LOC_LEN_ERR;
     }
-    *niov = n;
-    *len  = total;
+    l->n = n;
+    *len = total;
     return IBV_WC_SUCCESS;
 }
 
@@ -220,7 +242,7 @@ static enum ibv_wc_status sv_local_iov(struct sv_qp *qp,
  * Returns the responder's completion status on failure. */
 static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
                                       const struct sv_rwqe *w, uint64_t need,
-                                      struct iovec *iov, int *niov)
+                                      struct sv_sgl *r)
 {
     uint64_t total = 0;
     uint32_t i;
@@ -244,22 +266,25 @@ static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
         if (take > s->length) {
             take = s->length;
         }
-        iov[n].iov_base = (void *)(uintptr_t)(m->vaddr + (s->addr - m->iova));
-        iov[n].iov_len  = take;
+        r->iov[n].iov_base = (void *)(uintptr_t)(m->vaddr +
+                                                 (s->addr - m->iova));
+        r->iov[n].iov_len  = take;
+        r->mr[n]           = m;
         total += take;
         ++n;
     }
     if (total < need) {
         return IBV_WC_LOC_LEN_ERR;
     }
-    *niov = n;
+    r->n = n;
     return IBV_WC_SUCCESS;
 }
 
-/* An rkey-addressed range of the responder, checked for access. */
+/* An rkey-addressed range of the responder, checked for access: the
+ * single piece of r. */
 static int sv_rkey_iov(const struct sv_qp_shared *dst, uint32_t rkey,
                        uint64_t addr, uint64_t len, unsigned need,
-                       struct iovec *iov)
+                       struct sv_sgl *r)
 {
     struct sv_mr_shared *m = sv_lookup(SV_T_MR, rkey);
 
@@ -267,47 +292,59 @@ static int sv_rkey_iov(const struct sv_qp_shared *dst, uint32_t rkey,
         !(dst->access & need) || !sv_in_range(m, addr, len)) {
         return 0;
     }
-    iov->iov_base = (void *)(uintptr_t)(m->vaddr + (addr - m->iova));
-    iov->iov_len  = len;
+    r->iov[0].iov_base = (void *)(uintptr_t)(m->vaddr + (addr - m->iova));
+    r->iov[0].iov_len  = len;
+    r->mr[0]           = m;
+    r->n               = 1;
     return 1;
 }
 
 /* Can len bytes for the responder travel inside its completion? Only if
  * they land in one piece of its memory, and it is another process (for
- * this one a copy costs no more than that). */
+ * this one a copy costs no more than that), and that piece is still the
+ * memory registered (else the adapter's write goes elsewhere: sv_pin_move
+ * drops it). */
 static inline int sv_cqe_inline_ok(const struct sv_qp_shared *dst,
-                                   uint64_t len, int nr)
+                                   uint64_t len, const struct sv_sgl *r)
 {
-    return sv_g.cqe_inline && len != 0 && len <= SV_CQE_INLINE && nr == 1 &&
-           dst->s.pid != sv_g.pid;
-}
+    struct sv_side rs;
 
-static void sv_gather(uint8_t *out, const struct iovec *iov, int n)
-{
-    int i;
-
-    for (i = 0; i < n; ++i) {
-        memcpy(out, iov[i].iov_base, iov[i].iov_len);
-        out += iov[i].iov_len;
+    if (!(sv_g.cqe_inline && len != 0 && len <= SV_CQE_INLINE &&
+          r->n == 1 && dst->s.pid != sv_g.pid)) {
+        return 0;
     }
+    rs = sv_side_of(r, 0, dst->s.pid);
+    return !sv_pin_stale(&rs);
 }
 
-/* Drop the first `skip` bytes of an iovec list in place. */
-static int sv_iov_skip(struct iovec *iov, int n, uint64_t skip)
+/* The bytes of a side of this process into out (the poison pattern where
+ * its pages are stale). */
+static void sv_gather(uint8_t *out, uint64_t len, const struct sv_side *src,
+                      const char *what)
+{
+    struct iovec o = { out, len };
+    struct sv_side d = { sv_g.pid, &o, NULL, 1 };
+
+    sv_pin_move(src, &d, what);
+}
+
+/* Drop the first `skip` bytes of a list in place. */
+static void sv_iov_skip(struct sv_sgl *l, uint64_t skip)
 {
     int i, k = 0;
 
-    for (i = 0; i < n; ++i) {
-        if (skip >= iov[i].iov_len) {
-            skip -= iov[i].iov_len;
+    for (i = 0; i < l->n; ++i) {
+        if (skip >= l->iov[i].iov_len) {
+            skip -= l->iov[i].iov_len;
             continue;
         }
-        iov[k].iov_base = (char *)iov[i].iov_base + skip;
-        iov[k].iov_len  = iov[i].iov_len - skip;
+        l->iov[k].iov_base = (char *)l->iov[i].iov_base + skip;
+        l->iov[k].iov_len  = l->iov[i].iov_len - skip;
+        l->mr[k]           = l->mr[i];
         skip = 0;
         ++k;
     }
-    return k;
+    l->n = k;
 }
 
 /* ------------------------------------------------------------------ */
@@ -384,7 +421,7 @@ static void sv_copy_failed(struct sv_attempt *a, ssize_t n, int32_t pid,
 /* SEND, SEND_WITH_IMM and RDMA_WRITE_WITH_IMM: consume a receive WQE. */
 static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
                        struct sv_qp_shared *dst, uint32_t dqpn,
-                       struct iovec *liov, int nl, uint64_t len,
+                       const struct sv_sgl *l, uint64_t len,
                        struct sv_attempt *a)
 {
     union {
@@ -393,13 +430,14 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
                              64 * sizeof(struct ibv_sge)];
     } taken;
     struct sv_rwqe *rw;
-    struct iovec riov[SV_IOV];
+    struct sv_sgl r;
+    struct sv_side ls, rs;
     uint8_t inl[SV_CQE_INLINE];
     uint32_t inl_len = 0;
     uint64_t inl_addr = 0;
     enum ibv_wc_status rst;
     struct ibv_wc wc;
-    int nr = 0, uc = (dst->type == IBV_QPT_UC), wimm;
+    int uc = (dst->type == IBV_QPT_UC), wimm;
     uint8_t state;
     ssize_t n;
 
@@ -414,9 +452,10 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
                                             memory_order_relaxed);
         return;
     }
+    r.n = 0;
     if (wimm && len != 0 &&
         !sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
-                     IBV_ACCESS_REMOTE_WRITE, &riov[0])) {
+                     IBV_ACCESS_REMOTE_WRITE, &r)) {
         if (uc) {
             sv_mutex_unlock(&dst->lock);
             a->res = SV_OK; /* UC drops what it cannot place */
@@ -428,7 +467,6 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         a->status = IBV_WC_REM_ACCESS_ERR;
         return;
     }
-    nr = (wimm && len != 0) ? 1 : 0;
 
     /* the receive WQE: from the SRQ, or the head of the QP's ring */
     rw = sv_rwqe_peek(dst, &taken.w);
@@ -451,7 +489,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
     wc.opcode = wimm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
 
     if (!wimm) {
-        rst = sv_recv_iov(dst, rw, len, riov, &nr);
+        rst = sv_recv_iov(dst, rw, len, &r);
         if (rst != IBV_WC_SUCCESS) {
             /* the responder completes this WQE in error */
             wc.status = rst;
@@ -468,12 +506,14 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
             return;
         }
     }
-    if (!wimm && sv_cqe_inline_ok(dst, len, nr)) {
-        sv_gather(inl, liov, nl);
+    ls = sv_side_of(l, 0, sv_g.pid);
+    if (!wimm && sv_cqe_inline_ok(dst, len, &r)) {
+        sv_gather(inl, len, &ls, "SEND");
         inl_len  = (uint32_t)len;
-        inl_addr = (uintptr_t)riov[0].iov_base;
+        inl_addr = (uintptr_t)r.iov[0].iov_base;
     } else if (len != 0) {
-        n = sv_write_remote(dst->s.pid, liov, nl, riov, nr);
+        rs = sv_side_of(&r, 0, dst->s.pid);
+        n  = sv_pin_move(&ls, &rs, wimm ? "RDMA WRITE" : "SEND");
         if (n < 0) {
             if (n == -EFAULT && !wimm && !uc) {
                 /* its receive buffer is not mapped any more */
@@ -527,16 +567,17 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
 
 static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
                         struct sv_qp_shared *dst, uint32_t dqpn,
-                        struct iovec *liov, int nl, uint64_t len,
+                        const struct sv_sgl *l, uint64_t len,
                         struct sv_attempt *a)
 {
-    struct iovec riov;
+    struct sv_sgl r;
+    struct sv_side ls, rs;
     int uc = (dst->type == IBV_QPT_UC);
     ssize_t n;
 
     if (len != 0) {
         if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
-                         IBV_ACCESS_REMOTE_WRITE, &riov)) {
+                         IBV_ACCESS_REMOTE_WRITE, &r)) {
             if (uc) {
                 a->res = SV_OK;
                 return;
@@ -546,7 +587,9 @@ static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
             a->status = IBV_WC_REM_ACCESS_ERR;
             return;
         }
-        n = sv_write_remote(dst->s.pid, liov, nl, &riov, 1);
+        ls = sv_side_of(l, 0, sv_g.pid);
+        rs = sv_side_of(&r, 0, dst->s.pid);
+        n  = sv_pin_move(&ls, &rs, "RDMA WRITE");
         if (n < 0) {
             if (n == -EFAULT && !uc) {
                 sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
@@ -566,10 +609,11 @@ static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
 
 static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
                        struct sv_qp_shared *dst, uint32_t dqpn,
-                       struct iovec *liov, int nl, uint64_t len,
+                       const struct sv_sgl *l, uint64_t len,
                        struct sv_attempt *a)
 {
-    struct iovec riov;
+    struct sv_sgl r;
+    struct sv_side ls, rs;
     ssize_t n;
 
     if (dst->max_dest_rd_atomic == 0) {
@@ -580,13 +624,15 @@ static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
     }
     if (len != 0) {
         if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
-                         IBV_ACCESS_REMOTE_READ, &riov)) {
+                         IBV_ACCESS_REMOTE_READ, &r)) {
             sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
             a->res    = SV_ERR;
             a->status = IBV_WC_REM_ACCESS_ERR;
             return;
         }
-        n = sv_read_remote(dst->s.pid, liov, nl, &riov, 1);
+        ls = sv_side_of(l, 0, sv_g.pid);
+        rs = sv_side_of(&r, 0, dst->s.pid);
+        n  = sv_pin_move(&rs, &ls, "RDMA READ");
         if (n < 0) {
             if (n == -EFAULT) {
                 sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
@@ -602,10 +648,12 @@ static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
 
 static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
                          struct sv_qp_shared *dst, uint32_t dqpn,
-                         struct iovec *liov, int nl, uint64_t len,
+                         const struct sv_sgl *l, uint64_t len,
                          struct sv_attempt *a)
 {
-    struct iovec riov, tmp;
+    struct sv_sgl r;
+    struct iovec tmp;
+    struct sv_side ts = { sv_g.pid, &tmp, NULL, 1 }, rs, ls;
     uint64_t old = 0, val;
     sv_mutex_t *stripe;
     ssize_t n;
@@ -622,7 +670,7 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
         return;
     }
     if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, 8,
-                     IBV_ACCESS_REMOTE_ATOMIC, &riov)) {
+                     IBV_ACCESS_REMOTE_ATOMIC, &r)) {
         sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
         a->res    = SV_ERR;
         a->status = IBV_WC_REM_ACCESS_ERR;
@@ -630,11 +678,12 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
     }
     /* atomic among all softverbs operations on this location */
     stripe = sv_stripe(((uint64_t)(uint32_t)dst->s.pid << 40) ^
-                       (uint64_t)(uintptr_t)riov.iov_base);
+                       (uint64_t)(uintptr_t)r.iov[0].iov_base);
+    rs = sv_side_of(&r, 0, dst->s.pid);
     sv_mutex_lock(stripe);
     tmp.iov_base = &old;
     tmp.iov_len  = 8;
-    n = sv_read_remote(dst->s.pid, &tmp, 1, &riov, 1);
+    n = sv_pin_move(&rs, &ts, "ATOMIC");
     if (n == 8) {
         if (w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
             val = (old == w->compare_add) ? w->swap : old;
@@ -643,7 +692,7 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
         }
         if (val != old) {
             tmp.iov_base = &val;
-            n = sv_write_remote(dst->s.pid, &tmp, 1, &riov, 1);
+            n = sv_pin_move(&ts, &rs, "ATOMIC");
         }
     }
     sv_mutex_unlock(stripe);
@@ -655,19 +704,9 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
         return;
     }
     /* the original value lands in the local buffer */
-    {
-        const uint8_t *src = (const uint8_t *)&old;
-        uint64_t done = 0;
-        int i;
-
-        for (i = 0; i < nl && done < 8; ++i) {
-            size_t k = liov[i].iov_len < 8 - done ? liov[i].iov_len :
-                                                    8 - done;
-
-            memcpy(liov[i].iov_base, src + done, k);
-            done += k;
-        }
-    }
+    tmp.iov_base = &old;
+    ls = sv_side_of(l, 0, sv_g.pid);
+    sv_pin_move(&ts, &ls, "ATOMIC");
     sv_responder_event_once(dst, dqpn, atomic_load(&dst->state));
     a->res      = SV_OK;
     a->byte_len = 8;
@@ -676,21 +715,20 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
 static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
                                  struct sv_attempt *a)
 {
-    struct iovec liov[SV_IOV];
+    struct sv_sgl l;
     struct sv_qp_shared *dst;
     uint32_t dqpn = qp->sh->dest_qpn;
     unsigned need = 0;
     enum ibv_wc_status st;
     uint64_t len;
     uint8_t state;
-    int nl;
 
     if (w->opcode == IBV_WR_RDMA_READ ||
         w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
         w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
         need = IBV_ACCESS_LOCAL_WRITE;
     }
-    st = sv_local_iov(qp, w, need, liov, &nl, &len);
+    st = sv_local_iov(qp, w, need, &l, 0, &len);
     if (SV_UNLIKELY(qp->iwarp) && st == IBV_WC_SUCCESS &&
         w->opcode == IBV_WR_RDMA_READ && !sv_iw_read_sink_ok(qp, w)) {
         st = IBV_WC_LOC_PROT_ERR; /* the sink lacks remote write access */
@@ -711,7 +749,8 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
      * travel in its completion entry (no system call would notice). */
     if (SV_UNLIKELY(!sv_rc_accepts(state) || dst->type != qp->sh->type ||
                     dst->dest_qpn != qp->qpx.qp_base.qp_num ||
-                    !sv_ah_route(&qp->attr.ah_attr, qp->sh->dev, dst) ||
+                    !sv_ah_route(&qp->attr.ah_attr, qp->sh->dev, qp->sh->port,
+                                 dst) ||
                     sv_proc_gone(atomic_load_explicit(
                         &dst->s.proc, memory_order_relaxed)))) {
         a->res       = SV_NORESP;
@@ -724,16 +763,16 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-        sv_rc_send(qp, w, dst, dqpn, liov, nl, len, a);
+        sv_rc_send(qp, w, dst, dqpn, &l, len, a);
         break;
     case IBV_WR_RDMA_WRITE:
-        sv_rc_write(qp, w, dst, dqpn, liov, nl, len, a);
+        sv_rc_write(qp, w, dst, dqpn, &l, len, a);
         break;
     case IBV_WR_RDMA_READ:
-        sv_rc_read(qp, w, dst, dqpn, liov, nl, len, a);
+        sv_rc_read(qp, w, dst, dqpn, &l, len, a);
         break;
     default:
-        sv_rc_atomic(qp, w, dst, dqpn, liov, nl, len, a);
+        sv_rc_atomic(qp, w, dst, dqpn, &l, len, a);
         break;
     }
     if (a->res == SV_OK) {
@@ -773,22 +812,22 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
         char           space[sizeof(struct sv_rwqe) +
                              64 * sizeof(struct ibv_sge)];
     } taken;
-    struct iovec liov[SV_IOV], riov[SV_IOV];
+    struct sv_sgl l, r;
+    struct sv_side ls, rs;
     uint8_t grh[SV_GRH_SIZE], inl[SV_CQE_INLINE];
     uint32_t inl_len = 0;
     uint64_t inl_addr = 0, tot;
-    struct iovec *lv;
     struct sv_qp_shared *dst;
     struct sv_rwqe *rw;
     enum ibv_wc_status st;
     struct ibv_wc wc;
     uint32_t qkey, dqpn = w->ud_qpn;
     uint64_t len;
-    int nl, nr, has_grh;
+    int has_grh;
     uint8_t state;
     ssize_t n;
 
-    st = sv_local_iov(qp, w, 0, liov + 1, &nl, &len);
+    st = sv_local_iov(qp, w, 0, &l, 1, &len); /* [0]: room for a GRH */
     if (st != IBV_WC_SUCCESS) {
         a->res    = SV_ERR;
         a->status = st;
@@ -810,7 +849,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
     state = atomic_load(&dst->state);
     if (atomic_load(&dst->s.handle) != dqpn || dst->type != IBV_QPT_UD ||
         !sv_rc_accepts(state) || dst->qkey != qkey ||
-        !sv_ah_route(&w->ud_ah, w->ud_dev, dst)) {
+        !sv_ah_route(&w->ud_ah, w->ud_dev, w->ud_ah.port_num, dst)) {
         sv_mutex_unlock(&dst->lock);
         return; /* lost on the wire */
     }
@@ -828,29 +867,30 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
     wc.slid           = sv_port_lid(qp->sh->dev, qp->sh->port);
     wc.sl             = sv_ud_wc_sl(&w->ud_ah, w->ud_dev, qp->sh->port);
     wc.dlid_path_bits = w->ud_ah.src_path_bits;
-    st = sv_recv_iov(dst, rw, SV_GRH_SIZE + len, riov, &nr);
+    st = sv_recv_iov(dst, rw, SV_GRH_SIZE + len, &r);
     if (st == IBV_WC_SUCCESS) {
         has_grh = w->ud_ah.is_global ||
                   sv_g.hdr->cfg.dev[dst->dev].link == SV_LINK_ETH;
         if (has_grh) {
             sv_grh_build(grh, &w->ud_ah, qp->sh->dev, qp->sh->port,
                          (uint32_t)len);
-            liov[0].iov_base = grh;
-            liov[0].iov_len  = SV_GRH_SIZE;
-            ++nl;
+            l.iov[0].iov_base = grh;
+            l.iov[0].iov_len  = SV_GRH_SIZE;
+            l.mr[0]           = NULL;
         } else {
             /* the first 40 bytes stay as they were */
-            nr = sv_iov_skip(riov, nr, SV_GRH_SIZE);
+            sv_iov_skip(&r, SV_GRH_SIZE);
         }
         tot = has_grh ? SV_GRH_SIZE + len : len;
-        lv  = has_grh ? liov : liov + 1;
-        if (sv_cqe_inline_ok(dst, tot, nr)) {
-            sv_gather(inl, lv, nl);
+        ls  = sv_side_of(&l, has_grh ? 0 : 1, sv_g.pid);
+        if (sv_cqe_inline_ok(dst, tot, &r)) {
+            sv_gather(inl, tot, &ls, "UD SEND");
             inl_len  = (uint32_t)tot;
-            inl_addr = (uintptr_t)riov[0].iov_base;
+            inl_addr = (uintptr_t)r.iov[0].iov_base;
             n        = 0;
         } else {
-            n = tot ? sv_write_remote(dst->s.pid, lv, nl, riov, nr) : 0;
+            rs = sv_side_of(&r, 0, dst->s.pid);
+            n  = tot ? sv_pin_move(&ls, &rs, "UD SEND") : 0;
         }
         if (n < 0) {
             if (dst->srq != 0 && n != -ESRCH) {
@@ -890,10 +930,55 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
 /* Execution                                                           */
 /* ------------------------------------------------------------------ */
 
+/* A request with an injected fault (sv_fault.c): held for its delay, or
+ * failed as the adapter would fail it. */
+static int sv_exec_fault(struct sv_qp *qp, struct sv_swqe *w)
+{
+    enum ibv_wc_status st = (enum ibv_wc_status)w->fault_status;
+    struct sv_qp_shared *dst;
+    uint32_t dqpn = qp->sh->dest_qpn;
+    int ev = -1;
+
+    switch (w->fault) {
+    case SV_WF_DELAY:
+        /* a slow path through the fabric: nothing happens until then */
+        w->fault    = SV_WF_NONE;
+        w->deadline = sv_now_ns() + w->fault_delay;
+        return SV_X_BLOCKED;
+    case SV_WF_FATAL:
+        /* the adapter gives up on the QP: QP_FATAL, everything flushed */
+        w->fault = SV_WF_NONE;
+        sv_qp_fatal(qp);
+        sv_complete(qp, w, IBV_WC_WR_FLUSH_ERR, 0);
+        return SV_X_FAILED;
+    default:
+        break;
+    }
+    w->fault = SV_WF_NONE;
+    /* a NAK of the responder: it detected the error and stops too */
+    if (st == IBV_WC_REM_ACCESS_ERR) {
+        ev = IBV_EVENT_QP_ACCESS_ERR;
+    } else if (st == IBV_WC_REM_INV_REQ_ERR) {
+        ev = IBV_EVENT_QP_REQ_ERR;
+    }
+    if (ev >= 0 && qp->qpx.qp_base.qp_type == IBV_QPT_RC) {
+        dst = sv_lookup(SV_T_QP, dqpn);
+        if (dst != NULL && dst->dest_qpn == qp->qpx.qp_base.qp_num) {
+            sv_responder_error(dst, dqpn, 0, (enum ibv_event_type)ev);
+        }
+    }
+    sv_complete(qp, w, st, 0);
+    return SV_X_FAILED;
+}
+
 static int sv_exec(struct sv_qp *qp, struct sv_swqe *w)
 {
     struct sv_attempt a = { .res = SV_OK, .peer_proc = SV_NO_PROC };
     uint64_t now, t;
+
+    if (SV_UNLIKELY(w->fault != SV_WF_NONE)) {
+        return sv_exec_fault(qp, w);
+    }
 
     /* regions of peers may not go away during the attempt */
     sv_xfer_begin();
@@ -1024,6 +1109,7 @@ static void sv_swqe_from_wr(struct sv_swqe *w, const struct ibv_send_wr *wr,
     w->deadline   = 0;
     w->rnr_left   = 0xff;
     w->retry_left = 0xff;
+    w->fault      = SV_WF_NONE;
     if (t == IBV_QPT_UD) {
         const struct sv_ah *ah = (const struct sv_ah *)wr->wr.ud.ah;
 
@@ -1118,7 +1204,14 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
             rc = ENOMEM; /* as ConnectX: see struct sv_qp */
             break;
         }
+        if (sv_fault_on() && sv_fault_post(SV_FP_POST_SEND, ibqp->qp_num)) {
+            rc = ENOMEM; /* injected: as if the send queue were full */
+            break;
+        }
         sv_swqe_from_wr(&w, wr, t);
+        if (sv_fault_on()) {
+            sv_fault_send(ibqp->qp_num, wr, &w);
+        }
         w.sq_seq = qp->sq_posted++;
         if (SV_UNLIKELY(state == IBV_QPS_ERR)) {
             sv_sq_flush_locked(qp);

@@ -36,7 +36,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 9
+#define SV_LAYOUT_VERSION 11
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -72,6 +72,12 @@ struct sv_dev_config {
     uint8_t  num_ports;
     /* configured addresses per port (pN.ip=); none: 127.0.<dev+1>.<port> */
     struct sv_ipaddr ip[SV_MAX_PORTS][SV_PORT_IPS];
+    /* sv_fabric.c: subnet prefix per IB port (pN.subnet=; 0: the
+     * default), PCI address and NUMA node (pci=, numa=) */
+    uint64_t subnet[SV_MAX_PORTS];
+    uint8_t  pci_set, pci_bus, pci_slot, pci_fn;
+    uint16_t pci_domain;
+    uint8_t  numa_set, numa;
 };
 
 struct sv_config {
@@ -99,6 +105,8 @@ struct sv_config {
     uint64_t             heap_size;
     uint64_t             subnet_prefix; /* host order */
     char                 fw_ver[64];
+    uint32_t             pin;           /* SOFTVERBS_PIN: check pages */
+    uint32_t             pad;
 };
 
 /* ------------------------------------------------------------------ */
@@ -276,6 +284,9 @@ struct sv_cq_shared {
     uint32_t         async_evq;
     _Atomic uint32_t deferred;   /* events that found the channel full */
     uint32_t         ignore_overrun;
+    /* an injected overrun (sv_fault.c): the completion with producer
+     * index fault_at - 1 and every later one overrun the CQ; 0: none */
+    _Atomic uint64_t fault_at;
 };
 
 struct sv_event {
@@ -300,6 +311,11 @@ struct sv_evq_shared {
 
 enum { SV_EVQ_COMP = 1, SV_EVQ_ASYNC = 2 };
 
+/* Pinning (sv_pin.c): what each page of a region was at registration. */
+enum { SV_PIN_NONE = 0, SV_PIN_PFN = 1, SV_PIN_PRESENT = 2 };
+#define SV_PIN_INLINE 8        /* pages recorded in the slot itself */
+#define SV_PIN_POISON 0xa5     /* what is read from a page that is gone */
+
 struct sv_mr_shared {
     struct sv_slot   s;
     uint32_t         pd;
@@ -308,7 +324,12 @@ struct sv_mr_shared {
     uint64_t         length;
     uint64_t         vaddr;
     uint8_t          dev;
-    uint8_t          pad[7];
+    uint8_t          pin;        /* SV_PIN_*: how pages were recorded */
+    uint8_t          pad[2];
+    uint32_t         pin_pages;  /* from the page of vaddr on */
+    uint64_t         pin_off;    /* heap offset of the record, 0: inline */
+    uint64_t         pin_inl[SV_PIN_INLINE];
+    _Atomic uint64_t stale;      /* stale accesses through it */
 };
 
 /* Reserved: connection requests of a future rdmacm emulation. */
@@ -352,6 +373,7 @@ struct sv_hdr {
     uint64_t             heap_chunks;
     uint32_t             heap_hint;
     uint32_t             pad;
+    _Atomic uint64_t     stale_total;  /* stale accesses (sv_pin.c) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -551,18 +573,22 @@ struct sv_swqe {
     uint8_t         ud_valid;
     uint8_t         inl;             /* data lives in inl_data */
     uint8_t         started;         /* counted against retries */
-    uint8_t         pad;
+    uint8_t         fault;           /* SV_WF_*: an injected fault */
     uint32_t        inl_len;
     uint8_t        *inl_data;
     struct ibv_ah_attr ud_ah;
     uint8_t         ud_dev;
     uint8_t         rnr_left;
     uint8_t         retry_left;
-    uint8_t         pad2;
+    uint8_t         fault_status;    /* SV_WF_STATUS: enum ibv_wc_status */
     uint64_t        deadline;        /* ns, CLOCK_MONOTONIC */
     uint32_t        sq_seq;          /* number in the send queue */
     uint32_t        pad3;
+    uint64_t        fault_delay;     /* SV_WF_DELAY: ns */
 };
+
+/* What an injected fault does to a send request (sv_fault.c). */
+enum { SV_WF_NONE = 0, SV_WF_STATUS = 1, SV_WF_FATAL = 2, SV_WF_DELAY = 3 };
 
 struct sv_qp {
     struct ibv_qp_ex  qpx;           /* first: also a struct ibv_qp */
@@ -628,6 +654,8 @@ uint64_t sv_now_ns(void);
 
 /* sv_config.c */
 int  sv_config_load(struct sv_config *cfg, char *err, size_t errlen);
+/* A number with an optional k/m/g/t suffix; 0, or -1 if malformed. */
+int  sv_parse_u64(const char *s, uint64_t *v);
 uint64_t sv_config_hash(const struct sv_config *cfg);
 const char *sv_shm_name(char *buf, size_t len);
 
@@ -657,12 +685,24 @@ void *sv_local_get(int t, uint32_t idx);
 uint16_t sv_port_lid(uint32_t dev, uint32_t port);
 
 /* sv_addr.c: port addresses (SOFTVERBS_DEVICES pN.ip=) and their GIDs */
-int  sv_addr_options(struct sv_config *cfg, uint32_t d, char *opts,
-                     char *err, size_t errlen);
+int  sv_addr_opt_ip(struct sv_config *cfg, uint32_t d, uint32_t port,
+                    const char *val, char *err, size_t errlen);
 int  sv_addr_config_check(const struct sv_config *c, char *err,
                           size_t errlen);
 void sv_addr_port_gids(const struct sv_config *c, uint32_t dev,
                        uint32_t port, struct sv_port_shared *ps);
+
+/* sv_fabric.c: device options (SOFTVERBS_DEVICES), subnets, PCI */
+int  sv_dev_options(struct sv_config *cfg, uint32_t d, char *opts,
+                    char *err, size_t errlen);
+int  sv_fabric_config_check(const struct sv_config *c, char *err,
+                            size_t errlen);
+uint64_t sv_port_subnet(const struct sv_config *c, uint32_t dev,
+                        uint32_t port);
+/* Does anything sent from port sport of sdev reach port dport of ddev? */
+int  sv_fabric_reachable(uint32_t sdev, uint32_t sport, uint32_t ddev,
+                         uint32_t dport);
+int  sv_pci_name(uint32_t dev, char *buf, size_t len); /* -1: none */
 
 /* sv_iwarp.c: the rules of an iWARP adapter */
 static inline int sv_dev_iwarp(uint32_t dev)
@@ -675,6 +715,41 @@ int  sv_iw_read_sink_ok(struct sv_qp *qp, const struct sv_swqe *w);
 
 /* sv_cm_*.c: the rdmacm emulation */
 void sv_cm_qp_gone(void);  /* a QP is being destroyed: fence CM users */
+
+/* sv_fault.c: fault injection (SOFTVERBS_FAULTS) */
+enum {
+    SV_FP_REG_MR, SV_FP_POST_SEND, SV_FP_POST_RECV, SV_FP_POST_SRQ_RECV,
+    SV_FP_SEND_WC, SV_FP_QP_FATAL, SV_FP_CQ_OVERRUN, SV_FP_DELAY, SV_FP_NUM
+};
+enum { SV_FO_QP, SV_FO_SRQ, SV_FO_CQ, SV_FO_MR, SV_FO_NUM };
+extern _Atomic int sv_fault_active;   /* rules are set: take the slow path */
+int  sv_fault_load_env(char *err, size_t errlen);
+/* An object of kind SV_FO_* was created by this process (ordinals). */
+void sv_fault_created(int kind, uint32_t handle);
+/* Does the next registration of len bytes fail? */
+int  sv_fault_reg_mr(uint64_t len);
+/* Does the next post (SV_FP_POST_*) of a request on QP/SRQ handle fail? */
+int  sv_fault_post(int point, uint32_t handle);
+/* Decide the injected fault of a send request as it is posted. */
+void sv_fault_send(uint32_t qpn, const struct ibv_send_wr *wr,
+                   struct sv_swqe *w);
+/* For a CQ of this process: its fault_at (see sv_cq_shared), or 0. */
+uint64_t sv_fault_cq(uint32_t cq_handle, uint64_t tail);
+void sv_cq_fault_apply(void);          /* sv_cq.c: rules changed */
+
+static inline int sv_fault_on(void)
+{
+    return SV_UNLIKELY(atomic_load_explicit(&sv_fault_active,
+                                            memory_order_relaxed));
+}
+
+/* sv_fork.c: ibv_fork_init and MADV_DONTFORK of registered pages */
+int  sv_fork_reg(void *base, size_t size);     /* 0 or errno */
+void sv_fork_unreg(void *base, size_t size);
+void sv_fork_prepare(void);                     /* atfork handlers */
+void sv_fork_parent(void);
+void sv_fork_child(void);                       /* first in the child */
+void sv_fork_env(void);                         /* RDMAV_FORK_SAFE */
 
 /* sv_sysfs.c */
 int  sv_tree_build(void);
@@ -720,10 +795,13 @@ void sv_qp_to_error(struct sv_qp *qp);
 int  sv_qp_rq_post(struct sv_qp_shared *sh, struct ibv_recv_wr *wr,
                    struct ibv_recv_wr **bad, uint32_t max_sge);
 
+/* fault_point/fault_handle: SV_FP_POST_RECV or _SRQ_RECV and the QPN or
+ * SRQ number, for fault injection */
 int  sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
                   uint32_t max_sge, _Atomic uint32_t *head,
                   _Atomic uint32_t *tail, struct ibv_recv_wr *wr,
-                  struct ibv_recv_wr **bad);
+                  struct ibv_recv_wr **bad, int fault_point,
+                  uint32_t fault_handle);
 
 /* sv_srq.c */
 void sv_srq_get(struct sv_srq *srq);
@@ -780,14 +858,39 @@ static inline void sv_xfer_end(void)
 void sv_xfer_quiesce(void);
 
 /* sv_xfer.c */
+#define SV_IOV_MAX 80 /* max SGEs (64) plus a GRH, plus room */
 ssize_t sv_write_remote(int32_t pid, const struct iovec *local, int nlocal,
                         const struct iovec *remote, int nremote);
 ssize_t sv_read_remote(int32_t pid, const struct iovec *local, int nlocal,
                        const struct iovec *remote, int nremote);
 
+/* sv_pin.c: pinning semantics */
+/* One side of an access: pieces of memory of process pid, each reached
+ * through region mr[i] (NULL, or mr NULL: not through a region, e.g.
+ * inline data or a GRH). */
+struct sv_side {
+    int32_t                           pid;
+    const struct iovec               *iov;
+    const struct sv_mr_shared *const *mr;
+    int                               n;
+};
+int  sv_pin_mode(void);     /* SV_PIN_*: what this process can check */
+void sv_pin_env(void);      /* SOFTVERBS_PIN_ABORT, at attach */
+/* Fault the pages of a new region in and record them; 0 or EFAULT. */
+int  sv_pin_register(struct sv_mr_shared *m, uintptr_t addr, uint64_t len);
+void sv_pin_release(struct sv_mr_shared *m);
+/* Move min(lengths) bytes from src to dst (one of them this process), as
+ * the adapter would through pinned pages: stale pages of the source read
+ * as SV_PIN_POISON, of the sink are not written. Bytes moved, or -errno. */
+ssize_t sv_pin_move(const struct sv_side *src, const struct sv_side *dst,
+                    const char *what);
+/* Does the side go through a stale page, or one shared copy-on-write?
+ * (Then the data must take sv_pin_move.) A look, not an access. */
+int  sv_pin_stale(const struct sv_side *s);
+
 /* sv_ah.c */
 int  sv_ah_route(const struct ibv_ah_attr *ah, uint8_t src_dev,
-                 const struct sv_qp_shared *dst);
+                 uint8_t src_port, const struct sv_qp_shared *dst);
 void sv_grh_build(uint8_t *grh, const struct ibv_ah_attr *ah,
                   uint8_t src_dev, uint8_t src_port, uint32_t paylen);
 int  sv_gid_type(uint32_t dev, uint32_t port, uint32_t index);

@@ -1,8 +1,7 @@
 /*
  * Everything the device does not offer, answered the way the kernel and
  * providers answer it (EOPNOTSUPP, or a NULL object with errno set), and
- * libibverbs entry points that only need a trivial answer here (fork
- * handling: nothing is pinned, so fork needs no preparation).
+ * libibverbs entry points that only need a trivial answer here.
  */
 #include "sv_int.h"
 
@@ -119,26 +118,6 @@ void sv_fill_unsupported_ops(struct verbs_context *v)
     v->context.ops.alloc_mw       = sv_alloc_mw;
     v->context.ops.bind_mw        = sv_bind_mw;
     v->context.ops.dealloc_mw     = sv_dealloc_mw;
-}
-
-SV_EXPORT int ibv_fork_init(void)
-{
-    return 0; /* nothing is pinned: fork needs no madvise(DONTFORK) */
-}
-
-SV_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
-{
-    return IBV_FORK_UNNEEDED;
-}
-
-SV_EXPORT int ibv_dontfork_range(void *base, size_t size)
-{
-    return 0;
-}
-
-SV_EXPORT int ibv_dofork_range(void *base, size_t size)
-{
-    return 0;
 }
 
 SV_EXPORT void ibv_register_driver(const char *name, void *init)

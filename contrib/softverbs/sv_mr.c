@@ -2,8 +2,9 @@
  * Protection domains and memory regions. A region is an entry in the
  * shared MR table: key, PD, access flags, the registered range (iova and
  * length) and where it lives in its owner (pid, virtual address). Peers
- * check rkeys and lkeys against this table; nothing is pinned, the memory
- * is reached with process_vm_readv/writev.
+ * check rkeys and lkeys against this table; the memory is reached with
+ * process_vm_readv/writev, through the pages recorded at registration
+ * (sv_pin.c: pinning as the adapter has it).
  *
  * Registration still behaves like the kernel's: the range must be mapped
  * (writable if any write access is asked for), REMOTE_WRITE/ATOMIC need
@@ -233,6 +234,10 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
         errno = rc;
         return NULL;
     }
+    if (sv_fault_on() && sv_fault_reg_mr(length)) {
+        errno = ENOMEM; /* as pinning or the MTT running out */
+        return NULL;
+    }
     pin = sv_pin_bytes((uintptr_t)addr, length);
     rc  = sv_charge(dev, length, pin);
     if (rc) {
@@ -245,8 +250,16 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
         errno = ENOMEM;
         return NULL;
     }
+    rc = sv_fork_reg(addr, length); /* MADV_DONTFORK after ibv_fork_init */
+    if (rc) {
+        sv_uncharge(dev, length, pin);
+        free(mr);
+        errno = rc;
+        return NULL;
+    }
     rc = sv_slot_alloc(SV_T_MR, dev, (void **)&m, &key);
     if (rc) {
+        sv_fork_unreg(addr, length);
         sv_uncharge(dev, length, pin);
         free(mr);
         errno = rc;
@@ -258,7 +271,17 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
     m->length = length;
     m->vaddr  = (uintptr_t)addr;
     m->dev    = (uint8_t)dev;
+    rc = sv_pin_register(m, (uintptr_t)addr, length);
+    if (rc) {
+        sv_slot_release(SV_T_MR, m);
+        sv_fork_unreg(addr, length);
+        sv_uncharge(dev, length, pin);
+        free(mr);
+        errno = rc;
+        return NULL;
+    }
     sv_slot_publish(m, key);
+    sv_fault_created(SV_FO_MR, key);
 
     mr->idx        = sv_handle_idx(SV_T_MR, key);
     mr->access     = (int)access;
@@ -314,7 +337,9 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
     sv_xfer_quiesce();
     sv_cq_land_inline(m->vaddr, m->length);
     sv_uncharge(dev, m->length, mr->pinned);
+    sv_pin_release(m);
     sv_slot_release(SV_T_MR, m);
+    sv_fork_unreg(ibmr->addr, ibmr->length);
     sv_pd_put(ibmr->pd);
     free(mr);
     return 0;
@@ -363,6 +388,13 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd,
         errno = rc;
         return IBV_REREG_MR_ERR_INPUT;
     }
+    if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) &&
+        (rc = sv_fork_reg(new_addr, new_len)) != 0) {
+        sv_uncharge(dev, new_len, pin);
+        sv_charge(dev, m->length, mr->pinned);
+        errno = rc;
+        return IBV_REREG_MR_ERR_INPUT;
+    }
     /* hide the region while it changes, as hardware does */
     sv_slot_unpublish(m);
     sv_xfer_quiesce();
@@ -373,9 +405,20 @@ SV_EXPORT int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd,
         m->iova = (uintptr_t)new_addr; /* as the kernel's rereg sets it */
     }
     m->length = new_len;
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+        /* a new translation: the pages are those of the new range now */
+        sv_pin_release(m);
+        m->vaddr = (uintptr_t)new_addr;
+        if (sv_pin_register(m, (uintptr_t)new_addr, new_len) != 0) {
+            sv_pin_release(m); /* unchecked rather than refused */
+        }
+    }
     m->vaddr  = (uintptr_t)new_addr;
     sv_slot_publish(m, key);
 
+    if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+        sv_fork_unreg(ibmr->addr, ibmr->length);
+    }
     if (new_pd != ibmr->pd) {
         sv_pd_put(ibmr->pd);
         sv_pd_get(new_pd);

@@ -224,7 +224,8 @@ void sv_qp_to_error(struct sv_qp *qp)
 int sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
                  uint32_t max_sge, _Atomic uint32_t *head,
                  _Atomic uint32_t *tail, struct ibv_recv_wr *wr,
-                 struct ibv_recv_wr **bad)
+                 struct ibv_recv_wr **bad, int fault_point,
+                 uint32_t fault_handle)
 {
     for (; wr != NULL; wr = wr->next) {
         uint32_t t = atomic_load_explicit(tail, memory_order_relaxed);
@@ -234,7 +235,8 @@ int sv_ring_post(uint64_t off, uint32_t size, uint32_t stride, uint32_t cap,
             *bad = wr;
             return EINVAL;
         }
-        if (SV_UNLIKELY(t - atomic_load(head) >= cap)) {
+        if (SV_UNLIKELY(t - atomic_load(head) >= cap) ||
+            (sv_fault_on() && sv_fault_post(fault_point, fault_handle))) {
             *bad = wr;
             return ENOMEM;
         }
@@ -268,7 +270,8 @@ int sv_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
         return EINVAL;
     }
     rc = sv_ring_post(sh->rq_off, sh->rq_size, sh->rq_stride, sh->rq_wr,
-                      sh->rq_max_sge, &sh->rq_head, &sh->rq_tail, wr, bad);
+                      sh->rq_max_sge, &sh->rq_head, &sh->rq_tail, wr, bad,
+                      SV_FP_POST_RECV, ibqp->qp_num);
     /* Checked after publishing: a peer that moved the QP to the error
      * state either flushed these WQEs already or we see its state now. */
     if (SV_UNLIKELY(atomic_load(&sh->state) == IBV_QPS_ERR)) {
@@ -459,6 +462,7 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     sv_pd_get(a->pd);
     sv_local_set(SV_T_QP, qp->idx, qp);
     sv_slot_publish(sh, qpn);
+    sv_fault_created(SV_FO_QP, qpn);
     return &qp->qpx.qp_base;
 
 err_free:
@@ -503,8 +507,8 @@ static int sv_check_av(struct sv_qp *qp, const struct ibv_ah_attr *ah,
     uint32_t d = qp->ctx->dev->index;
     uint8_t p = ah->port_num ? ah->port_num : port;
 
-    if (!sv_port_valid(d, p)) {
-        return EINVAL;
+    if (!sv_port_valid(d, p) || ah->sl > 15) {
+        return EINVAL; /* SL: four bits on the wire */
     }
     if (sv_g.hdr->cfg.dev[d].link == SV_LINK_ETH && !ah->is_global) {
         return EINVAL; /* RoCE needs a GRH */

@@ -140,8 +140,8 @@ static void sv_init_ports(struct sv_hdr *h)
                 ps->lid      = (uint16_t)global;
                 ps->num_gids = SV_IB_GIDS;
                 for (g = 0; g < 8; ++g) {
-                    ps->gid[0].raw[g]     = (uint8_t)(c->subnet_prefix >>
-                                                      (56 - 8 * g));
+                    ps->gid[0].raw[g]     = (uint8_t)(sv_port_subnet(c, d, p)
+                                                      >> (56 - 8 * g));
                     ps->gid[0].raw[8 + g] = (uint8_t)(pguid >> (56 - 8 * g));
                 }
                 ps->gid_type[0] = IBV_GID_TYPE_IB;
@@ -294,6 +294,8 @@ static uint64_t sv_slot_heap_bytes(int t, void *slot)
     }
     case SV_T_EVQ:
         return SV_EVQ_ENTRIES * sizeof(struct sv_event);
+    case SV_T_MR: /* its page record (sv_pin.c) */
+        return (uint64_t)((struct sv_mr_shared *)slot)->pin_pages * 8;
     default:
         return 0;
     }
@@ -306,6 +308,7 @@ static uint64_t sv_slot_heap_off(int t, void *slot)
     case SV_T_SRQ: return ((struct sv_srq_shared *)slot)->ring_off;
     case SV_T_CQ:  return ((struct sv_cq_shared *)slot)->ring_off;
     case SV_T_EVQ: return ((struct sv_evq_shared *)slot)->ring_off;
+    case SV_T_MR:  return ((struct sv_mr_shared *)slot)->pin_off;
     default:       return 0;
     }
 }
@@ -713,6 +716,8 @@ static void sv_atfork_child(void)
 {
     int t;
 
+    sv_fork_child(); /* first: it reads the parent's regions */
+
     /* The child is a new process: it may attach afresh. Objects of the
      * parent are not usable in the child (as with kernel verbs). */
     if (sv_g.attached) {
@@ -783,7 +788,7 @@ int sv_attach(void)
 {
     static int atfork_done;
     struct sv_config cfg;
-    char err[256];
+    char err[512];
     int rc, t;
 
     if (SV_LIKELY(sv_g.attached)) {
@@ -797,10 +802,11 @@ int sv_attach(void)
         return rc;
     }
     if (!atfork_done) {
-        pthread_atfork(NULL, NULL, sv_atfork_child);
+        pthread_atfork(sv_fork_prepare, sv_fork_parent, sv_atfork_child);
         atfork_done = 1;
     }
-    if (sv_config_load(&cfg, err, sizeof(err))) {
+    if (sv_config_load(&cfg, err, sizeof(err)) ||
+        sv_fault_load_env(err, sizeof(err))) {
         sv_log("%s", err);
         rc = EINVAL;
         goto out;
@@ -830,6 +836,8 @@ int sv_attach(void)
     }
     sv_g.pid      = getpid();
     sv_g.attached = 1;
+    sv_fork_env();
+    sv_pin_env();
     sv_debug("attached to %s as process slot %u", sv_g.shm_path, sv_g.proc);
 out:
     sv_g.attach_err = rc;

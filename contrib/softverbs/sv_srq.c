@@ -95,6 +95,7 @@ static struct ibv_srq *sv_srq_create(struct ibv_context *c,
     sv_pd_get(pd);
     sv_local_set(SV_T_SRQ, r->srq.idx, &r->srq);
     sv_slot_publish(sh, handle);
+    sv_fault_created(SV_FO_SRQ, handle);
     return &r->srq.srq;
 }
 
@@ -147,7 +148,8 @@ int sv_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 
     pthread_mutex_lock(&srq->post_lock);
     rc = sv_ring_post(sh->ring_off, sh->size, sh->stride, sh->wr,
-                      sh->max_sge, &sh->head, &sh->tail, wr, bad);
+                      sh->max_sge, &sh->head, &sh->tail, wr, bad,
+                      SV_FP_POST_SRQ_RECV, srq->handle);
     pthread_mutex_unlock(&srq->post_lock);
     return rc;
 }

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#define SV_IOV_MAX 80 /* max SGEs (64) plus a GRH */
 
 /* Copy between two iovec lists in this address space. */
 static size_t sv_iov_copy(const struct iovec *dst, int nd,

@@ -18,10 +18,13 @@
 #define IB2_H
 
 #include "ib2_rqspec.h"
+#include "ib2_wire.h"
+#include "ib2_counters.h"
 
 #include <uct/base/uct_iface.h>
 #include <uct/base/uct_iov.inl>
 #include <uct/base/uct_md.h>
+#include <ucs/datastruct/arbiter.h>
 #include <ucs/datastruct/khash.h>
 #include <ucs/datastruct/mpool.h>
 #include <ucs/datastruct/queue.h>
@@ -40,47 +43,18 @@
 #define IB2_MAX_PORTS        16
 #define IB2_RKEY_SIZE        sizeof(uint32_t)
 #define IB2_PORT_NAME_MAX    (UCT_DEVICE_NAME_MAX)
+#define IB2_MAX_SEND_SGE     64   /* gather list of one work request */
 
 extern uct_component_t ib2_component;
 extern uct_tl_t        uct_rc_ib2_tl;
-
-
-/* ---- wire formats -------------------------------------------------------- */
-
-/* Header of every message on an ib2 QP (4 bytes). */
-typedef struct ib2_hdr {
-    uint8_t  am_id;    /* AM id in the low bits, IB2_HDR_F_* in the top */
-    uint8_t  credits;  /* P queue buffers reposted for the sender (returned
-                          credits) of the queue this message travels on */
-    uint16_t seq;      /* endpoint order (not used by credit messages) */
-} UCS_S_PACKED ib2_hdr_t;
-
-#define IB2_HDR_AM_MASK   0x1f
-#define IB2_HDR_F_CM_RET  0x40  /* returns one credit-message buffer */
-#define IB2_HDR_F_CTRL    0x80  /* an explicit credit message, not an AM */
-
-/* Device address: how to reach the port. */
-typedef struct ib2_dev_addr {
-    uint8_t  flags;         /* IB2_DEV_ADDR_F_* */
-    uint8_t  mtu;           /* enum ibv_mtu of the port */
-    uint16_t lid;
-    uint8_t  gid[16];
-} UCS_S_PACKED ib2_dev_addr_t;
-
-#define IB2_DEV_ADDR_F_ETH    0x01  /* RoCE: route by GID */
-
-/* Endpoint address: the QPs, one per queue, and what they expect. */
-typedef struct ib2_ep_addr {
-    uint32_t rq_hash;                     /* receive queue specification */
-    uint8_t  qpn[IB2_MAX_QUEUES][3];      /* 24-bit QP numbers */
-} UCS_S_PACKED ib2_ep_addr_t;
 
 
 /* ---- memory domain -------------------------------------------------------- */
 
 typedef struct ib2_md_config {
     uct_md_config_t super;
-    int             rcache_enable;         /* ucs_ternary_auto_value_t */
+    UCS_CONFIG_STRING_ARRAY_FIELD(methods) reg_methods;
+    int             indirect_atomic;       /* accepted, no effect */
     size_t          rcache_max_regions;
     size_t          rcache_max_pinned;
     int             fork_safe;             /* MADV_DONTFORK */
@@ -121,12 +95,31 @@ static UCS_F_ALWAYS_INLINE struct ibv_mr *ib2_memh_mr(ib2_md_t *md,
     return ((ib2_memh_t*)memh)->mr;
 }
 
+/* Registration (ib2_md_reg.c). */
+int ib2_md_access(ib2_md_t *md);
+ucs_status_t ib2_md_setup_reg(ib2_md_t *md, const ib2_md_config_t *config);
+ucs_status_t ib2_md_mem_reg(uct_md_h uct_md, void *address, size_t length,
+                            unsigned flags, uct_mem_h *memh_p);
+ucs_status_t ib2_md_mem_dereg(uct_md_h uct_md,
+                              const uct_md_mem_dereg_params_t *params);
+ucs_status_t ib2_md_mkey_pack(uct_md_h uct_md, uct_mem_h memh,
+                              const uct_md_mkey_pack_params_t *params,
+                              void *rkey_buffer);
+
 /* Registration error message with what to do about it (memlock, MTT). */
 void ib2_md_reg_error(ib2_md_t *md, void *address, size_t length, int err,
                       char *buf, size_t max);
 
 
 /* ---- interface ------------------------------------------------------------- */
+
+typedef struct ib2_iface_ib_compat {
+    size_t                    tx_inline_resp;
+} ib2_iface_ib_compat_t;
+
+typedef struct ib2_iface_rc_compat {
+    int                       fc_enable;
+} ib2_iface_rc_compat_t;
 
 typedef struct ib2_iface_config {
     uct_iface_config_t        super;
@@ -139,17 +132,23 @@ typedef struct ib2_iface_config {
     unsigned long             max_inline;        /* UCS_ULUNITS_AUTO: auto */
     unsigned long             mtu;               /* UCS_ULUNITS_AUTO: auto */
     unsigned                  sl;
+    unsigned long             pkey;              /* UCS_ULUNITS_AUTO: auto */
+    unsigned                  traffic_class;
+    unsigned                  hop_limit;
     unsigned long             gid_index;         /* UCS_ULUNITS_AUTO: auto */
     double                    timeout;           /* seconds per retry */
     unsigned                  retry_count;
     double                    rnr_timeout;       /* S queues */
     unsigned                  rx_poll_batch;
     uct_iface_mpool_config_t  tx_mp;
+    ib2_iface_ib_compat_t     ib_compat;
+    ib2_iface_rc_compat_t     rc_compat;
 } ib2_iface_config_t;
 
 struct ib2_ep;
 
-/* QP number -> endpoint (uintptr_t of ib2_ep_t*). */
+/* QP number -> endpoint and queue: the ib2_ep_t pointer (aligned) with
+ * the queue index in its low bits (ib2_qp_ep_make). */
 KHASH_INIT(ib2_qp_ep, uint32_t, uintptr_t, 1, kh_int_hash_func,
            kh_int_hash_equal)
 
@@ -172,7 +171,7 @@ typedef struct ib2_iface_rxq {
 /* Something to do when a send completes (or is flushed). */
 typedef struct ib2_op {
     ucs_queue_elem_t      queue;
-    uint16_t              sn;       /* the send it completes with */
+    uint32_t              sn;       /* the send it completes with */
     uint8_t               kind;     /* IB2_OP_* */
     uct_completion_t      *comp;
     uct_unpack_callback_t unpack;   /* get_bcopy */
@@ -213,15 +212,23 @@ typedef struct ib2_iface {
     ucs_mpool_t            tx_mp;          /* bounce buffers */
     ucs_mpool_t            op_mp;          /* ib2_op_t */
     size_t                 tx_buf_size;    /* bcopy buffer payload */
-    int                    tx_cq_avail;    /* CQEs we may still cause */
+    int32_t                tx_cq_avail;    /* CQEs we may still cause */
     int                    rx_cq_needed;   /* receive buffers that could
                                               complete at once */
     unsigned               num_srqs;
-    khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep */
+    khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep | queue */
     ucs_list_link_t        eps;            /* open endpoints */
     ucs_list_link_t        zombies;        /* destroyed, buffers pending */
     ucs_list_link_t        ctrl_pending;   /* eps owing credit messages */
     uct_recv_desc_t        release_desc;
+    ucs_arbiter_t          arbiter;        /* pending requests, a group
+                                              per endpoint (ib2_pending.c) */
+    struct ib2_ep          *pending_ep;    /* whose request is dispatched */
+    ib2_iface_counters_t   counters;
+    unsigned               fence_eps;      /* endpoints an interface fence
+                                              waits for */
+    unsigned               in_progress;    /* inside ib2_iface_progress:
+                                              zombies are freed after it */
     /* Work request templates of the short sends: only what changes is
      * written per call. (An interface is used by one thread at a time, and
      * inline data is copied by the time ibv_post_send returns.) */
@@ -246,12 +253,21 @@ typedef struct ib2_iface {
         unsigned           rx_poll_batch;
         unsigned           mtu_enum;
         unsigned           sl;
+        unsigned           pkey_index;
+        uint8_t            traffic_class;
+        uint8_t            hop_limit;
+        unsigned           seq_window;     /* messages in flight per ep */
         uint8_t            timeout;
         uint8_t            retry_count;
         uint8_t            rnr_timer;
         uint8_t            max_rd_atomic;
         size_t             max_am;         /* payload + user header */
+        size_t             max_am_hdr;     /* am_zcopy user header */
         unsigned           max_short;      /* am_short payload */
+        size_t             max_short_iov;  /* am_short_iov: 0 or
+                                              max_short + 8 */
+        unsigned           am_short_q0;    /* am_short (with its header)
+                                              inline on queue 0 */
         size_t             max_get_put;
     } config;
 } ib2_iface_t;
@@ -275,9 +291,11 @@ static UCS_F_ALWAYS_INLINE void *ib2_tx_data(ib2_tx_desc_t *desc)
 }
 
 /* Posts `count` fresh buffers to queue's SRQ (qp NULL) or to a P queue's
- * QP; returns how many went (fewer on failure, logged). */
+ * QP; returns how many went (fewer on failure, logged). With `record`,
+ * the buffers posted are written there, in order. */
 unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
-                      struct ib2_ep *ep, unsigned count);
+                      struct ib2_ep *ep, unsigned count,
+                      ib2_rx_desc_t **record);
 ucs_status_t ib2_rxq_init(ib2_iface_t *iface);
 void ib2_rxq_cleanup(ib2_iface_t *iface);
 unsigned ib2_rx_progress(ib2_iface_t *iface);
@@ -288,30 +306,50 @@ unsigned ib2_tx_progress(ib2_iface_t *iface);
 
 /* ---- endpoint --------------------------------------------------------------- */
 
-/* Send side of one queue of an endpoint. */
+/* Send side of one queue of an endpoint. Send numbers are 32 bits and
+ * compared by signed difference; at most tx_qp_len are outstanding. */
 typedef struct ib2_ep_txq {
     struct ibv_qp *qp;
-    uint16_t      sn;           /* sends posted */
-    uint16_t      acked;        /* sends completed */
-    uint16_t      signaled_sn;  /* last signaled */
-    int16_t       sq_avail;     /* free send WQEs */
-    int16_t       credits;      /* P: peer buffers we may fill */
-    int16_t       cm_credits;   /* P: peer buffers for credit messages */
-    uint16_t      pending;      /* S: sends not completed */
+    uint32_t      sn;           /* sends posted */
+    uint32_t      acked;        /* sends completed */
+    uint32_t      signaled_sn;  /* last signaled */
+    uint32_t      fence_sn;     /* sends before the last fence */
+    uint32_t      am_sn;        /* active messages posted */
+    uint32_t      am_acked;     /* active messages completed */
+    int32_t       sq_avail;     /* free send WQEs, <= tx_qp_len */
+    int32_t       credits;      /* P: peer buffers we may fill (<= num);
+                                   S: AMs we may still have in flight
+                                   (<= max_pending) */
+    int32_t       cm_credits;   /* P: peer buffers for credit messages
+                                   (<= reserved) */
     ucs_queue_head_t ops;       /* ib2_op_t by sn */
+    uint16_t      *am_seqs;     /* endpoint seq of each active message not
+                                   completed, by am_sn & am_seq_mask */
+    uint32_t      am_seq_mask;
 } ib2_ep_txq_t;
 
 enum {
-    IB2_EP_BLOCK_FENCE  = 1,  /* wait for everything before the next op */
-    IB2_EP_BLOCK_FAILED = 2   /* every op returns ep->failed */
+    IB2_EP_BLOCK_FENCE   = 1, /* a fence waits for sends before it */
+    IB2_EP_BLOCK_FAILED  = 2, /* every op returns ep->failed */
+    IB2_EP_BLOCK_PENDING = 4, /* requests are pending: new sends wait
+                                 behind them (except from their dispatch) */
+    IB2_EP_BLOCK_IFACE_FENCE = 8 /* an interface fence waits for other
+                                    endpoints */
 };
+
+/* What an endpoint's pending requests wait for (ib2_pending.c). */
+typedef enum {
+    IB2_TX_READY,
+    IB2_TX_WAIT_EP,      /* its completions or credits bring it back */
+    IB2_TX_WAIT_IFACE    /* the interface's CQ budget brings it back */
+} ib2_tx_state_t;
 
 /* Receive side of one queue of an endpoint (P queues). */
 typedef struct ib2_ep_rxq {
-    uint16_t posted;           /* buffers on the QP's receive queue */
-    uint16_t consumed;         /* data buffers delivered, not replaced */
-    uint16_t credits_owed;     /* replaced, not yet told the peer */
-    uint16_t cm_owed;          /* credit messages received, not returned */
+    uint32_t posted;           /* buffers on the QP's receive queue */
+    uint32_t consumed;         /* data buffers delivered, not replaced */
+    uint32_t credits_owed;     /* replaced, not yet told the peer */
+    uint32_t cm_owed;          /* credit messages received, not returned */
 } ib2_ep_rxq_t;
 
 /* A message that arrived ahead of its turn. */
@@ -335,16 +373,59 @@ typedef struct ib2_ep {
     uint16_t          rx_seq;           /* next to deliver */
     ib2_rx_hold_t     *ooo;             /* reorder ring, by seq */
     uint16_t          ooo_mask;
-    ucs_queue_head_t  pending;          /* uct_pending_req_t */
+    uint32_t          ooo_count;        /* messages in the ring */
+    uint32_t          pending_count;    /* requests in arb_group */
+    uint16_t          seq_limit;        /* first seq not to be sent: the
+                                           oldest not completed (tx_seq if
+                                           none) + seq_window */
+    uint8_t           fence_iface;      /* counted in iface->fence_eps */
+    ucs_arbiter_group_t arb_group;      /* pending requests */
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
 } ib2_ep_t;
+
+/*
+ * Room in the endpoint's reorder window for one more active message: the
+ * receiver holds a message that arrives ahead of its turn, and completed
+ * sends (S queues give their credits back then) are not yet delivered
+ * ones, so the sender itself keeps every message within seq_window of the
+ * oldest one not completed (see ib2_wire.h).
+ */
+static UCS_F_ALWAYS_INLINE int ib2_ep_seq_room(ib2_ep_t *ep)
+{
+    return (int16_t)(ep->tx_seq - ep->seq_limit) < 0;
+}
+
+#define IB2_QP_EP_Q_MASK  ((uintptr_t)IB2_MAX_QUEUES - 1)
+
+static UCS_F_ALWAYS_INLINE uintptr_t ib2_qp_ep_make(ib2_ep_t *ep, unsigned q)
+{
+    ucs_assert(!((uintptr_t)ep & IB2_QP_EP_Q_MASK));
+    return (uintptr_t)ep | q;
+}
+
+/* The endpoint and queue of a QP number, or NULL. */
+static UCS_F_ALWAYS_INLINE ib2_ep_t *ib2_qp_ep_find(ib2_iface_t *iface,
+                                                   uint32_t qp_num,
+                                                   unsigned *q_p)
+{
+    khiter_t it = kh_get(ib2_qp_ep, iface->qp_ep, qp_num);
+    uintptr_t v;
+
+    if (it == kh_end(iface->qp_ep)) {
+        return NULL;
+    }
+    v    = kh_val(iface->qp_ep, it);
+    *q_p = (unsigned)(v & IB2_QP_EP_Q_MASK);
+    return (ib2_ep_t*)(v & ~IB2_QP_EP_Q_MASK);
+}
 
 UCS_CLASS_DECLARE(ib2_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_NEW_FUNC(ib2_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_DELETE_FUNC(ib2_ep_t, uct_ep_t);
 void ib2_ep_destroy(uct_ep_h tl_ep);
 void ib2_ep_zombie_progress(ib2_ep_t *ep);
+void ib2_iface_free_zombies(ib2_iface_t *iface);
 ucs_status_t ib2_ep_post_raw(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
                              struct ibv_send_wr *wr);
 
@@ -403,19 +484,62 @@ void ib2_ep_credits_returned(ib2_ep_t *ep, unsigned queue, unsigned credits,
                              int cm_return);
 void ib2_ep_schedule_ctrl(ib2_ep_t *ep);
 unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
-void ib2_ep_dispatch_pending(ib2_ep_t *ep);
+/* Ordering and completion (ib2_ep_flush.c). */
+int ib2_ep_fence_done(ib2_ep_t *ep);
+void ib2_ep_probe(ib2_ep_t *ep);
+void ib2_ep_signal_am_tails(ib2_ep_t *ep);
+ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
+void ib2_iface_fence_uncount(ib2_ep_t *ep);
+void ib2_iface_tx_desc_short(ib2_iface_t *iface);
+
+/* Pending (ib2_pending.c). */
+ib2_tx_state_t ib2_ep_tx_state(ib2_ep_t *ep);
+int ib2_ep_has_tx(ib2_ep_t *ep);
+void ib2_ep_resources_back(ib2_ep_t *ep);
+void ib2_iface_dispatch_pending(ib2_iface_t *iface);
+ucs_status_t ib2_ep_signal_tail(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q);
+ucs_status_t ib2_iface_fence(uct_iface_h tl_iface, unsigned flags);
+ucs_status_t ib2_iface_flush(uct_iface_h tl_iface, unsigned flags,
+                             uct_completion_t *comp);
 void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status);
 void ib2_ep_cancel(ib2_ep_t *ep);
 void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status);
 
 /* QP transitions (ib2_qp.c). */
+ucs_status_t ib2_qp_probe_caps(ib2_iface_t *iface);
 ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
                            struct ibv_qp **qp_p);
 ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
                             unsigned queue, const ib2_dev_addr_t *remote,
                             uint32_t remote_qpn);
 
-/* Device address helpers (ib2_iface.c). */
+/* Interface configuration (ib2_iface_config.c). */
+extern ucs_config_field_t ib2_iface_config_table[];
+unsigned ib2_mtu_bytes(enum ibv_mtu mtu);
+ucs_status_t ib2_parse_dev_name(ib2_md_t *md, const char *dev_name,
+                                uint8_t *port);
+ucs_status_t ib2_iface_select_gid(ib2_iface_t *iface,
+                                  const ib2_iface_config_t *config);
+ucs_status_t ib2_iface_apply_device_params(ib2_iface_t *iface,
+                                           const ib2_iface_config_t *config);
+ucs_status_t ib2_iface_apply_config(ib2_iface_t *iface,
+                                    const ib2_iface_config_t *config,
+                                    const uct_iface_params_t *params);
+
+/* What the interface tells UCX (ib2_iface_query.c). */
+ucs_status_t ib2_iface_query(uct_iface_h tl_iface, uct_iface_attr_t *attr);
+ucs_status_t ib2_iface_get_device_address(uct_iface_h tl_iface,
+                                          uct_device_addr_t *addr);
+ucs_status_t ib2_iface_get_address(uct_iface_h tl_iface,
+                                   uct_iface_addr_t *addr);
+int ib2_iface_is_reachable(const uct_iface_h tl_iface,
+                           const uct_device_addr_t *dev_addr,
+                           const uct_iface_addr_t *iface_addr);
+ucs_status_t ib2_query_tl_devices(uct_md_h tl_md,
+                                  uct_tl_device_resource_t **devs_p,
+                                  unsigned *num_p);
+
+/* Device address helpers (ib2_iface_query.c). */
 int ib2_iface_is_global(ib2_iface_t *iface, const ib2_dev_addr_t *remote);
 
 #endif

@@ -95,7 +95,13 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
     {
         struct stat st;
 
-        if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (fstat(fileno(f), &st) != 0) {
+            snprintf(err, max, "cannot read device parameter file %s: %s",
+                     path, strerror(errno));
+            fclose(f);
+            return -1;
+        }
+        if (!S_ISREG(st.st_mode)) {
             snprintf(err, max, "cannot read device parameter file %s: %s",
                      path, S_ISDIR(st.st_mode) ? strerror(EISDIR)
                                                : "not a regular file");

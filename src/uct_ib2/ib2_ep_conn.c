@@ -60,9 +60,83 @@ static void ib2_ep_release_qps(ib2_ep_t *ep)
             ucs_warn("ibv_destroy_qp(0x%x) failed: %m", ep->txq[q].qp->qp_num);
         }
         /* Sends never completed give their completion entries back. */
-        iface->tx_cq_avail += (uint16_t)(ep->txq[q].sn - ep->txq[q].acked);
+        iface->tx_cq_avail += (int32_t)(ep->txq[q].sn - ep->txq[q].acked);
         ep->txq[q].qp = NULL;
     }
+}
+
+/*
+ * The P queues' buffers, posted last and all or nothing: the QPs have not
+ * left INIT, so nothing has arrived in them, and destroying the QPs hands
+ * them back without completions; they return to their pools here.
+ */
+static ucs_status_t ib2_ep_post_p_buffers(ib2_ep_t *ep)
+{
+    ib2_iface_t *iface = ep->iface;
+    unsigned total     = (unsigned)ib2_ep_p_buffers(iface);
+    ib2_rx_desc_t **record;
+    unsigned q, n, want, done = 0;
+
+    if (total == 0) {
+        return UCS_OK;
+    }
+    record = ucs_malloc(total * sizeof(*record), "ib2_ep_rx_record");
+    if (record == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    for (q = 0; q < ep->nq; ++q) {
+        const ib2_rq_spec_t *spec = &iface->rq.q[q];
+
+        if (spec->type != IB2_RQ_PER_PEER) {
+            continue;
+        }
+        want = spec->num + spec->reserved;
+        n    = ib2_rxq_post(iface, q, ep->txq[q].qp, ep, want, record + done);
+        ep->rxq[q].posted = n;
+        done             += n;
+        if (n != want) {
+            ib2_ep_release_qps(ep);
+            for (n = 0; n < done; ++n) {
+                ib2_rx_release_desc(iface, record[n]);
+            }
+            for (q = 0; q < ep->nq; ++q) {
+                ep->rxq[q].posted = 0;
+            }
+            ucs_free(record);
+            return UCS_ERR_NO_MEMORY;
+        }
+    }
+    ucs_free(record);
+    return UCS_OK;
+}
+
+/* The rings of sequence numbers of active messages not completed, one
+ * per queue, in one block. Completed means the sender saw the completion:
+ * P queue credits come back from the peer before that (a send is signaled
+ * only every tx_moderation), so what bounds a queue's ring is its send
+ * queue and the window itself (ib2_ep_seq_room). */
+static ucs_status_t ib2_ep_alloc_seq_rings(ib2_ep_t *ep)
+{
+    ib2_iface_t *iface = ep->iface;
+    unsigned q, size[IB2_MAX_QUEUES], total = 0;
+    uint16_t *block;
+
+    for (q = 0; q < ep->nq; ++q) {
+        size[q] = ucs_roundup_pow2(ucs_min(iface->config.tx_qp_len,
+                                           iface->config.seq_window));
+        total  += size[q];
+    }
+    block = ucs_malloc(total * sizeof(*block), "ib2_am_seqs");
+    if (block == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    for (q = 0; q < ep->nq; ++q) {
+        ep->txq[q].am_seqs     = block;
+        ep->txq[q].am_seq_mask = size[q] - 1;
+        block                 += size[q];
+    }
+    ep->seq_limit = (uint16_t)iface->config.seq_window;
+    return UCS_OK;
 }
 
 UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
@@ -78,10 +152,19 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
            sizeof(*self) - sizeof(self->super));
     self->iface = iface;
     self->nq    = (uint8_t)iface->rq.count;
-    ucs_queue_head_init(&self->pending);
+    ucs_arbiter_group_init(&self->arb_group);
+    if (iface->fence_eps != 0) {
+        /* Operations of this endpoint come after the interface fence. */
+        self->blocked |= IB2_EP_BLOCK_IFACE_FENCE;
+    }
 
+    status = ib2_ep_alloc_seq_rings(self);
+    if (status != UCS_OK) {
+        return status;
+    }
     status = ib2_iface_reserve_rx_cq(iface, ib2_ep_p_buffers(iface));
     if (status != UCS_OK) {
+        ucs_free(self->txq[0].am_seqs);
         return status;
     }
     for (q = 0; q < self->nq; ++q) {
@@ -100,33 +183,28 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
             status  = UCS_ERR_NO_MEMORY;
             goto err;
         }
-        kh_val(iface->qp_ep, it) = (uintptr_t)self;
-        txq->sq_avail = (int16_t)iface->config.tx_qp_len;
+        kh_val(iface->qp_ep, it) = ib2_qp_ep_make(self, q);
+        txq->sq_avail = (int32_t)iface->config.tx_qp_len;
         ucs_queue_head_init(&txq->ops);
         if (spec->type == IB2_RQ_PER_PEER) {
-            txq->credits    = (int16_t)spec->num;
-            txq->cm_credits = (int16_t)spec->reserved;
-            self->rxq[q].posted = (uint16_t)ib2_rxq_post(iface, q, txq->qp,
-                                                         self, spec->num +
-                                                         spec->reserved);
-            if (self->rxq[q].posted != spec->num + spec->reserved) {
-                status = UCS_ERR_NO_MEMORY;
-                ++q;
-                goto err;
-            }
+            txq->credits    = (int32_t)spec->num;
+            txq->cm_credits = (int32_t)spec->reserved;
         } else {
-            txq->credits = (int16_t)spec->max_pending;
+            txq->credits    = (int32_t)spec->max_pending;
         }
+    }
+    status = ib2_ep_post_p_buffers(self);
+    if (status != UCS_OK) {
+        goto err;
     }
     ucs_list_add_tail(&iface->eps, &self->list);
     return UCS_OK;
 
 err:
-    /* Posted buffers come back through the receive CQ as flushes; the
-     * zombie machinery is not set up yet, so take them back here. */
-    self->nq = (uint8_t)q;
     ib2_ep_release_qps(self);
     iface->rx_cq_needed -= ib2_ep_p_buffers(iface);
+    ucs_arbiter_group_cleanup(&self->arb_group);
+    ucs_free(self->txq[0].am_seqs);
     return status;
 }
 
@@ -137,24 +215,48 @@ UCS_CLASS_CLEANUP_FUNC(ib2_ep_t)
     ib2_ep_release_qps(self);
     iface->rx_cq_needed -= ib2_ep_p_buffers(iface);
     ucs_free(self->ooo);
+    ucs_free(self->txq[0].am_seqs);
+    ucs_arbiter_group_cleanup(&self->arb_group);
 }
 
 UCS_CLASS_DEFINE(ib2_ep_t, uct_base_ep_t);
 UCS_CLASS_DEFINE_NEW_FUNC(ib2_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DEFINE_DELETE_FUNC(ib2_ep_t, uct_ep_t);
 
-/* Free a zombie whose buffers and sends have all come back. */
-void ib2_ep_zombie_progress(ib2_ep_t *ep)
+static int ib2_ep_zombie_done(ib2_ep_t *ep)
 {
     unsigned q;
 
     for (q = 0; q < ep->nq; ++q) {
-        if (ep->rxq[q].posted != 0 || ep->txq[q].acked != ep->txq[q].sn) {
-            return;
+        if ((ep->rxq[q].posted != 0) ||
+            (ep->txq[q].acked != ep->txq[q].sn)) {
+            return 0;
         }
     }
-    ucs_list_del(&ep->list);
-    UCS_CLASS_DELETE(ib2_ep_t, ep);
+    return 1;
+}
+
+/*
+ * Free a zombie whose buffers and sends have all come back. Inside the
+ * interface's progress (a user callback may destroy an endpoint whose
+ * completion or message is being handled) that waits for the end of the
+ * progress call: the code that called back still holds the endpoint.
+ */
+void ib2_ep_zombie_progress(ib2_ep_t *ep)
+{
+    if ((ep->iface->in_progress == 0) && ib2_ep_zombie_done(ep)) {
+        ucs_list_del(&ep->list);
+        UCS_CLASS_DELETE(ib2_ep_t, ep);
+    }
+}
+
+void ib2_iface_free_zombies(ib2_iface_t *iface)
+{
+    ib2_ep_t *ep, *tmp;
+
+    ucs_list_for_each_safe(ep, tmp, &iface->zombies, list) {
+        ib2_ep_zombie_progress(ep);
+    }
 }
 
 void ib2_ep_destroy(uct_ep_h tl_ep)
@@ -162,10 +264,14 @@ void ib2_ep_destroy(uct_ep_h tl_ep)
     ib2_ep_t *ep = ucs_derived_of(tl_ep, ib2_ep_t);
     unsigned q;
 
-    if (!ucs_queue_is_empty(&ep->pending)) {
-        ucs_warn("rc_ib2 endpoint %p destroyed with pending requests", ep);
+    if (ep->pending_count != 0) {
+        ucs_warn("rc_ib2 endpoint %p destroyed with %u pending requests "
+                 "(they are dropped: purge them before destroying)", ep,
+                 ep->pending_count);
+        ib2_ep_pending_purge(tl_ep, NULL, NULL);
     }
     ep->destroyed = 1;
+    ib2_iface_fence_uncount(ep);
     if (ep->ctrl_queued) {
         ucs_list_del(&ep->ctrl_list);
         ep->ctrl_queued = 0;
@@ -180,6 +286,7 @@ void ib2_ep_destroy(uct_ep_h tl_ep)
                 ep->ooo[q].desc = NULL;
             }
         }
+        ep->ooo_count = 0;
     }
     if (!ep->failed) {
         ib2_ep_cancel(ep);

@@ -4,440 +4,35 @@
  * (UCX_IB2_*), addresses, reachability, progress and event notification.
  */
 #include "ib2.h"
-#include "ib2_devparams.h"
 
-#include <ucs/arch/bitops.h>
 #include <ucs/arch/cpu.h>
-#include <ucs/sys/string.h>
-
 #include <fcntl.h>
 #include <unistd.h>
-#include <math.h>
-
-#ifndef IB2_DATADIR
-#define IB2_DATADIR "/usr/share/ib2"
-#endif
-
-#define IB2_DEFAULT_DEVICE_PARAMS IB2_DATADIR "/ib2-device-params.ini"
-
-/* When neither the variable nor the device parameter file says otherwise:
- * small messages on a per-peer queue (credits, never RNR), the rest on a
- * shared queue (memory does not grow with the number of peers). */
-#define IB2_DEFAULT_RECEIVE_QUEUES "P,128,256,192,128:S,8256,1024,1008,64"
-
-static ucs_config_field_t ib2_iface_config_table[] = {
-    {"", "", NULL, ucs_offsetof(ib2_iface_config_t, super),
-     UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
-
-    {"RECEIVE_QUEUES", "auto",
-     "Receive queues, as Open MPI's btl_openib_receive_queues:\n"
-     "  P,<size>,<num>[,<low_watermark>[,<window>[,<reserved>]]]  per-peer\n"
-     "  S,<size>,<num>[,<low_watermark>[,<max_pending_sends>]]     shared\n"
-     "separated by ':', in ascending size. A message goes to the smallest\n"
-     "queue it fits. \"auto\": the device parameter file's value for this\n"
-     "adapter, else " IB2_DEFAULT_RECEIVE_QUEUES ".\n"
-     "Every process must use the same value.",
-     ucs_offsetof(ib2_iface_config_t, receive_queues),
-     UCS_CONFIG_TYPE_STRING},
-
-    {"DEVICE_PARAMS", IB2_DEFAULT_DEVICE_PARAMS,
-     "Device parameter file: defaults for mtu, max_inline_data and\n"
-     "receive_queues by vendor_id/vendor_part_id. Empty: none.",
-     ucs_offsetof(ib2_iface_config_t, device_params), UCS_CONFIG_TYPE_STRING},
-
-    {"TX_QUEUE_LEN", "256",
-     "Send queue length of each QP.",
-     ucs_offsetof(ib2_iface_config_t, tx_qp_len), UCS_CONFIG_TYPE_UINT},
-
-    {"TX_CQ_LEN", "4096",
-     "Send completion queue length: at most this many sends in flight on\n"
-     "the interface.",
-     ucs_offsetof(ib2_iface_config_t, tx_cq_len), UCS_CONFIG_TYPE_UINT},
-
-    {"RX_CQ_LEN", "8192",
-     "Receive completion queue length (grows with the posted buffers).",
-     ucs_offsetof(ib2_iface_config_t, rx_cq_len), UCS_CONFIG_TYPE_UINT},
-
-    {"TX_MODERATION", "32",
-     "Ask for a send completion every this many sends.",
-     ucs_offsetof(ib2_iface_config_t, tx_moderation), UCS_CONFIG_TYPE_UINT},
-
-    {"MAX_INLINE", "auto",
-     "Largest send copied into the work request (bytes).\n"
-     "\"auto\": device parameter file, else what the device accepts (<=256).",
-     ucs_offsetof(ib2_iface_config_t, max_inline), UCS_CONFIG_TYPE_ULUNITS},
-
-    {"MTU", "auto",
-     "Path MTU: 256, 512, 1024, 2048 or 4096; \"auto\": device parameter\n"
-     "file, else the port's active MTU.",
-     ucs_offsetof(ib2_iface_config_t, mtu), UCS_CONFIG_TYPE_ULUNITS},
-
-    {"SL", "0",
-     "InfiniBand service level (0-15) of every connection.",
-     ucs_offsetof(ib2_iface_config_t, sl), UCS_CONFIG_TYPE_UINT},
-
-    {"GID_INDEX", "auto",
-     "GID table index for RoCE; \"auto\": the first RoCE v2 GID, else 0.",
-     ucs_offsetof(ib2_iface_config_t, gid_index), UCS_CONFIG_TYPE_ULUNITS},
-
-    {"TIMEOUT", "500ms",
-     "Transport retry timeout: how long a send waits for an acknowledgement\n"
-     "before it is retried.",
-     ucs_offsetof(ib2_iface_config_t, timeout), UCS_CONFIG_TYPE_TIME},
-
-    {"RETRY_COUNT", "7",
-     "Transport retries (0-7) before a peer is declared unreachable.",
-     ucs_offsetof(ib2_iface_config_t, retry_count), UCS_CONFIG_TYPE_UINT},
-
-    {"RNR_TIMEOUT", "1ms",
-     "Wait before a send to a shared queue with no buffer is retried\n"
-     "(shared queues retry forever; per-peer queues never need to).",
-     ucs_offsetof(ib2_iface_config_t, rnr_timeout), UCS_CONFIG_TYPE_TIME},
-
-    {"RX_MAX_POLL", "16",
-     "Most receive completions handled in one progress call.",
-     ucs_offsetof(ib2_iface_config_t, rx_poll_batch), UCS_CONFIG_TYPE_UINT},
-
-    UCT_IFACE_MPOOL_CONFIG_FIELDS("TX_", -1, 256, "send",
-                                  ucs_offsetof(ib2_iface_config_t, tx_mp),
-                                  ""),
-
-    {NULL}
-};
-
-/* ---- small helpers ---------------------------------------------------------- */
-
-static unsigned ib2_mtu_bytes(enum ibv_mtu mtu)
-{
-    return 128u << mtu;
-}
-
-static int ib2_mtu_enum(unsigned long bytes, enum ibv_mtu *mtu)
-{
-    switch (bytes) {
-    case 256:  *mtu = IBV_MTU_256;  return 0;
-    case 512:  *mtu = IBV_MTU_512;  return 0;
-    case 1024: *mtu = IBV_MTU_1024; return 0;
-    case 2048: *mtu = IBV_MTU_2048; return 0;
-    case 4096: *mtu = IBV_MTU_4096; return 0;
-    default:   return -1;
-    }
-}
-
-/* IB timeout field: 4.096 us * 2^value. */
-static uint8_t ib2_time_to_ib_exp(double seconds)
-{
-    double units = seconds / 4.096e-6;
-    int exp      = (units <= 1) ? 1 : (int)ceil(log2(units));
-
-    return (uint8_t)ucs_min(ucs_max(exp, 1), 31);
-}
-
-/* IB minimal RNR NAK timer code for at least `seconds`. */
-static uint8_t ib2_time_to_rnr_code(double seconds)
-{
-    /* The codes 1..31 stand for these waits in microseconds. */
-    static const double us[32] = {
-        655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960,
-        1280, 1920, 2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720,
-        40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520
-    };
-    uint8_t code;
-
-    for (code = 1; code < 32; ++code) {
-        if (us[code] * 1e-6 >= seconds) {
-            return code;
-        }
-    }
-    return 0; /* the longest */
-}
-
-static uint32_t ib2_hash_string(const char *s)
-{
-    uint32_t h = 5381;
-
-    while (*s != '\0') {
-        h = h * 33 + (uint8_t)*s++;
-    }
-    return h;
-}
-
-/* "dev:port" -> port number, checking the device is this md's. */
-static ucs_status_t ib2_parse_dev_name(ib2_md_t *md, const char *dev_name,
-                                       uint8_t *port)
-{
-    const char *colon = strrchr(dev_name, ':');
-    unsigned long num;
-    char *end;
-
-    if (colon == NULL || (size_t)(colon - dev_name) != strlen(md->name) ||
-        strncmp(dev_name, md->name, colon - dev_name)) {
-        ucs_error("rc_ib2: device \"%s\" is not a port of %s (expected "
-                  "%s:<port>)", dev_name, md->name, md->name);
-        return UCS_ERR_NO_DEVICE;
-    }
-    num = strtoul(colon + 1, &end, 10);
-    if (*end != '\0' || num < 1 || num > md->dev_attr.phys_port_cnt) {
-        ucs_error("rc_ib2: \"%s\": %s has ports 1 to %u", dev_name,
-                  md->name, md->dev_attr.phys_port_cnt);
-        return UCS_ERR_NO_DEVICE;
-    }
-    *port = (uint8_t)num;
-    return UCS_OK;
-}
-
-static ucs_status_t ib2_iface_select_gid(ib2_iface_t *iface,
-                                         const ib2_iface_config_t *config)
-{
-    struct ibv_gid_entry entry;
-    int i;
-
-    if (config->gid_index != UCS_ULUNITS_AUTO) {
-        if (config->gid_index >= (unsigned)iface->port_attr.gid_tbl_len) {
-            ucs_error("UCX_IB2_GID_INDEX=%lu: %s:%u has %d GIDs",
-                      config->gid_index, iface->md->name, iface->port,
-                      iface->port_attr.gid_tbl_len);
-            return UCS_ERR_INVALID_PARAM;
-        }
-        iface->gid_index = (uint8_t)config->gid_index;
-    } else {
-        iface->gid_index = 0;
-        if (iface->is_eth) {
-            for (i = 0; i < iface->port_attr.gid_tbl_len; ++i) {
-                if (ibv_query_gid_ex(iface->md->ctx, iface->port, i, &entry,
-                                     0) == 0 &&
-                    entry.gid_type == IBV_GID_TYPE_ROCE_V2) {
-                    iface->gid_index = (uint8_t)i;
-                    break;
-                }
-            }
-        }
-    }
-    if (ibv_query_gid(iface->md->ctx, iface->port, iface->gid_index,
-                      &iface->gid) != 0) {
-        ucs_error("%s:%u: ibv_query_gid(%u) failed: %m", iface->md->name,
-                  iface->port, iface->gid_index);
-        return UCS_ERR_IO_ERROR;
-    }
-    return UCS_OK;
-}
-
-/*
- * Settings that may come from the device parameter file: the variables
- * win when set, then the file's section for this adapter, then built-in
- * defaults.
- */
-static ucs_status_t ib2_iface_apply_device_params(ib2_iface_t *iface,
-                                                  const ib2_iface_config_t *config)
-{
-    const char *rq = config->receive_queues;
-    ib2_devparams_t dp;
-    enum ibv_mtu mtu;
-    char err[512], canon[512];
-
-    memset(&dp, 0, sizeof(dp));
-    dp.max_inline = -1;
-    if (!strcmp(config->device_params, IB2_DEFAULT_DEVICE_PARAMS) &&
-        access(config->device_params, R_OK) != 0) {
-        /* Not installed (a build tree): built-in defaults. A file named
-         * by the user must exist, though. */
-        ucs_debug("no device parameter file at %s", config->device_params);
-    } else if (config->device_params[0] != '\0') {
-        if (ib2_devparams_lookup(config->device_params,
-                                 iface->md->dev_attr.vendor_id,
-                                 iface->md->dev_attr.vendor_part_id, &dp,
-                                 err, sizeof(err)) != 0) {
-            ucs_error("%s (set UCX_IB2_DEVICE_PARAMS to another file, or "
-                      "to \"\" for none)", err);
-            return UCS_ERR_INVALID_PARAM;
-        }
-        if (dp.section[0] != '\0') {
-            ucs_debug("%s: device parameters from [%s] of %s",
-                      iface->md->name, dp.section, config->device_params);
-        }
-    }
-
-    if (!strcmp(rq, "auto")) {
-        rq = (dp.receive_queues[0] != '\0') ? dp.receive_queues
-                                            : IB2_DEFAULT_RECEIVE_QUEUES;
-    }
-    if (ib2_rq_parse(rq, &iface->rq, err, sizeof(err)) != 0) {
-        ucs_error("receive queues \"%s\"%s: %s", rq,
-                  (rq == config->receive_queues) ?
-                  " (UCX_IB2_RECEIVE_QUEUES)" : " (device parameter file)",
-                  err);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    ib2_rq_format(&iface->rq, canon, sizeof(canon));
-    iface->rq_hash = ib2_hash_string(canon);
-
-    mtu = iface->port_attr.active_mtu;
-    if (config->mtu != UCS_ULUNITS_AUTO) {
-        if (ib2_mtu_enum(config->mtu, &mtu) != 0) {
-            ucs_error("UCX_IB2_MTU=%lu: give 256, 512, 1024, 2048 or 4096",
-                      config->mtu);
-            return UCS_ERR_INVALID_PARAM;
-        }
-    } else if (dp.mtu != 0) {
-        ib2_mtu_enum(dp.mtu, &mtu);
-    }
-    /* Never more than the port can do. */
-    iface->config.mtu_enum = ucs_min(mtu, iface->port_attr.active_mtu);
-
-    if (config->max_inline != UCS_ULUNITS_AUTO) {
-        iface->config.max_inline = (unsigned)ucs_min(config->max_inline,
-                                                     65536ul);
-    } else if (dp.max_inline >= 0) {
-        iface->config.max_inline = (unsigned)dp.max_inline;
-    } else {
-        iface->config.max_inline = 256;
-    }
-    return UCS_OK;
-}
-
-/* ---- interface operations ------------------------------------------------- */
-
-static ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
-                                    uct_iface_attr_t *attr)
-{
-    static const double width_x[] = { 0, 1, 4, 0, 8, 0, 0, 0, 12 };
-    ib2_iface_t *iface = ucs_derived_of(tl_iface, ib2_iface_t);
-    size_t max_msg     = iface->port_attr.max_msg_sz;
-    unsigned max_sge   = ucs_min(iface->md->dev_attr.max_sge, 8);
-    double lane_gbps, lanes;
-
-    uct_base_iface_query(&iface->super, attr);
-
-    attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
-                      UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT |
-                      UCT_IFACE_FLAG_PUT_BCOPY | UCT_IFACE_FLAG_PUT_ZCOPY |
-                      UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
-                      UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CONNECT_TO_EP |
-                      UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_EP_CHECK |
-                      UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE;
-    attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP |
-                            UCT_IFACE_FLAG_EVENT_RECV |
-                            UCT_IFACE_FLAG_EVENT_FD;
-
-    attr->cap.put.max_short       = iface->config.max_inline;
-    attr->cap.put.max_bcopy       = iface->tx_buf_size;
-    attr->cap.put.min_zcopy       = 0;
-    attr->cap.put.max_zcopy       = max_msg;
-    attr->cap.put.opt_zcopy_align = 512;
-    attr->cap.put.align_mtu       = ib2_mtu_bytes(iface->config.mtu_enum);
-    attr->cap.put.max_iov         = max_sge;
-
-    attr->cap.get.max_bcopy       = iface->tx_buf_size;
-    attr->cap.get.min_zcopy       = 0;
-    attr->cap.get.max_zcopy       = max_msg;
-    attr->cap.get.opt_zcopy_align = 512;
-    attr->cap.get.align_mtu       = attr->cap.put.align_mtu;
-    attr->cap.get.max_iov         = max_sge;
-
-    /* UCT counts the 8-byte header in, we count it separately. */
-    attr->cap.am.max_short        = iface->config.max_short ?
-                                    iface->config.max_short +
-                                    sizeof(uint64_t) : 0;
-    attr->cap.am.max_bcopy        = iface->config.max_am;
-    attr->cap.am.min_zcopy        = 0;
-    attr->cap.am.max_zcopy        = iface->config.max_am;
-    attr->cap.am.opt_zcopy_align  = 512;
-    attr->cap.am.align_mtu        = attr->cap.put.align_mtu;
-    attr->cap.am.max_hdr          = ucs_min((size_t)128, iface->config.max_am);
-    attr->cap.am.max_iov          = max_sge - 1;
-
-    if (iface->md->dev_attr.atomic_cap != IBV_ATOMIC_NONE) {
-        attr->cap.flags              |= UCT_IFACE_FLAG_ATOMIC_DEVICE;
-        attr->cap.atomic64.op_flags   = UCS_BIT(UCT_ATOMIC_OP_ADD);
-        attr->cap.atomic64.fop_flags  = UCS_BIT(UCT_ATOMIC_OP_ADD) |
-                                        UCS_BIT(UCT_ATOMIC_OP_CSWAP);
-    }
-
-    attr->iface_addr_len  = 0;
-    attr->device_addr_len = sizeof(ib2_dev_addr_t);
-    attr->ep_addr_len     = sizeof(ib2_ep_addr_t);
-    attr->max_conn_priv   = 0;
-
-    /* Link rate from the port: lanes x lane speed (SDR..HDR). */
-    switch (iface->port_attr.active_speed) {
-    case 1:   lane_gbps = 2.0;     break; /* SDR, 8b/10b */
-    case 2:   lane_gbps = 4.0;     break; /* DDR */
-    case 4:   lane_gbps = 8.0;     break; /* QDR */
-    case 8:   lane_gbps = 10.0;    break; /* FDR10 */
-    case 16:  lane_gbps = 13.64;   break; /* FDR */
-    case 32:  lane_gbps = 25.0;    break; /* EDR */
-    case 64:  lane_gbps = 50.0;    break; /* HDR */
-    case 128: lane_gbps = 100.0;   break; /* NDR */
-    default:  lane_gbps = 25.0;    break;
-    }
-    lanes = (iface->port_attr.active_width < ucs_static_array_size(width_x)) ?
-            width_x[iface->port_attr.active_width] : 0;
-    if (lanes == 0) {
-        lanes = 4;
-    }
-    attr->bandwidth.dedicated = 0;
-    attr->bandwidth.shared    = lanes * lane_gbps * 1e9 / 8;
-    attr->latency             = ucs_linear_func_make(700e-9, 0);
-    attr->overhead            = 75e-9;
-    attr->priority            = 0;
-    return UCS_OK;
-}
-
-static ucs_status_t ib2_iface_get_device_address(uct_iface_h tl_iface,
-                                                 uct_device_addr_t *addr)
-{
-    ib2_iface_t *iface    = ucs_derived_of(tl_iface, ib2_iface_t);
-    ib2_dev_addr_t *dev   = (ib2_dev_addr_t*)addr;
-
-    dev->flags = iface->is_eth ? IB2_DEV_ADDR_F_ETH : 0;
-    dev->mtu   = (uint8_t)iface->config.mtu_enum;
-    dev->lid   = iface->port_attr.lid;
-    memcpy(dev->gid, iface->gid.raw, sizeof(dev->gid));
-    return UCS_OK;
-}
-
-static ucs_status_t ib2_iface_get_address(uct_iface_h tl_iface,
-                                          uct_iface_addr_t *addr)
-{
-    return UCS_OK;
-}
-
-/* Remote is off our subnet (IB) or reached by GID anyway (RoCE). */
-int ib2_iface_is_global(ib2_iface_t *iface, const ib2_dev_addr_t *remote)
-{
-    return iface->is_eth ||
-           memcmp(remote->gid, iface->gid.raw, 8) != 0; /* subnet prefix */
-}
-
-static int ib2_iface_is_reachable(const uct_iface_h tl_iface,
-                                  const uct_device_addr_t *dev_addr,
-                                  const uct_iface_addr_t *iface_addr)
-{
-    ib2_iface_t *iface           = ucs_derived_of(tl_iface, ib2_iface_t);
-    const ib2_dev_addr_t *remote = (const ib2_dev_addr_t*)dev_addr;
-
-    if (!!(remote->flags & IB2_DEV_ADDR_F_ETH) != iface->is_eth) {
-        return 0; /* InfiniBand and Ethernet do not meet */
-    }
-    if (iface->is_eth) {
-        return 1; /* routed by GID */
-    }
-    /* InfiniBand: same subnet (prefix), as routers are not used. */
-    return memcmp(remote->gid, iface->gid.raw, 8) == 0;
-}
 
 static unsigned ib2_iface_progress(void *arg)
 {
     ib2_iface_t *iface = arg;
     unsigned count;
 
-    count = ib2_rx_progress(iface);
+    ++iface->in_progress;
+    count  = ib2_rx_progress(iface);
     count += ib2_tx_progress(iface);
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
         ib2_ep_t *ep, *tmp;
 
         ucs_list_for_each_safe(ep, tmp, &iface->ctrl_pending, ctrl_list) {
             count += ib2_ep_send_ctrl(ep);
+        }
+    }
+    /* A scheduled group has what it needs but the interface's budget:
+     * dispatch whenever there is some (ib2_pending.c). */
+    if (ucs_unlikely(!ucs_arbiter_is_empty(&iface->arbiter)) &&
+        (iface->tx_cq_avail > 0)) {
+        ib2_iface_dispatch_pending(iface);
+    }
+    if (--iface->in_progress == 0) {
+        if (ucs_unlikely(!ucs_list_is_empty(&iface->zombies))) {
+            ib2_iface_free_zombies(iface);
         }
     }
     return count;
@@ -502,31 +97,12 @@ static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
     }
     /* Credit messages and pending work are progress too. */
     if (send_events || recv_events ||
-        !ucs_list_is_empty(&iface->ctrl_pending)) {
+        !ucs_list_is_empty(&iface->ctrl_pending) ||
+        (!ucs_arbiter_is_empty(&iface->arbiter) &&
+         (iface->tx_cq_avail > 0))) {
         return UCS_ERR_BUSY;
     }
     return UCS_OK;
-}
-
-static ucs_status_t ib2_iface_flush(uct_iface_h tl_iface, unsigned flags,
-                                    uct_completion_t *comp)
-{
-    ib2_iface_t *iface = ucs_derived_of(tl_iface, ib2_iface_t);
-    ucs_status_t status, result = UCS_OK;
-    ib2_ep_t *ep;
-
-    if (comp != NULL) {
-        return UCS_ERR_UNSUPPORTED;
-    }
-    ucs_list_for_each(ep, &iface->eps, list) {
-        status = ib2_ep_flush(&ep->super.super, flags, NULL);
-        if (status == UCS_INPROGRESS || status == UCS_ERR_NO_RESOURCE) {
-            result = UCS_INPROGRESS;
-        } else if (status != UCS_OK && result == UCS_OK) {
-            result = status;
-        }
-    }
-    return result;
 }
 
 static void ib2_iface_release_desc(uct_recv_desc_t *self, void *desc)
@@ -587,8 +163,7 @@ static uct_iface_ops_t ib2_iface_ops = {
     .ep_get_address           = ib2_ep_get_address,
     .ep_connect_to_ep         = ib2_ep_connect_to_ep,
     .iface_flush              = ib2_iface_flush,
-    .iface_fence              = (uct_iface_fence_func_t)
-                                ucs_empty_function_return_success,
+    .iface_fence              = ib2_iface_fence,
     .iface_progress_enable    = ib2_iface_progress_enable,
     .iface_progress_disable   = uct_base_iface_progress_disable,
     .iface_progress           = (uct_iface_progress_func_t)ib2_iface_progress,
@@ -652,6 +227,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     const ib2_iface_config_t *config = ucs_derived_of(tl_config,
                                                       ib2_iface_config_t);
     ib2_md_t *md = ucs_derived_of(tl_md, ib2_md_t);
+    uct_iface_mpool_config_t tx_mp;
     ucs_status_t status;
     size_t largest;
 
@@ -700,36 +276,10 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         return status;
     }
 
-    if (config->sl > 15) {
-        ucs_error("UCX_IB2_SL=%u: service levels are 0 to 15", config->sl);
-        return UCS_ERR_INVALID_PARAM;
+    status = ib2_iface_apply_config(self, config, params);
+    if (status != UCS_OK) {
+        return status;
     }
-    if (config->retry_count > 7) {
-        ucs_error("UCX_IB2_RETRY_COUNT=%u: the transport allows 0 to 7",
-                  config->retry_count);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    if (config->tx_qp_len < 8 || config->tx_moderation < 1) {
-        ucs_error("UCX_IB2_TX_QUEUE_LEN (%u) must be at least 8 and "
-                  "UCX_IB2_TX_MODERATION (%u) at least 1", config->tx_qp_len,
-                  config->tx_moderation);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    self->config.sl            = config->sl;
-    self->config.tx_qp_len     = ucs_min(config->tx_qp_len,
-                                         (unsigned)md->dev_attr.max_qp_wr);
-    self->config.tx_moderation = ucs_min(config->tx_moderation,
-                                         self->config.tx_qp_len / 4);
-    self->config.rx_poll_batch = ucs_max(config->rx_poll_batch, 1u);
-    self->config.timeout       = ib2_time_to_ib_exp(config->timeout);
-    self->config.retry_count   = (uint8_t)config->retry_count;
-    self->config.rnr_timer     = ib2_time_to_rnr_code(config->rnr_timeout);
-    self->config.max_rd_atomic = (uint8_t)ucs_min(
-                                     ucs_max(md->dev_attr.max_qp_rd_atom, 1),
-                                     16);
-    self->config.rx_headroom   = (params->field_mask &
-                                  UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ?
-                                 params->rx_headroom : 0;
     /* [ib2_rx_desc_t][8][headroom][ib2_hdr_t][data]: the release pointer
      * UCT looks for sits right before the headroom; with less than 4 bytes
      * of headroom it shares bytes with our header (see ib2_rx_deliver). */
@@ -737,38 +287,55 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                                   sizeof(uct_recv_desc_t*) +
                                   self->config.rx_headroom +
                                   sizeof(ib2_hdr_t);
-
-    largest                  = self->rq.q[self->rq.count - 1].size;
-    self->config.max_send_sge = ucs_min(self->md->dev_attr.max_sge, 8);
-    /* Header and payload fit inline and in the largest queue's buffers. */
-    self->config.max_short   = (ucs_min(self->config.max_inline, largest) >
-                                sizeof(self->tx_short.am_hdr)) ?
-                               ucs_min(self->config.max_inline, largest) -
-                               sizeof(self->tx_short.am_hdr) : 0;
-    self->tx_short.am_wr.opcode       = IBV_WR_SEND;
-    self->tx_short.am_wr.sg_list      = self->tx_short.am_sge;
-    self->tx_short.am_wr.num_sge      = 2;
-    self->tx_short.am_wr.next         = NULL;
-    self->tx_short.am_sge[0].addr     = (uintptr_t)&self->tx_short.am_hdr;
-    self->tx_short.am_sge[0].length   = sizeof(self->tx_short.am_hdr);
-    self->tx_short.put_wr.opcode      = IBV_WR_RDMA_WRITE;
-    self->tx_short.put_wr.sg_list     = &self->tx_short.put_sge;
-    self->tx_short.put_wr.num_sge     = 1;
-    self->tx_short.put_wr.next        = NULL;
+    self->tx_short.am_wr.opcode     = IBV_WR_SEND;
+    self->tx_short.am_wr.sg_list    = self->tx_short.am_sge;
+    self->tx_short.am_wr.num_sge    = 2;
+    self->tx_short.am_wr.next       = NULL;
+    self->tx_short.am_sge[0].addr   = (uintptr_t)&self->tx_short.am_hdr;
+    self->tx_short.am_sge[0].length = sizeof(self->tx_short.am_hdr);
+    self->tx_short.put_wr.opcode    = IBV_WR_RDMA_WRITE;
+    self->tx_short.put_wr.sg_list   = &self->tx_short.put_sge;
+    self->tx_short.put_wr.num_sge   = 1;
+    self->tx_short.put_wr.next      = NULL;
 
     largest                  = self->rq.q[self->rq.count - 1].size;
     self->config.max_am      = largest - sizeof(ib2_hdr_t);
+    self->config.max_am_hdr  = ucs_min((size_t)128, self->config.max_am);
     self->tx_buf_size        = largest;
     self->config.max_get_put = self->port_attr.max_msg_sz;
+    ucs_arbiter_init(&self->arbiter);
 
     status = ib2_iface_create_cqs(self, config);
     if (status != UCS_OK) {
         goto err_cleanup;
     }
+    /* What a QP of this device really takes: inline size and gather list
+     * (the device decides; asking too much fails QP creation). */
+    status = ib2_qp_probe_caps(self);
+    if (status != UCS_OK) {
+        goto err_cleanup;
+    }
+    /* Header and payload fit inline and in the largest queue's buffers. */
+    self->config.max_short = (ucs_min(self->config.max_inline, largest) >
+                              sizeof(self->tx_short.am_hdr)) ?
+                             ucs_min(self->config.max_inline, largest) -
+                             sizeof(self->tx_short.am_hdr) : 0;
+    self->config.max_short_iov = self->config.max_short ?
+                                 self->config.max_short + sizeof(uint64_t) :
+                                 0;
+    self->config.am_short_q0   = ucs_min(self->config.max_inline,
+                                         self->rq.q[0].size);
+    /* A chunk no larger than the pool may be (TX_MAX_BUFS below the
+     * default TX_BUFS_GROW). */
+    tx_mp = config->tx_mp;
+    if (((tx_mp.bufs_grow != 0) ? tx_mp.bufs_grow : 256u) >
+        tx_mp.max_bufs) {
+        tx_mp.bufs_grow = tx_mp.max_bufs;
+    }
     status = uct_iface_mpool_init(&self->super, &self->tx_mp,
                                   sizeof(ib2_tx_desc_t) + self->tx_buf_size,
                                   sizeof(ib2_tx_desc_t), UCS_SYS_CACHE_LINE_SIZE,
-                                  &config->tx_mp, 256,
+                                  &tx_mp, 256,
                                   ib2_iface_tx_desc_init, "ib2_tx_desc");
     if (status != UCS_OK) {
         goto err_cleanup;
@@ -791,19 +358,27 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     }
     /* Armed from the start, so that the first completion raises an event
      * (see ib2_iface_event_arm). */
-    ibv_req_notify_cq(self->send_cq, 0);
-    ibv_req_notify_cq(self->recv_cq, 0);
+    if ((ibv_req_notify_cq(self->send_cq, 0) != 0) ||
+        (ibv_req_notify_cq(self->recv_cq, 0) != 0)) {
+        ucs_error("%s:%u: ibv_req_notify_cq failed: %m", md->name,
+                  self->port);
+        status = UCS_ERR_IO_ERROR;
+        goto err_cleanup_rxq;
+    }
     ucs_debug("%s:%u: rc_ib2 iface %p, mtu %u, inline %u, queues %u",
               md->name, self->port, self, ib2_mtu_bytes(self->config.mtu_enum),
               self->config.max_inline, self->rq.count);
     return UCS_OK;
 
+err_cleanup_rxq:
+    ib2_rxq_cleanup(self);
 err_cleanup_hash:
     kh_destroy(ib2_qp_ep, self->qp_ep);
 err_cleanup_mp:
     ucs_mpool_cleanup(&self->op_mp, 0);
     ucs_mpool_cleanup(&self->tx_mp, 0);
 err_cleanup:
+    ucs_arbiter_cleanup(&self->arbiter);
     if (self->recv_cq != NULL) {
         ibv_destroy_cq(self->recv_cq);
     }
@@ -822,9 +397,13 @@ static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
 
     uct_base_iface_progress_disable(&self->super.super,
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    /* Endpoints the user left open go first: their QPs use the CQs. */
     if (!ucs_list_is_empty(&self->eps)) {
-        ucs_warn("%s:%u: rc_ib2 interface closed with endpoints still open",
-                 self->md->name, self->port);
+        ucs_warn("%s:%u: rc_ib2 interface closed with endpoints still open: "
+                 "destroying them", self->md->name, self->port);
+        ucs_list_for_each_safe(ep, tmp, &self->eps, list) {
+            ib2_ep_destroy(&ep->super.super);
+        }
     }
     /* Destroyed endpoints still waiting for the device: it will not give
      * anything back any more. */
@@ -836,6 +415,7 @@ static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
     kh_destroy(ib2_qp_ep, self->qp_ep);
     ucs_mpool_cleanup(&self->op_mp, 1);
     ucs_mpool_cleanup(&self->tx_mp, 1);
+    ucs_arbiter_cleanup(&self->arbiter);
     ibv_destroy_cq(self->recv_cq);
     ibv_destroy_cq(self->send_cq);
     ibv_destroy_comp_channel(self->channel);
@@ -847,46 +427,19 @@ static UCS_CLASS_DEFINE_NEW_FUNC(ib2_iface_t, uct_iface_t, uct_md_h,
                                  const uct_iface_config_t*);
 static UCS_CLASS_DEFINE_DELETE_FUNC(ib2_iface_t, uct_iface_t);
 
-/* One transport device per active port. */
-static ucs_status_t ib2_query_tl_devices(uct_md_h tl_md,
-                                         uct_tl_device_resource_t **devs_p,
-                                         unsigned *num_p)
-{
-    ib2_md_t *md = ucs_derived_of(tl_md, ib2_md_t);
-    uct_tl_device_resource_t *devs;
-    struct ibv_port_attr attr;
-    unsigned port, n = 0;
-
-    devs = ucs_calloc(md->dev_attr.phys_port_cnt, sizeof(*devs),
-                      "ib2_tl_devices");
-    if (devs == NULL) {
-        return UCS_ERR_NO_MEMORY;
-    }
-    for (port = 1; port <= md->dev_attr.phys_port_cnt; ++port) {
-        if (ibv_query_port(md->ctx, port, &attr) != 0) {
-            ucs_debug("%s:%u: ibv_query_port failed: %m", md->name, port);
-            continue;
-        }
-        if (attr.state != IBV_PORT_ACTIVE) {
-            ucs_debug("%s:%u is %s: not offered", md->name, port,
-                      ibv_port_state_str(attr.state));
-            continue;
-        }
-        ucs_snprintf_zero(devs[n].name, sizeof(devs[n].name), "%s:%u",
-                          md->name, port);
-        devs[n].type       = UCT_DEVICE_TYPE_NET;
-        devs[n].sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
-        ++n;
-    }
-    if (n == 0) {
-        ucs_free(devs);
-        devs = NULL;
-    }
-    *devs_p = devs;
-    *num_p  = n;
-    return UCS_OK;
-}
-
 UCT_TL_DEFINE_ENTRY(&ib2_component, rc_ib2, ib2_query_tl_devices, ib2_iface_t,
                     IB2_CONFIG_PREFIX, ib2_iface_config_table,
                     ib2_iface_config_t);
+
+
+ucs_status_t ib2_iface_get_counters(uct_iface_h tl_iface,
+                                    ib2_iface_counters_t *counters)
+{
+    ib2_iface_t *iface = ucs_derived_of(tl_iface, ib2_iface_t);
+
+    if ((tl_iface == NULL) || (tl_iface->ops.ep_am_short != ib2_ep_am_short)) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    *counters = iface->counters;
+    return UCS_OK;
+}

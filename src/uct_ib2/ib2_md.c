@@ -11,18 +11,21 @@
 
 #include <hwloc.h>
 #include <hwloc/openfabrics-verbs.h>
-#include <sys/resource.h>
+#include <limits.h>
 
 static ucs_config_field_t ib2_md_config_table[] = {
     {"", "", NULL, ucs_offsetof(ib2_md_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
 
-    {"RCACHE", "try",
-     "Keep registrations after their last use (leave pinned) in a cache "
-     "invalidated by memory events. \"try\": if memory events cannot be "
-     "had (e.g. under valgrind), register on demand instead; \"yes\": "
-     "fail then; \"no\": always register on demand.",
-     ucs_offsetof(ib2_md_config_t, rcache_enable), UCS_CONFIG_TYPE_TERNARY},
+    {"REG_METHODS", "rcache,odp,direct",
+     "Registration methods, tried in order (as UCX's IB memory domains):\n"
+     "  rcache - leave pinned: registrations kept after their last use in\n"
+     "           a cache invalidated by memory events (not available where\n"
+     "           memory events are not, e.g. under valgrind)\n"
+     "  odp    - on-demand paging: not used by rc_ib2, passed over\n"
+     "  direct - ibv_reg_mr per registration",
+     ucs_offsetof(ib2_md_config_t, reg_methods),
+     UCS_CONFIG_TYPE_STRING_ARRAY},
 
     {"RCACHE_MAX_REGIONS", "inf",
      "Most registrations the cache keeps; the least recently used unused "
@@ -40,6 +43,12 @@ static ucs_config_field_t ib2_md_config_table[] = {
      "not trigger copy-on-write of pinned pages.",
      ucs_offsetof(ib2_md_config_t, fork_safe), UCS_CONFIG_TYPE_BOOL},
 
+    {"INDIRECT_ATOMIC", "y",
+     "Atomics through an indirect key (UCX's IB_INDIRECT_ATOMIC, an mlx5\n"
+     "feature). rc_ib2 posts atomics on the registration's own key; any\n"
+     "value is accepted and changes nothing.",
+     ucs_offsetof(ib2_md_config_t, indirect_atomic), UCS_CONFIG_TYPE_BOOL},
+
     {"REG_OVERHEAD", "16us",
      "Registration cost estimate: fixed part (of a miss in the cache).",
      ucs_offsetof(ib2_md_config_t, reg_overhead), UCS_CONFIG_TYPE_TIME},
@@ -50,95 +59,6 @@ static ucs_config_field_t ib2_md_config_table[] = {
 
     {NULL}
 };
-
-void ib2_md_reg_error(ib2_md_t *md, void *address, size_t length, int err,
-                      char *buf, size_t max)
-{
-    struct rlimit rl;
-    char limit[32];
-
-    if (err != ENOMEM && err != EAGAIN) {
-        snprintf(buf, max, "%s: ibv_reg_mr(%p, %zu) failed: %s", md->name,
-                 address, length, strerror(err));
-        return;
-    }
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
-        snprintf(limit, sizeof(limit), "unknown");
-    } else if (rl.rlim_cur == RLIM_INFINITY) {
-        snprintf(limit, sizeof(limit), "unlimited");
-    } else {
-        snprintf(limit, sizeof(limit), "%llu KiB",
-                 (unsigned long long)rl.rlim_cur / 1024);
-    }
-    snprintf(buf, max, "%s: ibv_reg_mr(%p, %zu) failed: %s. The locked "
-             "memory limit (ulimit -l) is %s; registered memory counts "
-             "against it: raise it to unlimited ('ulimit -l unlimited', "
-             "'* - memlock unlimited' in /etc/security/limits.conf, "
-             "LimitMEMLOCK=infinity for a systemd service). If it already "
-             "is unlimited the adapter ran out of memory translation "
-             "entries: its driver must be allowed to map at least twice "
-             "the physical memory (e.g. mlx4_core log_num_mtt/"
-             "log_mtts_per_seg), or register less at once.",
-             md->name, address, length, strerror(err), limit);
-}
-
-static int ib2_md_access(ib2_md_t *md)
-{
-    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                 IBV_ACCESS_REMOTE_READ;
-
-    if (md->dev_attr.atomic_cap != IBV_ATOMIC_NONE) {
-        access |= IBV_ACCESS_REMOTE_ATOMIC;
-    }
-    return access;
-}
-
-/* ---- the cache's backend ------------------------------------------------- */
-
-static int ib2_md_cache_reg(void *ctx, rcache_region_t *region)
-{
-    ib2_md_t *md     = ctx;
-    ib2_memh_t *memh = region->priv;
-
-    memh->mr = ibv_reg_mr(md->pd, (void*)region->start,
-                          region->end - region->start, (int)region->access);
-    if (memh->mr == NULL) {
-        return -(errno ? errno : ENOMEM);
-    }
-    return 0;
-}
-
-static void ib2_md_cache_dereg(void *ctx, rcache_region_t *region)
-{
-    ib2_memh_t *memh = region->priv;
-    int ret;
-
-    ret = ibv_dereg_mr(memh->mr);
-    if (ret != 0) {
-        ucs_warn("ibv_dereg_mr(%p) failed: %s", (void*)region->start,
-                 strerror(ret));
-    }
-}
-
-static const rcache_ops_t ib2_md_cache_ops = {
-    .mem_reg   = ib2_md_cache_reg,
-    .mem_dereg = ib2_md_cache_dereg,
-};
-
-static void ib2_md_cache_log(void *arg, int is_error, const char *msg)
-{
-    ib2_md_t *md = arg;
-
-    if (md->rcache_quiet) {
-        ucs_debug("%s: %s", md->name, msg);
-    } else if (is_error) {
-        ucs_error("%s: %s", md->name, msg);
-    } else {
-        ucs_warn("%s: %s", md->name, msg);
-    }
-}
-
-/* ---- md operations ------------------------------------------------------- */
 
 static ucs_status_t ib2_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
 {
@@ -151,86 +71,12 @@ static ucs_status_t ib2_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
     attr->cap.alloc_mem_types  = 0;
     attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.detect_mem_types = 0;
-    attr->cap.max_alloc        = 0;
+    attr->cap.max_alloc        = ULONG_MAX; /* no allocation: no limit */
     attr->cap.max_reg          = md->dev_attr.max_mr_size;
     attr->rkey_packed_size     = IB2_RKEY_SIZE;
     attr->reg_cost.m           = md->reg_growth;
     attr->reg_cost.c           = md->reg_overhead;
     attr->local_cpus           = md->local_cpus;
-    return UCS_OK;
-}
-
-static ucs_status_t ib2_md_mem_reg(uct_md_h uct_md, void *address,
-                                   size_t length, unsigned flags,
-                                   uct_mem_h *memh_p)
-{
-    ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
-    rcache_region_t *region;
-    ib2_memh_t *memh;
-    char msg[768];
-    int ret;
-
-    if (md->rcache != NULL) {
-        ret = rcache_get(md->rcache, address, length, (unsigned)md->access,
-                         &region);
-        if (ret != 0) {
-            /* The cache said what happened (and about the memlock limit);
-             * here only the adapter's side is added. */
-            return (ret == -ENOMEM || ret == -EAGAIN) ?
-                   UCS_ERR_NO_MEMORY : UCS_ERR_IO_ERROR;
-        }
-        *memh_p = region;
-        return UCS_OK;
-    }
-
-    memh = ucs_malloc(sizeof(*memh), "ib2_memh");
-    if (memh == NULL) {
-        return UCS_ERR_NO_MEMORY;
-    }
-    memh->mr = ibv_reg_mr(md->pd, address, length, md->access);
-    if (memh->mr == NULL) {
-        ret = errno;
-        ib2_md_reg_error(md, address, length, ret, msg, sizeof(msg));
-        if (!(flags & UCT_MD_MEM_FLAG_HIDE_ERRORS)) {
-            ucs_error("%s", msg);
-        }
-        ucs_free(memh);
-        return (ret == ENOMEM || ret == EAGAIN) ? UCS_ERR_NO_MEMORY
-                                                 : UCS_ERR_IO_ERROR;
-    }
-    *memh_p = memh;
-    return UCS_OK;
-}
-
-static ucs_status_t ib2_md_mem_dereg(uct_md_h uct_md,
-                                     const uct_md_mem_dereg_params_t *params)
-{
-    ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
-    ib2_memh_t *memh;
-    int ret;
-
-    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
-    if (md->rcache != NULL) {
-        rcache_put(md->rcache, params->memh);
-        return UCS_OK;
-    }
-    memh = params->memh;
-    ret  = ibv_dereg_mr(memh->mr);
-    ucs_free(memh);
-    if (ret != 0) {
-        ucs_error("%s: ibv_dereg_mr failed: %s", md->name, strerror(ret));
-        return UCS_ERR_IO_ERROR;
-    }
-    return UCS_OK;
-}
-
-static ucs_status_t ib2_md_mkey_pack(uct_md_h uct_md, uct_mem_h memh,
-                                     const uct_md_mkey_pack_params_t *params,
-                                     void *rkey_buffer)
-{
-    ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
-
-    *(uint32_t*)rkey_buffer = ib2_memh_mr(md, memh)->rkey;
     return UCS_OK;
 }
 
@@ -302,45 +148,6 @@ all:
     }
 }
 
-static ucs_status_t ib2_md_create_rcache(ib2_md_t *md,
-                                         const ib2_md_config_t *config)
-{
-    rcache_params_t params;
-    int ret;
-
-    rcache_params_init(&params);
-    params.ops         = &ib2_md_cache_ops;
-    params.ctx         = md;
-    params.priv_size   = sizeof(ib2_memh_t);
-    params.name        = md->name;
-    params.max_regions = (config->rcache_max_regions == UCS_ULUNITS_INF) ?
-                         0 : config->rcache_max_regions;
-    params.max_pinned  = (config->rcache_max_pinned == UCS_MEMUNITS_INF) ?
-                         0 : config->rcache_max_pinned;
-    params.log         = ib2_md_cache_log;
-    params.log_arg     = md;
-    if (config->fork_safe) {
-        params.flags |= RCACHE_FLAG_DONTFORK;
-    }
-    /* With "try", a cache that cannot be had is not worth a message. */
-    md->rcache_quiet = (config->rcache_enable == UCS_TRY);
-    ret = rcache_create(&params, &md->rcache);
-    md->rcache_quiet = 0;
-    if (ret == 0) {
-        return UCS_OK;
-    }
-    md->rcache = NULL;
-    if (config->rcache_enable == UCS_TRY) {
-        ucs_debug("%s: no registration cache (%s): registering on demand",
-                  md->name, strerror(-ret));
-        return UCS_OK;
-    }
-    ucs_error("%s: cannot create the registration cache (%s); set "
-              "UCX_IB2_RCACHE=try or no to register without it", md->name,
-              strerror(-ret));
-    return UCS_ERR_IO_ERROR;
-}
-
 ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
                          const uct_md_config_t *uct_config, uct_md_h *md_p)
 {
@@ -397,11 +204,9 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
     }
     md->access = ib2_md_access(md);
     ib2_md_find_local_cpus(md, list[i]);
-    if (config->rcache_enable != UCS_NO) {
-        status = ib2_md_create_rcache(md, config);
-        if (status != UCS_OK) {
-            goto out_dealloc_pd;
-        }
+    status = ib2_md_setup_reg(md, config);
+    if (status != UCS_OK) {
+        goto out_dealloc_pd;
     }
     if (md->rcache != NULL) {
         /* A hit costs tens of nanoseconds; UCP weighs that, not a miss. */

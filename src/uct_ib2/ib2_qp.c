@@ -4,6 +4,76 @@
  */
 #include "ib2.h"
 
+static struct ibv_qp *ib2_qp_try(ib2_iface_t *iface, unsigned inline_size,
+                                 unsigned sge, struct ibv_qp_cap *cap)
+{
+    struct ibv_qp_init_attr init;
+    struct ibv_qp *qp;
+
+    memset(&init, 0, sizeof(init));
+    init.send_cq             = iface->send_cq;
+    init.recv_cq             = iface->recv_cq;
+    init.qp_type             = IBV_QPT_RC;
+    init.cap.max_send_wr     = iface->config.tx_qp_len;
+    init.cap.max_recv_wr     = 1;
+    init.cap.max_send_sge    = sge;
+    init.cap.max_recv_sge    = 1;
+    init.cap.max_inline_data = inline_size;
+    qp = ibv_create_qp(iface->md->pd, &init);
+    if (qp != NULL) {
+        *cap = init.cap;
+    }
+    return qp;
+}
+
+/*
+ * What the device's QPs really take: the largest inline size up to the one
+ * configured (devices refuse a QP that asks too much, so the largest that
+ * works is searched), and the gather list length; both as the device
+ * reports them back in the QP's capabilities.
+ */
+ucs_status_t ib2_qp_probe_caps(ib2_iface_t *iface)
+{
+    unsigned sge  = ucs_min((unsigned)iface->md->dev_attr.max_sge,
+                            (unsigned)IB2_MAX_SEND_SGE);
+    unsigned want = iface->config.max_inline, lo = 0, hi = want, mid;
+    struct ibv_qp_cap cap, best;
+    struct ibv_qp *qp;
+
+    qp = ib2_qp_try(iface, 0, sge, &best);
+    if (qp == NULL) {
+        ucs_error("%s:%u: cannot create a QP (send queue %u, %u gather "
+                  "entries): %m (see UCX_IB2_TX_QUEUE_LEN)", iface->md->name,
+                  iface->port, iface->config.tx_qp_len, sge);
+        return UCS_ERR_IO_ERROR;
+    }
+    ibv_destroy_qp(qp);
+    while (lo < hi) {
+        mid = hi - (hi - lo) / 2;
+        qp  = ib2_qp_try(iface, mid, sge, &cap);
+        if (qp != NULL) {
+            ibv_destroy_qp(qp);
+            best = cap;
+            lo   = mid;
+        } else {
+            hi   = mid - 1;
+        }
+    }
+    iface->config.max_inline   = ucs_min(want, best.max_inline_data);
+    iface->config.max_send_sge = ucs_min(best.max_send_sge,
+                                         (unsigned)IB2_MAX_SEND_SGE);
+    if (iface->config.max_inline < want) {
+        ucs_debug("%s:%u: inline data limited to %u bytes by the device",
+                  iface->md->name, iface->port, iface->config.max_inline);
+    }
+    if (iface->config.max_send_sge < 2) {
+        ucs_error("%s:%u: QPs take %u gather entries, rc_ib2 needs 2",
+                  iface->md->name, iface->port, iface->config.max_send_sge);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return UCS_OK;
+}
+
 ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
                            struct ibv_qp **qp_p)
 {
@@ -22,7 +92,7 @@ ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
     init.cap.max_send_wr     = iface->config.tx_qp_len;
     init.cap.max_recv_wr     = (spec->type == IB2_RQ_PER_PEER) ?
                                spec->num + spec->reserved : 0;
-    init.cap.max_send_sge    = ucs_min(iface->md->dev_attr.max_sge, 8);
+    init.cap.max_send_sge    = iface->config.max_send_sge;
     init.cap.max_recv_sge    = 1;
     init.cap.max_inline_data = iface->config.max_inline;
 
@@ -38,7 +108,7 @@ ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
 
     memset(&attr, 0, sizeof(attr));
     attr.qp_state        = IBV_QPS_INIT;
-    attr.pkey_index      = 0;
+    attr.pkey_index      = (uint16_t)iface->config.pkey_index;
     attr.port_num        = iface->port;
     attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                            ((iface->md->dev_attr.atomic_cap !=
@@ -74,9 +144,9 @@ ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
     attr.ah_attr.src_path_bits = 0;
     if (ib2_iface_is_global(iface, remote)) {
         attr.ah_attr.is_global      = 1;
-        attr.ah_attr.grh.hop_limit  = 64;
+        attr.ah_attr.grh.hop_limit  = iface->config.hop_limit;
         attr.ah_attr.grh.sgid_index = iface->gid_index;
-        attr.ah_attr.grh.traffic_class = 0;
+        attr.ah_attr.grh.traffic_class = iface->config.traffic_class;
         memcpy(attr.ah_attr.grh.dgid.raw, remote->gid, 16);
     }
     if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |

@@ -1,9 +1,12 @@
 /*
- * Send side bookkeeping: send completions and the operations waiting on
- * them, credits coming back, explicit credit messages, the pending queue,
- * and endpoint failure.
+ * Send completions and the operations waiting on them, and endpoint
+ * failure.
+ *
+ * A send completion on queue q carries (ib2_wire.h) the send number it
+ * completes, so everything up to it is done: the WQEs and CQ budget come
+ * back, and on S queues the credits of the active messages among them.
  */
-#include "ib2.h"
+#include "ib2_tx.h"
 
 /* ---- completing operations ------------------------------------------------- */
 
@@ -47,31 +50,72 @@ static void ib2_op_complete(ib2_iface_t *iface, ib2_op_t *op,
     }
 }
 
-/* Queue q completed its sends up to sn (or they were flushed). */
+/* The oldest active message not completed moved on: so does the window
+ * of sequence numbers the endpoint may send (ib2_ep_seq_room). */
+static void ib2_ep_ams_completed(ib2_iface_t *iface, ib2_ep_t *ep)
+{
+    uint16_t oldest = ep->tx_seq, seq;
+    ib2_ep_txq_t *txq;
+    unsigned q;
+
+    for (q = 0; q < ep->nq; ++q) {
+        txq = &ep->txq[q];
+        ucs_assertv(txq->am_sn - txq->am_acked <= txq->am_seq_mask + 1,
+                    "ep %p q %u: %u AMs outstanding, ring of %u", ep, q,
+                    txq->am_sn - txq->am_acked, txq->am_seq_mask + 1);
+        if (txq->am_sn != txq->am_acked) {
+            seq = txq->am_seqs[txq->am_acked & txq->am_seq_mask];
+            if ((uint16_t)(ep->tx_seq - seq) >
+                (uint16_t)(ep->tx_seq - oldest)) {
+                oldest = seq;
+            }
+        }
+    }
+    ep->seq_limit = (uint16_t)(oldest + iface->config.seq_window);
+}
+
+/* Queue q completed its sends up to the one of wr_id (or they were
+ * flushed). */
 static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
-                              uint16_t sn, ucs_status_t status)
+                              uint64_t wr_id, ucs_status_t status)
 {
     ib2_ep_txq_t *txq = &ep->txq[q];
-    int16_t count     = (int16_t)(sn - txq->acked);
+    uint32_t sn       = ib2_wrid_sn(wr_id);
+    int32_t count     = (int32_t)(sn - txq->acked);
+    uint32_t ams;
     ib2_op_t *op;
 
     if (ucs_unlikely(count <= 0)) {
-        return;
+        return; /* retired by a later one already */
     }
+    ucs_assertv((uint32_t)count <= iface->config.tx_qp_len,
+                "ep %p q %u: %d sends completed, queue holds %u", ep, q,
+                count, iface->config.tx_qp_len);
     txq->acked          = sn;
     txq->sq_avail      += count;
     iface->tx_cq_avail += count;
+    ams = ib2_wrid_am(wr_id) - txq->am_acked;
+    ucs_assertv(ams <= (uint32_t)count, "ep %p q %u: %u AMs in %d sends", ep,
+                q, ams, count);
+    txq->am_acked += ams;
+    if (ams != 0) {
+        ib2_ep_ams_completed(iface, ep);
+    }
     if (iface->rq.q[q].type != IB2_RQ_PER_PEER) {
-        /* S queues: "credits" are sends allowed in flight. */
-        txq->credits += count;
+        /* S queues: credits are active messages allowed in flight. */
+        txq->credits += (int32_t)ams;
+        ucs_assert(txq->credits <= (int32_t)iface->rq.q[q].max_pending);
     }
     while (!ucs_queue_is_empty(&txq->ops)) {
         op = ucs_queue_head_elem_non_empty(&txq->ops, ib2_op_t, queue);
-        if ((int16_t)(op->sn - sn) > 0) {
+        if ((int32_t)(op->sn - sn) > 0) {
             break;
         }
         ucs_queue_pull_non_empty(&txq->ops);
         ib2_op_complete(iface, op, status);
+    }
+    if (ucs_unlikely(ep->blocked & IB2_EP_BLOCK_FENCE)) {
+        ib2_ep_fence_done(ep);
     }
 }
 
@@ -110,7 +154,7 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
 {
     struct ibv_wc wc[16];
     ucs_status_t status;
-    khiter_t it;
+    unsigned q;
     ib2_ep_t *ep;
     int i, n;
 
@@ -123,17 +167,16 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
         return 0;
     }
     for (i = 0; i < n; ++i) {
-        it = kh_get(ib2_qp_ep, iface->qp_ep, wc[i].qp_num);
-        if (ucs_unlikely(it == kh_end(iface->qp_ep))) {
+        ep = ib2_qp_ep_find(iface, wc[i].qp_num, &q);
+        if (ucs_unlikely(ep == NULL)) {
             continue; /* a destroyed endpoint's straggler */
         }
-        ep     = (ib2_ep_t*)(uintptr_t)kh_val(iface->qp_ep, it);
         status = UCS_OK;
         if (ucs_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
             status = ib2_wc_status(wc[i].status);
             if (!ep->failed && !ep->destroyed) {
                 if (wc[i].status == IBV_WC_RNR_RETRY_EXC_ERR &&
-                    iface->rq.q[wc[i].wr_id >> 16].type ==
+                    iface->rq.q[q].type ==
                     IB2_RQ_PER_PEER) {
                     ucs_error("%s:%u: receiver not ready on a per-peer "
                               "queue: the peer's credit accounting differs "
@@ -149,12 +192,11 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
                 status = ep->failed;
             }
         }
-        ib2_txq_completed(iface, ep, (unsigned)(wc[i].wr_id >> 16),
-                          (uint16_t)wc[i].wr_id, status);
+        ib2_txq_completed(iface, ep, q, wc[i].wr_id, status);
         if (ucs_unlikely(ep->destroyed)) {
             ib2_ep_zombie_progress(ep);
-        } else if (ucs_unlikely(!ucs_queue_is_empty(&ep->pending))) {
-            ib2_ep_dispatch_pending(ep);
+        } else if (ucs_unlikely(ep->pending_count != 0)) {
+            ib2_ep_resources_back(ep);
         }
     }
     return (unsigned)n;
@@ -211,128 +253,3 @@ void ib2_ep_cancel(ib2_ep_t *ep)
     }
 }
 
-/* ---- credits and credit messages ------------------------------------------ */
-
-void ib2_ep_credits_returned(ib2_ep_t *ep, unsigned q, unsigned credits,
-                             int cm_return)
-{
-    ep->txq[q].credits += (int16_t)credits;
-    if (cm_return) {
-        ++ep->txq[q].cm_credits;
-    }
-    if (!ucs_queue_is_empty(&ep->pending)) {
-        ib2_ep_dispatch_pending(ep);
-    }
-}
-
-void ib2_ep_schedule_ctrl(ib2_ep_t *ep)
-{
-    if (!ep->ctrl_queued && !ep->failed && !ep->destroyed) {
-        ucs_list_add_tail(&ep->iface->ctrl_pending, &ep->ctrl_list);
-        ep->ctrl_queued = 1;
-    }
-}
-
-/*
- * Send the credits owed on each P queue that gathered a window's worth and
- * was not piggybacked meanwhile. A credit message uses one of the peer's
- * reserved buffers (a credit-message credit), never a data credit.
- */
-unsigned ib2_ep_send_ctrl(ib2_ep_t *ep)
-{
-    ib2_iface_t *iface = ep->iface;
-    unsigned q, sent = 0, still = 0;
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
-    ib2_hdr_t hdr;
-
-    for (q = 0; q < ep->nq; ++q) {
-        const ib2_rq_spec_t *spec = &iface->rq.q[q];
-        ib2_ep_rxq_t *rxq         = &ep->rxq[q];
-        ib2_ep_txq_t *txq         = &ep->txq[q];
-
-        while ((spec->type == IB2_RQ_PER_PEER) &&
-               (rxq->credits_owed >= spec->window)) {
-            if (txq->cm_credits <= 0 || txq->sq_avail <= 0 ||
-                iface->tx_cq_avail <= 0 || !ep->connected) {
-                still = 1;
-                break;
-            }
-            hdr.am_id   = IB2_HDR_F_CTRL;
-            hdr.credits = (uint8_t)ucs_min(rxq->credits_owed, 255);
-            hdr.seq     = 0;
-            if (rxq->cm_owed != 0) {
-                hdr.am_id |= IB2_HDR_F_CM_RET;
-            }
-            sge.addr      = (uintptr_t)&hdr;
-            sge.length    = sizeof(hdr);
-            sge.lkey      = 0;
-            wr.opcode     = IBV_WR_SEND;
-            wr.send_flags = IBV_SEND_INLINE;
-            wr.sg_list    = &sge;
-            wr.num_sge    = 1;
-            if (ib2_ep_post_raw(iface, ep, q, &wr) != UCS_OK) {
-                still = 1;
-                break;
-            }
-            --txq->cm_credits;
-            rxq->credits_owed -= hdr.credits;
-            if (hdr.am_id & IB2_HDR_F_CM_RET) {
-                --rxq->cm_owed;
-            }
-            ++sent;
-        }
-    }
-    if (!still && ep->ctrl_queued) {
-        ucs_list_del(&ep->ctrl_list);
-        ep->ctrl_queued = 0;
-    }
-    return sent;
-}
-
-/* ---- pending -------------------------------------------------------------- */
-
-/* Every queue could take a send now (what pending_add and dispatch ask). */
-static int ib2_ep_ready(ib2_ep_t *ep)
-{
-    ib2_iface_t *iface = ep->iface;
-    unsigned q;
-
-    if (ep->blocked || iface->tx_cq_avail <= 0) {
-        return 0;
-    }
-    for (q = 0; q < ep->nq; ++q) {
-        if (ep->txq[q].sq_avail <= 0 || ep->txq[q].credits <= 0) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-ucs_status_t ib2_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
-                                unsigned flags)
-{
-    ib2_ep_t *ep = ucs_derived_of(tl_ep, ib2_ep_t);
-
-    if (ib2_ep_ready(ep)) {
-        return UCS_ERR_BUSY;
-    }
-    uct_pending_req_queue_push(&ep->pending, req);
-    return UCS_OK;
-}
-
-void ib2_ep_dispatch_pending(ib2_ep_t *ep)
-{
-    uct_pending_req_priv_queue_t *priv;
-
-    uct_pending_queue_dispatch(priv, &ep->pending, ib2_ep_ready(ep));
-}
-
-void ib2_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback_t cb,
-                          void *arg)
-{
-    ib2_ep_t *ep = ucs_derived_of(tl_ep, ib2_ep_t);
-    uct_pending_req_priv_queue_t *priv;
-
-    uct_pending_queue_purge(priv, &ep->pending, 1, cb, arg);
-}

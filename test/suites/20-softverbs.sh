@@ -68,6 +68,16 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         ! echo "$out" | grep -qE "Transport: (rc_mlx5|dc_mlx5|ud_mlx5)"' \
         sv "$SV_RUN" --shm "$SV_SHM-cx6"
 
+    # a PCI address per device (pci=): UCX's topology takes each device's
+    # system device from its sysfs view, as with an adapter
+    ib2_check softverbs/pci-address-gives-ucx-system-device bash -c '
+        out=$("$@" ucx_info -d) || exit 1
+        echo "$out"
+        echo "$out" | grep -q "System device: m0 (" &&
+        echo "$out" | grep -q "System device: m1 ("' \
+        sv "$SV_RUN" --shm "$SV_SHM-pci" \
+        --devices "m0:ib:1/pci=0000:3b:00.0/numa=0,m1:eth:2/pci=0000:5e:00.1"
+
     # UCT over UCX's own verbs transports
     for t in "-x rc_verbs -t am_lat" "-x rc_verbs -t put_lat" \
              "-x rc_verbs -t get -D zcopy -s 65536" \

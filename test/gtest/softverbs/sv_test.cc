@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -27,8 +28,9 @@ struct Setup {
         Dl_info info;
 
         pid = getpid();
-        /* the tests expect the default device configuration */
-        for (bool again = true; again;) {
+        /* the tests expect the default device configuration (a process of
+         * run_fresh has only what its test asked for: it keeps that) */
+        for (bool again = getenv("SV_TEST_FRESH") == nullptr; again;) {
             again = false;
             for (char **e = environ; *e != nullptr; ++e) {
                 if (!strncmp(*e, "SOFTVERBS_", 10)) {
@@ -494,6 +496,33 @@ int run_child_env(const std::vector<std::string> &env,
             setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
         }
         return fn();
+    });
+    return p.wait(timeout_ms);
+}
+
+int run_fresh(const char *test, const std::vector<std::string> &env,
+              bool quiet, int timeout_ms)
+{
+    std::string filter = std::string("--gtest_filter=") + test;
+    Peer p([&](Chan &) {
+        for (const std::string &e : env) {
+            size_t eq = e.find('=');
+
+            setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
+        }
+        unsetenv("SOFTVERBS_SHM"); /* it takes a segment of its own */
+        setenv("SV_TEST_FRESH", "1", 1);
+        if (quiet) {
+            int fd = open("/dev/null", O_WRONLY);
+
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+            }
+        }
+        execl("/proc/self/exe", "test_softverbs", filter.c_str(),
+              "--gtest_also_run_disabled_tests", (char *)nullptr);
+        return 127;
     });
     return p.wait(timeout_ms);
 }

@@ -155,6 +155,14 @@ std::string seg_name(const char *tag);
 int run_child_env(const std::vector<std::string> &env,
                   std::function<int()> fn, int timeout_ms = 20000);
 
+/* Run one test of this binary (a DISABLED_ one, by its full name) in a
+ * fresh process (fork and exec: nothing of this process's state, e.g. its
+ * registrations), with extra environment; returns its exit code (0: the
+ * test passed), or -1 if it did not finish in time. quiet: its output
+ * goes to /dev/null (a run expected to fail). */
+int run_fresh(const char *test, const std::vector<std::string> &env = {},
+              bool quiet = false, int timeout_ms = 60000);
+
 } // namespace sv
 
 /* In a child: fail with a message and a distinct exit code. */

@@ -140,9 +140,7 @@ TEST(Unsupported, ErrnoNotCrash)
     ibv_sge sge = {};
     EXPECT_EQ(ibv_advise_mr(d.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1),
               EOPNOTSUPP);
-    /* fork needs no preparation: nothing is pinned */
-    EXPECT_EQ(ibv_fork_init(), 0);
-    EXPECT_EQ(ibv_is_fork_initialized(), IBV_FORK_UNNEEDED);
+    /* (ibv_fork_init: test_fork.cc, in processes of their own) */
     /* unknown opcodes are refused at post time (by a QP able to send) */
     ASSERT_EQ(connect_rc(qp, qp->qp_num, d.lid, 1), 0);
     EXPECT_EQ(post_send(qp, IBV_WR_LOCAL_INV, nullptr, 0, 0, 1), EINVAL);

@@ -547,7 +547,6 @@ TEST(RcProcesses, AtomicsAreAtomicAcrossProcesses)
 {
     Dev d;
     ASSERT_TRUE(d.ok());
-    Buf t(d.pd, 64);
     ibv_cq *cq = make_cq(d.ctx, 1024);
     const int nproc = 2, iters = 500;
     std::vector<ibv_qp *> qps;
@@ -576,6 +575,10 @@ TEST(RcProcesses, AtomicsAreAtomicAcrossProcesses)
             return 0;
         }));
     }
+    /* registered after the forks: t shares a heap page this process keeps
+     * writing, and a registered page the parent writes while a child
+     * shares it moves away from the region (no ibv_fork_init here) */
+    Buf t(d.pd, 64);
     for (int k = 0; k < nproc; ++k) {
         Ends peer, me = { qps[k]->qp_num, d.lid, t.addr(), t.rkey(), 0 };
         ASSERT_TRUE(peers[k]->chan().get(peer));

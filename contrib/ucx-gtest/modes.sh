@@ -1,0 +1,38 @@
+# The configurations UCX's uct tests run in, sourced by run-class.sh and
+# the suite. A mode names a transport and, for rc_ib2, its receive queues
+# (UCX_IB2_RECEIVE_QUEUES, grammar in docs/uct_ib2.md):
+#   verbs   rc_verbs, UCX's own verbs RC transport: the reference
+#   mixed   rc_ib2 with its default queues (P for small messages, S above)
+#   P       rc_ib2 with per-peer queues only
+#   S       rc_ib2 with shared queues only
+# The P and S queue sets are the ones suite 30 runs ucx_perftest with.
+
+UCXG_MODES="verbs mixed P S"
+
+ucxg_mode_tl() {   # ucxg_mode_tl MODE: print the transport name
+    case $1 in
+    verbs) echo rc_verbs ;;
+    mixed|P|S) echo rc_ib2 ;;
+    *) echo "unknown mode '$1': use one of $UCXG_MODES" >&2; return 1 ;;
+    esac
+}
+
+ucxg_mode_rq() {   # ucxg_mode_rq MODE: print UCX_IB2_RECEIVE_QUEUES, or ""
+    case $1 in
+    verbs) echo "" ;;
+    mixed) echo auto ;;
+    P) echo "P,128,256,192,128:P,8256,64,32,16" ;;
+    S) echo "S,256,1024,512,64:S,8256,512,256,32" ;;
+    *) echo "unknown mode '$1': use one of $UCXG_MODES" >&2; return 1 ;;
+    esac
+}
+
+ucxg_mode_title() {   # ucxg_mode_title MODE: a heading for tables
+    case $1 in
+    verbs) echo "rc_verbs" ;;
+    mixed) echo "rc_ib2, mixed queues (default)" ;;
+    P) echo "rc_ib2, P queues only" ;;
+    S) echo "rc_ib2, S queues only" ;;
+    *) echo "$1" ;;
+    esac
+}

@@ -1,0 +1,42 @@
+/*
+ * rc_ib2 interface counters, for tests and diagnostics: what was dropped
+ * from peers and why, and how the pending machinery ran. Read with
+ * ib2_iface_get_counters() (exported by libuct_ib2).
+ */
+#ifndef IB2_COUNTERS_H
+#define IB2_COUNTERS_H
+
+#include <uct/api/uct.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ib2_iface_counters {
+    /* Messages dropped because they broke a rule of ib2_wire.h. */
+    uint64_t rx_short;        /* shorter than the header */
+    uint64_t rx_oversized;    /* longer than the queue's buffers */
+    uint64_t rx_bad_ctrl;     /* malformed credit message */
+    uint64_t rx_reserved;     /* a reserved header bit set */
+    uint64_t rx_bad_credits;  /* credits beyond what the queue has */
+    uint64_t rx_bad_seq;      /* sequence number outside the window,
+                                 behind, or already waiting */
+    uint64_t rx_no_ep;        /* for an endpoint no longer there */
+    uint64_t rx_errors;       /* receive completions with an error */
+    /* Pending requests. */
+    uint64_t pending_added;
+    uint64_t pending_dispatched; /* callbacks called */
+    uint64_t probes;          /* empty writes posted to find a dead peer */
+} ib2_iface_counters_t;
+
+/* Copies the counters of an rc_ib2 interface. UCS_ERR_INVALID_PARAM if
+ * the interface is not rc_ib2's. */
+ucs_status_t ib2_iface_get_counters(uct_iface_h iface,
+                                    ib2_iface_counters_t *counters);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

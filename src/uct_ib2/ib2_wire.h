@@ -1,0 +1,93 @@
+/*
+ * rc_ib2 wire formats: what travels between two rc_ib2 endpoints, and the
+ * rules a receiver checks before it uses anything a peer sent.
+ *
+ * Byte order: the host's (both ends are the same build on one fabric; the
+ * address exchange through UCP does not cross architectures). Every
+ * structure is packed.
+ *
+ * Message (a SEND on the QP of one receive queue):
+ *
+ *   [ib2_hdr_t: 4 bytes][payload: byte_len - 4 bytes]
+ *
+ * Receiver rules (ib2_rx.c; a message that breaks one is dropped, counted
+ * in ib2_iface_counters_t and fails the endpoint, since our own sender
+ * never produces it):
+ *
+ *   - byte_len >= sizeof(ib2_hdr_t) and <= the queue's buffer size;
+ *   - IB2_HDR_F_RSVD clear;
+ *   - IB2_HDR_F_CTRL (explicit credit message): only on P queues, exactly
+ *     the 4-byte header, no AM id, seq 0;
+ *   - credits and IB2_HDR_F_CM_RET: only on P queues (S queue credits are
+ *     sends in flight, counted by the sender alone); after adding them the
+ *     sender's view may not exceed what the queue has: data credits <= num,
+ *     credit-message credits <= reserved;
+ *   - seq: at most the endpoint's window (the sum of every queue's credits)
+ *     ahead of the next one to deliver, never behind it, and not a
+ *     sequence number already waiting.
+ */
+#ifndef IB2_WIRE_H
+#define IB2_WIRE_H
+
+#include <stdint.h>
+#include "ib2_rqspec.h"
+
+#include <ucs/sys/compiler_def.h>
+
+/* Header of every message on an ib2 QP. */
+typedef struct ib2_hdr {
+    uint8_t  am_id;    /* AM id in the low 5 bits, IB2_HDR_F_* on top */
+    uint8_t  credits;  /* P queue buffers reposted for the sender on the
+                          queue this message travels on (returned credits) */
+    uint16_t seq;      /* endpoint order; 0 in credit messages */
+} UCS_S_PACKED ib2_hdr_t;
+
+#define IB2_HDR_AM_MASK   0x1f  /* UCT_AM_ID_MAX is 32 in UCX 1.13 */
+#define IB2_HDR_F_RSVD    0x20  /* never set: a message with it is dropped */
+#define IB2_HDR_F_CM_RET  0x40  /* returns one credit-message buffer */
+#define IB2_HDR_F_CTRL    0x80  /* an explicit credit message, not an AM */
+
+/* Sequence numbers are 16 bits; "ahead" is told from "behind" by half the
+ * space, so at most this many messages may be in flight per endpoint
+ * (the parser of the receive queues enforces it). */
+#define IB2_SEQ_WINDOW_MAX 32767
+
+/* Device address: how to reach the port. */
+typedef struct ib2_dev_addr {
+    uint8_t  flags;         /* IB2_DEV_ADDR_F_* */
+    uint8_t  mtu;           /* enum ibv_mtu of the port */
+    uint16_t lid;
+    uint8_t  gid[16];
+} UCS_S_PACKED ib2_dev_addr_t;
+
+#define IB2_DEV_ADDR_F_ETH    0x01  /* RoCE: route by GID */
+
+/* Endpoint address: the QPs, one per queue, and what they expect. */
+typedef struct ib2_ep_addr {
+    uint32_t rq_hash;                     /* receive queue specification */
+    uint8_t  qpn[IB2_MAX_QUEUES][3];      /* 24-bit QP numbers */
+} UCS_S_PACKED ib2_ep_addr_t;
+
+/*
+ * Send work request ids: a send completion tells which send it completes
+ * (the QP's 32-bit send number, so everything up to it is done too) and
+ * how many active messages had been posted on the QP by then (32 bits,
+ * wrapping): on S queues only those give credits back. The queue comes
+ * from the QP number (the interface's QP table).
+ */
+static inline uint64_t ib2_wrid_make(uint32_t sn, uint32_t am_sn)
+{
+    return ((uint64_t)am_sn << 32) | sn;
+}
+
+static inline uint32_t ib2_wrid_sn(uint64_t wr_id)
+{
+    return (uint32_t)wr_id;
+}
+
+static inline uint32_t ib2_wrid_am(uint64_t wr_id)
+{
+    return (uint32_t)(wr_id >> 32);
+}
+
+#endif
