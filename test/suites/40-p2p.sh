@@ -54,9 +54,33 @@ for tl in shm tcp; do
         --gtest_filter=-P2PHostile.Forged*
     # without --enable-recovery mpirun would kill the survivor as well
     ib2_gtest "p2p-$tl-killed" "$p2p_mpirun" "${p2p_mpi[@]}" \
-        --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}"
+        --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
+        --gtest_filter='P2PKilled.Survivor*'
+    # every blocking call returns when the rank it waits for dies
+    P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest "p2p-$tl-killed-blocking" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
+        -x P2P_KEEPALIVE_INTERVAL -np 7 "$p2pt/test_p2p_killed" \
+        "${p2p_gt[@]}" --gtest_filter='P2PKilled.Blocking*'
     unset UCX_TLS
 done
+
+# A peer in another PID namespace on the same host (a container): alive it
+# is not taken for dead, killed it is found (by UCP: its pid means nothing
+# here). Over TCP: UCX's shared memory finds its peers by pid as well.
+if unshare --pid --fork --mount-proc true 2>/dev/null; then
+    p2p_pidns=("$SRC/test/gtest/p2p/in_new_pidns.sh")
+    UCX_TLS=tcp P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest p2p-tcp-pidns-alive \
+        "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS -x P2P_KEEPALIVE_INTERVAL \
+        -np 2 "${p2p_pidns[@]}" "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
+        --gtest_filter='P2PKilled.PeerInAnotherPidNamespace*'
+    UCX_TLS=tcp P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest p2p-tcp-pidns-killed \
+        "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery -x UCX_TLS \
+        -x P2P_KEEPALIVE_INTERVAL -np 2 "${p2p_pidns[@]}" \
+        "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
+        --gtest_filter='P2PKilled.Survivor*'
+else
+    ib2_result SKIP "p2p-tcp-pidns (unshare --pid is not permitted here: run as root or where user namespaces are allowed)"
+fi
 export P2PTEST_COMM_LOOPS=20000
 
 # Without memory hooks leave-pinned cannot be kept safe: by default p2p says
@@ -129,12 +153,17 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     # off -- by UCP's keepalive and the transports alone.
     ib2_gtest p2p-rc_ib2-killed "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" --enable-recovery -np 2 "$p2pt/test_p2p_killed" \
-        "${p2p_gt[@]}"
+        "${p2p_gt[@]}" --gtest_filter='P2PKilled.Survivor*'
     P2P_KEEPALIVE_INTERVAL=0 UCX_KEEPALIVE_INTERVAL=500ms UCX_UD_TIMEOUT=2s \
         ib2_gtest p2p-rc_ib2-killed-transport-detects "${p2p_sv[@]}" \
         "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
         -x P2P_KEEPALIVE_INTERVAL -x UCX_KEEPALIVE_INTERVAL -x UCX_UD_TIMEOUT \
-        -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}"
+        -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
+        --gtest_filter='P2PKilled.Survivor*'
+    P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest p2p-rc_ib2-killed-blocking \
+        "${p2p_sv[@]}" "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
+        -x P2P_KEEPALIVE_INTERVAL -np 7 "$p2pt/test_p2p_killed" \
+        "${p2p_gt[@]}" --gtest_filter='P2PKilled.Blocking*'
     unset UCX_TLS P2P_UCT_IB2
 fi
 
