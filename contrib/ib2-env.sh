@@ -7,9 +7,24 @@
 #   contrib/ib2-env.sh [--lib PATH] COMMAND [ARGS...]   run COMMAND with it
 #   . contrib/ib2-env.sh [--lib PATH]                    in this shell
 #
+#   contrib/ib2-env.sh --print-defaults   the UCX settings it adds, one a line
+#
 # The library is PATH, else $IB2_LIB, else the build tree next to this
 # script (build/src/uct_ib2/.libs), else the installed one.
 #
+# It also sets UCX_RNDV_SEND_NBR_THRESH to 32k unless the caller has set it.
+# UCP sends a blocking standard send (Open MPI's pml ucx MPI_Send, through
+# ucp_tag_send_nbr) as an eager copy up to that threshold, 256 KiB by
+# default whatever the transport reports; at 32 KiB and above a rendezvous
+# (one RDMA READ) is faster on RDMA devices: 64 KiB ping-pong 0.88x of ob1
+# with the openib BTL instead of 3.3x (docs/uct_ib2.md, "MPI ping-pong").
+# It changes only that threshold, for every UCX transport of the process.
+#
+ib2_nbr_thresh=32k
+if [ "${1:-}" = --print-defaults ]; then
+    echo "UCX_RNDV_SEND_NBR_THRESH=$ib2_nbr_thresh"
+    return 0 2>/dev/null || exit 0
+fi
 ib2_lib=${IB2_LIB:-}
 if [ "${1:-}" = --lib ]; then
     ib2_lib=$2
@@ -33,6 +48,8 @@ if [ -z "$ib2_lib" ] || [ ! -f "$ib2_lib" ]; then
 fi
 LD_PRELOAD="$ib2_lib${LD_PRELOAD:+ $LD_PRELOAD}"
 export LD_PRELOAD
+UCX_RNDV_SEND_NBR_THRESH=${UCX_RNDV_SEND_NBR_THRESH:-$ib2_nbr_thresh}
+export UCX_RNDV_SEND_NBR_THRESH
 if [ $# -gt 0 ]; then
     exec "$@"
 fi

@@ -10,8 +10,9 @@
 #
 # The cache directory is
 #   ${IB2_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ib2}/ucx-<ver>-gtest-<hash>
-# where <hash> covers this script and the patch: a clone with the same two
-# files reuses an existing build, a change to either builds anew. Inside:
+# where <hash> covers the patch and UCXG_RECIPE below: a clone with the
+# same patch and recipe number reuses an existing build, a change to either
+# builds anew. Inside:
 #   ucx/            patched copy of the source, configured and built in place
 #                   (the binary has build-tree paths compiled in, so the
 #                   tree is never moved after configure)
@@ -21,7 +22,8 @@
 #                   configure)
 #   ok              written last: the build is complete
 # A directory without "ok" is a build that was interrupted or failed: the
-# next run goes on from the last finished step (make itself resumes).
+# next run goes on from the last finished step (make itself resumes, after
+# the files the interrupted make was writing are removed: see make-started).
 # Two runs at once are serialised by a lock file.
 #
 set -euo pipefail
@@ -29,6 +31,11 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
 PATCH=$HERE/uct_test-rc_ib2.patch
+# The build recipe's number: raise it with any change below that changes
+# what is built (configure arguments, make targets, flags, object list), so
+# that caches of the old recipe are not taken for the new one. Changes that
+# do not (messages, resuming) keep the number and the cached builds.
+UCXG_RECIPE=2
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 log() { printf '[ucx-gtest] %s\n' "$*" >&2; }
@@ -42,7 +49,7 @@ command -v ucx_info >/dev/null 2>&1 ||
 ucx_version=$(ucx_info -v | sed -n 's/^# Version \([0-9.]*\).*/\1/p')
 [ -n "$ucx_version" ] || die "cannot read the UCX version from 'ucx_info -v'"
 SRC=$TOP/_deps/ucx-$ucx_version
-hash=$(cat "$HERE/build.sh" "$PATCH" | sha256sum | cut -c1-12)
+hash=$({ echo "recipe $UCXG_RECIPE"; cat "$PATCH"; } | sha256sum | cut -c1-12)
 CACHE_ROOT=${IB2_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ib2}
 OUT=$CACHE_ROOT/ucx-$ucx_version-gtest-$hash
 
@@ -115,6 +122,19 @@ fi
 cd "$OUT/ucx"
 once autogen "autogen" ./autogen.sh
 once configure "configure ${conf_args[*]}" ./configure "${conf_args[@]}"
+# A make killed outright (the machine stopped, SIGKILL) has no time to
+# delete the file it was writing: an empty or truncated object, newer than
+# its sources, that the next make takes as built (an empty test_rc.o made
+# the link fail). Everything written since the interrupted make started is
+# removed and built again.
+if [ -f "$OUT/steps/make-started" ]; then
+    log "an earlier build stopped while making: removing what it wrote"
+    find "$OUT/ucx" -newer "$OUT/steps/make-started" -type f \
+        \( -name '*.o' -o -name '*.lo' -o -name '*.la' -o -name '*.a' \
+           -o -name '*.so' -o -name '*.so.*' -o -path '*/test/gtest/gtest' \) \
+        -delete
+fi
+touch "$OUT/steps/make-started"
 # Only what the test binary links; the top-level make would also build the
 # examples and stop on gcc 12 warnings inside test/gtest.
 for d in src/ucm src/ucs src/uct src/ucp src/tools/perf; do

@@ -20,6 +20,10 @@ ib2_check mpi-bench/both-configurations-run bash -c '
         { echo "no rc_ib2 lane reported"; exit 1; }
     echo "$out" | grep -q "openib: ob1 Using openib btl for send" ||
         { echo "no openib BTL reported"; exit 1; }
+    # MPI_Send (ucp_tag_send_nbr) goes to rendezvous at the 32 KiB that
+    # contrib/ib2-env.sh sets, not at UCP'"'"'s fixed 256 KiB
+    echo "$out" | grep -Eq "rc_ib2: UCP tag_send_nbr: .*\.\.32768\.\.<rndv>" ||
+        { echo "MPI_Send rendezvous threshold is not 32768"; exit 1; }
     for s in 8 1024 65536 1048576; do
         # bytes, openib latency | rc_ib2 latency, ratio, round range
         echo "$out" | grep -Eq "^ *$s +[0-9]+\.[0-9]+ \| +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+ " ||

@@ -32,7 +32,8 @@
 #                 of MPI_Send: pml ucx then takes UCP's ucp_tag_send_nb
 #                 protocols instead of ucp_tag_send_nbr's
 #     -u 'NAME VAR=VALUE ...'
-#                 one more pml ucx over rc_ib2 configuration, with these
+#                 one more pml ucx over rc_ib2 configuration (UCX's
+#                 defaults, without what contrib/ib2-env.sh adds), with these
 #                 environment variables for the ranks (repeatable); with
 #                 UCX_TLS among them, over its first transport instead
 #                 (e.g. 'rc_verbs UCX_TLS=rc_verbs,ud_verbs:aux')
@@ -127,7 +128,10 @@ OB1_MCA=(--mca pml ob1 --mca btl openib,self --mca btl_openib_allow_ib 1
          --mca btl_openib_warn_no_device_params_found 0)
 
 # Configurations: "NAME|ucx|VAR=VALUE ..." or "NAME|ob1|PARAM=VALUE ...".
-CONFIGS=("openib|ob1|" "rc_ib2|ucx|")
+# rc_ib2 as a user runs it: with the UCX settings contrib/ib2-env.sh adds
+# (a caller's -u configurations start from UCX's own defaults instead).
+ib2_env_defaults=$("$(dirname "$0")/../../ib2-env.sh" --print-defaults | tr '\n' ' ')
+CONFIGS=("openib|ob1|" "rc_ib2|ucx|$ib2_env_defaults")
 for c in "${EXTRA_OB1[@]}"; do CONFIGS+=("${c%% *}|ob1|${c#"${c%% *}"}"); done
 for c in "${EXTRA_UCX[@]}"; do CONFIGS+=("${c%% *}|ucx|${c#"${c%% *}"}"); done
 names=()
