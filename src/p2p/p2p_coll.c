@@ -131,7 +131,7 @@ int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
 int p2p_barrier(p2p_comm_t *comm)
 {
     if (comm == NULL) {
-        fprintf(stderr, "p2p: error: p2p_barrier: no communicator\n");
+        p2p_set_error(NULL, "p2p_barrier: no communicator (NULL)");
         return P2P_ERR_INVALID;
     }
     return p2p_barrier_timeout(comm, -1);

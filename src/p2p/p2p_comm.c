@@ -139,7 +139,7 @@ void p2p_comm_destroy(p2p_comm_t *comm)
     p2p_mq_foreach_unexp(&comm->mq, p2p_comm_drop_cb, comm);
     held = p2p_held_drop_comm(comm);
     if (unexp + held != 0) {
-        p2p_log(ctx, "warning: communicator %u freed with %zu messages "
+        p2p_warn(ctx, "communicator %u freed with %zu messages "
                 "never received; they are dropped", comm->cid, unexp + held);
     }
     p2p_mq_cleanup(&comm->mq);
@@ -247,9 +247,9 @@ int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
     int      ret;
 
     if ((comm == NULL) || (newcomm_p == NULL)) {
-        fprintf(stderr, "p2p: error: p2p_comm_dup: %s\n",
-                (newcomm_p == NULL) ? "NULL result pointer" :
-                "no communicator");
+        p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_dup: %s",
+                      (newcomm_p == NULL) ? "NULL result pointer" :
+                      "no communicator (NULL)");
         return P2P_ERR_INVALID;
     }
     *newcomm_p = NULL;
@@ -285,9 +285,9 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
     int               i, n = 0, myrank = -1, ret;
 
     if ((comm == NULL) || (newcomm_p == NULL)) {
-        fprintf(stderr, "p2p: error: p2p_comm_split: %s\n",
-                (newcomm_p == NULL) ? "NULL result pointer" :
-                "no communicator");
+        p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_split: %s",
+                      (newcomm_p == NULL) ? "NULL result pointer" :
+                      "no communicator (NULL)");
         return P2P_ERR_INVALID;
     }
     *newcomm_p = NULL;
@@ -337,7 +337,8 @@ int p2p_comm_free(p2p_comm_t **comm_p)
     p2p_comm_t *comm;
 
     if ((comm_p == NULL) || (*comm_p == NULL)) {
-        fprintf(stderr, "p2p: error: p2p_comm_free: no communicator\n");
+        p2p_set_error(NULL, "p2p_comm_free: no communicator (NULL, or "
+                      "already freed)");
         return P2P_ERR_INVALID;
     }
     comm = *comm_p;

@@ -25,7 +25,8 @@ static const char *p2p_known_vars[] = {
     "P2P_EAGER_LIMIT", "P2P_RNDV_THRESH", "P2P_LEAVE_PINNED",
     "P2P_REG_MAX_REGIONS", "P2P_REG_MAX_BYTES", "P2P_UNEXPECTED_LIMIT",
     "P2P_PRINT_STATS", "P2P_ERROR_MODE", "P2P_KEEPALIVE_INTERVAL",
-    "P2P_FINALIZE_TIMEOUT", "P2P_UCT_IB2", NULL
+    "P2P_FINALIZE_TIMEOUT", "P2P_UCT_IB2", "P2P_LOG_LEVEL", "P2P_AM_ID",
+    NULL
 };
 
 /* "4096", "64k", "16M", "1g" (binary multiples) */
@@ -136,7 +137,7 @@ static int p2p_env_bool(const char *name, int *out, char *err, size_t errlen)
     return 0;
 }
 
-static void p2p_warn_unknown_vars(void)
+static void p2p_warn_unknown_vars(int log_level)
 {
     char **e;
     int  i, known;
@@ -154,7 +155,7 @@ static void p2p_warn_unknown_vars(void)
                 break;
             }
         }
-        if (!known) {
+        if (!known && (log_level >= P2P_LOG_WARN)) {
             fprintf(stderr, "p2p: warning: unknown variable %.*s ignored "
                     "(docs/p2p.md lists the P2P_* variables)\n",
                     (int)strcspn(*e, "="), *e);
@@ -169,6 +170,25 @@ int p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen)
     int        have_eager, have_rndv;
 
     memset(cfg, 0, sizeof(*cfg));
+    cfg->log_level = P2P_LOG_WARN;
+    cfg->am_id     = P2P_WIRE_AM_ID_DEFAULT;
+    v = getenv("P2P_LOG_LEVEL");
+    if ((v != NULL) && (*v != '\0')) {
+        static const char *names[] = { "none", "error", "warn", "info",
+                                       "debug" };
+        int l;
+        for (l = 0; l < P2P_LOG_LAST; ++l) {
+            if (strcasecmp(v, names[l]) == 0) {
+                break;
+            }
+        }
+        if (l == P2P_LOG_LAST) {
+            snprintf(err, errlen, "P2P_LOG_LEVEL='%s': use none, error, "
+                     "warn, info or debug", v);
+            return -1;
+        }
+        cfg->log_level = l;
+    }
     /* Follow UCP's own switch-over when it is set to a number; "auto" has
      * no value UCP 1.13 can be asked for, so then use ours. */
     cfg->rndv_thresh = P2P_DEFAULT_RNDV_THRESH;
@@ -265,6 +285,18 @@ int p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen)
             return -1;
         }
     }
-    p2p_warn_unknown_vars();
+    v = getenv("P2P_AM_ID");
+    if ((v != NULL) && (*v != '\0')) {
+        char          *end;
+        unsigned long id = strtoul(v, &end, 0);
+        if ((*end != '\0') || (id > P2P_AM_ID_MAX) || !isdigit(*v)) {
+            snprintf(err, errlen, "P2P_AM_ID='%s': give the UCP active "
+                     "message id p2p may use, 0..%u, one the application "
+                     "does not register on p2p's worker", v, P2P_AM_ID_MAX);
+            return -1;
+        }
+        cfg->am_id = (unsigned)id;
+    }
+    p2p_warn_unknown_vars(cfg->log_level);
     return 0;
 }

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+extern char **environ;
+
 #ifndef P2P_LIBDIR
 #define P2P_LIBDIR "/usr/local/lib"
 #endif
@@ -30,25 +32,65 @@ double p2p_time(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void p2p_set_error(p2p_context_t *ctx, const char *fmt, ...)
-{
-    va_list ap;
+/* What went wrong in the last failed call that had no context to keep it
+ * in (p2p_init, a NULL communicator): p2p_last_error(NULL). */
+static __thread char p2p_noctx_error[512];
+/* the level of the most recent context: for messages without one */
+static int p2p_global_log_level = P2P_LOG_WARN;
 
-    va_start(ap, fmt);
-    vsnprintf(ctx->last_error, sizeof(ctx->last_error), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "p2p[%d]: error: %s\n", ctx->rank, ctx->last_error);
+static const char *p2p_log_level_names[] = {
+    [P2P_LOG_NONE]  = "none",
+    [P2P_LOG_ERROR] = "error",
+    [P2P_LOG_WARN]  = "warning",
+    [P2P_LOG_INFO]  = "info",
+    [P2P_LOG_DEBUG] = "debug"
+};
+
+static void p2p_vlog(p2p_context_t *ctx, int level, const char *fmt,
+                     va_list ap)
+{
+    char msg[512];
+
+    if (level > ((ctx != NULL) ? ctx->cfg.log_level :
+                 p2p_global_log_level)) {
+        return;
+    }
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    if (ctx != NULL) {
+        fprintf(stderr, "p2p[%d]: %s: %s\n", ctx->rank,
+                p2p_log_level_names[level], msg);
+    } else {
+        fprintf(stderr, "p2p: %s: %s\n", p2p_log_level_names[level], msg);
+    }
 }
 
-void p2p_log(p2p_context_t *ctx, const char *fmt, ...)
+/* An error the caller gets back: kept for p2p_last_error, and written
+ * out only at P2P_LOG_LEVEL=debug (it is the caller's to report). */
+void p2p_set_error(p2p_context_t *ctx, const char *fmt, ...)
 {
-    char    msg[512];
+    char    *buf = (ctx != NULL) ? ctx->last_error : p2p_noctx_error;
+    size_t  len  = (ctx != NULL) ? sizeof(ctx->last_error) :
+                                   sizeof(p2p_noctx_error);
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(buf, len, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "p2p[%d]: %s\n", ctx->rank, msg);
+    p2p_log(ctx, P2P_LOG_DEBUG, "returned error: %s", buf);
+}
+
+void p2p_log(p2p_context_t *ctx, int level, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    p2p_vlog(ctx, level, fmt, ap);
+    va_end(ap);
+}
+
+void p2p_log_set_global_level(int level)
+{
+    p2p_global_log_level = level;
 }
 
 /* Unpredictable, never 0: the tokens peers authenticate with. */
@@ -133,7 +175,7 @@ void p2p_fault_inject(p2p_context_t *ctx, int kind, unsigned count)
 
 const char *p2p_last_error(p2p_context_t *ctx)
 {
-    return ctx->last_error;
+    return (ctx != NULL) ? ctx->last_error : p2p_noctx_error;
 }
 
 /*
@@ -141,35 +183,34 @@ const char *p2p_last_error(p2p_context_t *ctx)
  * be in the process before ucp_init() so its constructor registers the
  * component. Loaded for good (NODELETE): UCX keeps pointers into it.
  */
-static int p2p_load_uct_ib2(void)
+static int p2p_load_uct_ib2(p2p_context_t *ctx)
 {
     const char *path = getenv("P2P_UCT_IB2");
     void       *h;
 
     if ((path != NULL) && (strcmp(path, "none") == 0)) {
-        return 0;
+        return P2P_OK;
     }
     if ((path != NULL) && (*path != '\0')) {
         h = dlopen(path, RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
         if (h == NULL) {
-            fprintf(stderr, "p2p: error: P2P_UCT_IB2=%s cannot be loaded: "
-                    "%s. Point it at libuct_ib2.so, or set it to 'none'.\n",
-                    path, dlerror());
-            return -1;
+            p2p_set_error(ctx, "P2P_UCT_IB2=%s cannot be loaded: %s. Point "
+                          "it at libuct_ib2.so, or set it to 'none'.", path,
+                          dlerror());
+            return P2P_ERR_INIT;
         }
-        return 0;
+        return P2P_OK;
     }
     /* installed next to us: optional */
     if (access(P2P_LIBDIR "/libuct_ib2.so", R_OK) == 0) {
         h = dlopen(P2P_LIBDIR "/libuct_ib2.so",
                    RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
         if (h == NULL) {
-            fprintf(stderr, "p2p: warning: %s not loaded (%s); the rc_ib2 "
-                    "transport is unavailable\n",
-                    P2P_LIBDIR "/libuct_ib2.so", dlerror());
+            p2p_warn(ctx, "%s not loaded (%s); the rc_ib2 transport is "
+                     "unavailable", P2P_LIBDIR "/libuct_ib2.so", dlerror());
         }
     }
-    return 0;
+    return P2P_OK;
 }
 
 /* Whether UCX_TLS leaves the shared-memory FIFO transports in (UCX warns
@@ -192,31 +233,45 @@ static int p2p_tls_may_use_mm(void)
     return 0;
 }
 
-static int p2p_ucp_setup(p2p_context_t *ctx, unsigned flags)
+/* Whether the user set any UCX_*ERROR_HANDLING variable (UCX_POSIX_...,
+ * UCX_SYSV_..., UCX_MM_...): then theirs is the word. */
+static int p2p_user_set_mm_errors(void)
 {
-    ucp_params_t        params;
-    ucp_worker_params_t wparams;
-    ucp_config_t        *config;
-    ucs_status_t        status;
+    static const char suffix[] = "ERROR_HANDLING";
+    char              **e;
+    size_t            n;
 
-    /* UCX 1.13's posix shared-memory transport can tell a dead peer (it
-     * attaches through the peer's file descriptor and checks the process)
-     * but only offers peer error handling when asked; without it no
-     * shared-memory transport qualifies and endpoints use TCP or fail.
-     * Set in the environment, because UCP's own configuration cannot name
-     * one transport's settings (its cached keys would also turn it on for
-     * sysv, which cannot check a peer and would then hide a dead one). */
-    if (ctx->cfg.peer_errors && p2p_tls_may_use_mm() &&
-        (getenv("UCX_POSIX_ERROR_HANDLING") == NULL) &&
-        (getenv("UCX_MM_ERROR_HANDLING") == NULL)) {
-        setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    for (e = environ; (e != NULL) && (*e != NULL); ++e) {
+        n = strcspn(*e, "=");
+        if ((strncmp(*e, "UCX_", 4) == 0) && (n >= sizeof(suffix) - 1) &&
+            (strncmp(*e + n - (sizeof(suffix) - 1), suffix,
+                     sizeof(suffix) - 1) == 0)) {
+            return 1;
+        }
     }
-    status = ucp_config_read(NULL, NULL, &config);
-    if (status != UCS_OK) {
-        fprintf(stderr, "p2p: error: reading the UCX configuration failed: "
-                "%s (check the UCX_* variables)\n",
-                ucs_status_string(status));
-        return P2P_ERR_INIT;
+    return 0;
+}
+
+static int p2p_ucp_config(p2p_context_t *ctx, ucp_config_t *config)
+{
+    ucs_status_t status;
+
+    /* UCX 1.13's shared-memory FIFO transports (posix, sysv) can tell a
+     * dead peer (they check its process) but offer peer error handling
+     * only when asked; without it no shared-memory transport qualifies for
+     * our endpoints and they go over TCP, or fail. Asked through our own
+     * UCP configuration, which hands the setting to those transports when
+     * it opens them -- not through the process environment, which is the
+     * caller's. */
+    if (ctx->cfg.peer_errors && p2p_tls_may_use_mm() &&
+        !p2p_user_set_mm_errors()) {
+        status = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+        if (status != UCS_OK) {
+            p2p_set_error(ctx, "asking UCX's shared-memory transports for "
+                          "peer error handling failed: %s",
+                          ucs_status_string(status));
+            return P2P_ERR_INIT;
+        }
     }
     /* UCX checks peers every 20 s by default; a dead peer's requests
      * should fail within seconds. The user's own setting wins. */
@@ -225,12 +280,33 @@ static int p2p_ucp_setup(p2p_context_t *ctx, unsigned flags)
                                    (ctx->cfg.keepalive_sec > 0) ?
                                    ctx->cfg.keepalive : "inf");
         if (status != UCS_OK) {
-            fprintf(stderr, "p2p: error: P2P_KEEPALIVE_INTERVAL='%s' "
-                    "rejected by UCX: %s (give e.g. 500ms or 2s)\n",
-                    ctx->cfg.keepalive, ucs_status_string(status));
-            ucp_config_release(config);
+            p2p_set_error(ctx, "P2P_KEEPALIVE_INTERVAL='%s' rejected by "
+                          "UCX: %s (give e.g. 500ms or 2s)",
+                          ctx->cfg.keepalive, ucs_status_string(status));
             return P2P_ERR_INIT;
         }
+    }
+    return P2P_OK;
+}
+
+static int p2p_ucp_setup(p2p_context_t *ctx, unsigned flags)
+{
+    ucp_params_t        params;
+    ucp_worker_params_t wparams;
+    ucp_config_t        *config;
+    ucs_status_t        status;
+    int                 ret;
+
+    status = ucp_config_read(NULL, NULL, &config);
+    if (status != UCS_OK) {
+        p2p_set_error(ctx, "reading the UCX configuration failed: %s (check"
+                      " the UCX_* variables)", ucs_status_string(status));
+        return P2P_ERR_INIT;
+    }
+    ret = p2p_ucp_config(ctx, config);
+    if (ret != P2P_OK) {
+        ucp_config_release(config);
+        return ret;
     }
     memset(&params, 0, sizeof(params));
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
@@ -242,8 +318,8 @@ static int p2p_ucp_setup(p2p_context_t *ctx, unsigned flags)
     status = ucp_init(&params, config, &ctx->ucp);
     ucp_config_release(config);
     if (status != UCS_OK) {
-        fprintf(stderr, "p2p: error: ucp_init failed: %s (check UCX_TLS "
-                "and UCX_NET_DEVICES)\n", ucs_status_string(status));
+        p2p_set_error(ctx, "ucp_init failed: %s (check UCX_TLS and "
+                      "UCX_NET_DEVICES)", ucs_status_string(status));
         return P2P_ERR_INIT;
     }
     memset(&wparams, 0, sizeof(wparams));
@@ -251,15 +327,15 @@ static int p2p_ucp_setup(p2p_context_t *ctx, unsigned flags)
     wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
     status = ucp_worker_create(ctx->ucp, &wparams, &ctx->worker);
     if (status != UCS_OK) {
-        fprintf(stderr, "p2p: error: ucp_worker_create failed: %s\n",
-                ucs_status_string(status));
+        p2p_set_error(ctx, "ucp_worker_create failed: %s",
+                      ucs_status_string(status));
         return P2P_ERR_INIT;
     }
     status = ucp_worker_get_address(ctx->worker, &ctx->address,
                                     &ctx->address_len);
     if (status != UCS_OK) {
-        fprintf(stderr, "p2p: error: ucp_worker_get_address failed: %s\n",
-                ucs_status_string(status));
+        p2p_set_error(ctx, "ucp_worker_get_address failed: %s",
+                      ucs_status_string(status));
         return P2P_ERR_INIT;
     }
     return P2P_OK;
@@ -355,31 +431,43 @@ static void p2p_teardown(p2p_context_t *ctx)
 
 int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
 {
+    unsigned      flags = (params != NULL) ? params->flags : 0;
     p2p_context_t *ctx;
     uint32_t      *world;
     char          err[512];
     int           i, ret;
 
+    if (ctx_p == NULL) {
+        p2p_set_error(NULL, "p2p_init: NULL context pointer");
+        return P2P_ERR_INVALID;
+    }
     *ctx_p = NULL;
-    ctx    = calloc(1, sizeof(*ctx));
+    if ((flags & P2P_INIT_F_AM_ID) && (params->am_id > P2P_AM_ID_MAX)) {
+        p2p_set_error(NULL, "p2p_init: active message id %u is over %u "
+                      "(UCP's ids are 16 bits)", params->am_id,
+                      P2P_AM_ID_MAX);
+        return P2P_ERR_INVALID;
+    }
+    ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL) {
-        fprintf(stderr, "p2p: error: out of memory at init\n");
+        p2p_set_error(NULL, "p2p_init: out of memory for the context");
         return P2P_ERR_NO_MEMORY;
     }
     kh_init_inplace(p2p_early, &ctx->early);
     kh_init_inplace(p2p_ep_rank, &ctx->ep_rank);
     ctx->rid_free = UINT32_MAX;
-    ctx->am_id    = P2P_WIRE_AM_ID_DEFAULT;
     if (p2p_config_read(&ctx->cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "p2p: error: %s\n", err);
+        p2p_set_error(NULL, "p2p_init: %s", err);
         free(ctx);
         return P2P_ERR_INVALID;
     }
-    if (p2p_load_uct_ib2() != 0) {
-        free(ctx);
-        return P2P_ERR_INIT;
+    p2p_log_set_global_level(ctx->cfg.log_level);
+    ctx->am_id = (flags & P2P_INIT_F_AM_ID) ? params->am_id :
+                 ctx->cfg.am_id;
+    ret = p2p_load_uct_ib2(ctx);
+    if (ret == P2P_OK) {
+        ret = p2p_ucp_setup(ctx, flags);
     }
-    ret = p2p_ucp_setup(ctx, (params != NULL) ? params->flags : 0);
     if (ret == P2P_OK) {
         ret = p2p_recv_init(ctx);
     }
@@ -433,9 +521,9 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     return P2P_OK;
 
 err:
-    if (ctx->last_error[0] != '\0') {
-        fprintf(stderr, "p2p: init failed: %s\n", ctx->last_error);
-    }
+    /* the context goes: its last error is the thread's */
+    p2p_set_error(NULL, "p2p_init: %s", (ctx->last_error[0] != '\0') ?
+                  ctx->last_error : p2p_strerror(ret));
     p2p_teardown(ctx);
     return ret;
 }
@@ -445,6 +533,7 @@ int p2p_finalize(p2p_context_t *ctx)
     int any_failed = 0, i, ret = P2P_OK;
 
     if (ctx == NULL) {
+        p2p_set_error(NULL, "p2p_finalize: NULL context");
         return P2P_ERR_INVALID;
     }
     for (i = 0; i < ctx->size; ++i) {
@@ -456,7 +545,7 @@ int p2p_finalize(p2p_context_t *ctx)
     if ((ctx->size > 1) && !any_failed) {
         ret = p2p_barrier_timeout(ctx->world, ctx->cfg.finalize_timeout);
         if (ret != P2P_OK) {
-            p2p_log(ctx, "finalize: the closing barrier failed (%s); "
+            p2p_warn(ctx, "finalize: the closing barrier failed (%s); "
                     "closing anyway", p2p_strerror(ret));
         }
     }
@@ -464,7 +553,7 @@ int p2p_finalize(p2p_context_t *ctx)
         p2p_print_stats(ctx, stderr);
     }
     if (ctx->live_reqs != 0) {
-        p2p_log(ctx, "warning: finalize with %zu requests not completed "
+        p2p_warn(ctx, "finalize with %zu requests not completed "
                 "or not released", ctx->live_reqs);
     }
     p2p_teardown(ctx);
@@ -489,6 +578,11 @@ ucp_context_h p2p_ucp_context(p2p_context_t *ctx)
 ucp_worker_h p2p_ucp_worker(p2p_context_t *ctx)
 {
     return ctx->worker;
+}
+
+unsigned p2p_ucp_am_id(p2p_context_t *ctx)
+{
+    return ctx->am_id;
 }
 
 int p2p_ucp_ep(p2p_comm_t *comm, int rank, ucp_ep_h *ep_p)

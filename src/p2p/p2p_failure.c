@@ -86,19 +86,19 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
                            (status == UCS_ERR_EXCEEDS_LIMIT) ?
                            P2P_ERR_UNEXP_LIMIT : P2P_ERR_PEER_FAILED;
         if (status == UCS_ERR_NO_MEMORY) {
-            p2p_log(ctx, "error: out of memory: a message from rank %u "
+            p2p_warn(ctx, "out of memory: a message from rank %u "
                     "could not even be remembered, so nothing more is "
                     "taken from it; its pending operations complete with "
                     "P2P_ERR_NO_MEMORY", peer->rank);
         } else if (status == UCS_ERR_EXCEEDS_LIMIT) {
-            p2p_log(ctx, "error: rank %u sent more than "
+            p2p_warn(ctx, "rank %u sent more than "
                     "P2P_UNEXPECTED_LIMIT=%zu and its headroom can hold, "
                     "even without data: nothing more is taken from it; its "
                     "pending operations complete with P2P_ERR_UNEXP_LIMIT. "
                     "Post receives earlier or raise the limit.", peer->rank,
                     ctx->cfg.unexp_limit);
         } else {
-            p2p_log(ctx, "rank %u failed or became unreachable (%s): its "
+            p2p_info(ctx, "rank %u failed or became unreachable (%s): its "
                     "pending operations complete with P2P_ERR_PEER_FAILED",
                     peer->rank, ucs_status_string(status));
         }

@@ -83,6 +83,8 @@ typedef struct p2p_config {
     double     finalize_timeout;/* P2P_FINALIZE_TIMEOUT, seconds */
     char       keepalive[32];   /* P2P_KEEPALIVE_INTERVAL (UCX syntax) */
     double     keepalive_sec;   /* the same in seconds */
+    int        log_level;       /* P2P_LOG_LEVEL: P2P_LOG_* */
+    unsigned   am_id;           /* P2P_AM_ID, or p2p_init_params_t */
 } p2p_config_t;
 
 /* A peer process (by world rank). */
@@ -287,11 +289,27 @@ enum {
 };
 
 
+/* P2P_LOG_LEVEL: what the library writes to stderr */
+enum {
+    P2P_LOG_NONE  = 0,
+    P2P_LOG_ERROR = 1,  /* the library failed in a way no call reports */
+    P2P_LOG_WARN  = 2,  /* something to fix that no call reports */
+    P2P_LOG_INFO  = 3,  /* events the calls report as well (a peer failed) */
+    P2P_LOG_DEBUG = 4,  /* and every error returned to a caller */
+    P2P_LOG_LAST
+};
+
 /* p2p_context.c */
+/* ctx may be NULL (no context to keep it in: p2p_last_error(NULL)). */
 void p2p_set_error(p2p_context_t *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void p2p_log(p2p_context_t *ctx, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Written to stderr if level is within P2P_LOG_LEVEL; ctx may be NULL. */
+void p2p_log(p2p_context_t *ctx, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void p2p_log_set_global_level(int level);
+#define p2p_error(_ctx, ...) p2p_log(_ctx, P2P_LOG_ERROR, __VA_ARGS__)
+#define p2p_warn(_ctx, ...)  p2p_log(_ctx, P2P_LOG_WARN, __VA_ARGS__)
+#define p2p_info(_ctx, ...)  p2p_log(_ctx, P2P_LOG_INFO, __VA_ARGS__)
 int  p2p_status_err(ucs_status_t status);
 uint64_t p2p_random64(void);
 void *p2p_chunk_alloc(p2p_context_t *ctx, size_t size);

@@ -9,8 +9,8 @@
 static int p2p_check_comm(const p2p_comm_t *comm, const char *fn)
 {
     if (P2P_UNLIKELY(comm == NULL)) {
-        fprintf(stderr, "p2p: error: %s: no communicator (NULL or freed); "
-                "pass p2p_comm_world(ctx) or one made from it\n", fn);
+        p2p_set_error(NULL, "%s: no communicator (NULL or freed); "
+                      "pass p2p_comm_world(ctx) or one made from it", fn);
         return P2P_ERR_INVALID;
     }
     return P2P_OK;
@@ -314,9 +314,10 @@ int p2p_imrecv(void *buf, size_t len, p2p_message_t **msg_p,
     p2p_request_t    *req;
 
     if ((msg_p == NULL) || (*msg_p == NULL) || (req_p == NULL)) {
-        fprintf(stderr, "p2p: error: p2p_imrecv: %s\n",
-                (req_p == NULL) ? "NULL request pointer" :
-                "no message handle (NULL, or already received)");
+        p2p_set_error((msg_p != NULL && *msg_p != NULL) ?
+                      (*msg_p)->comm->ctx : NULL, "p2p_imrecv: %s",
+                      (req_p == NULL) ? "NULL request pointer" :
+                      "no message handle (NULL, or already received)");
         return P2P_ERR_INVALID;
     }
     u = *msg_p;

@@ -33,7 +33,7 @@ static void p2p_rx_malformed(p2p_context_t *ctx, const char *what,
     ++ctx->stats.rx_malformed;
     if (!(ctx->warned & P2P_WARNED_MALFORMED)) {
         ctx->warned |= P2P_WARNED_MALFORMED;
-        p2p_log(ctx, "warning: dropped a malformed message (%s, %zu-byte "
+        p2p_warn(ctx, "dropped a malformed message (%s, %zu-byte "
                 "header); a peer runs another p2p wire version, or is not "
                 "a p2p process. Further ones are only counted "
                 "(rx_malformed).", what, hdr_len);
@@ -45,7 +45,7 @@ static void p2p_rx_unauthenticated(p2p_context_t *ctx, const p2p_rx_t *rx)
     ++ctx->stats.rx_unauthenticated;
     if (!(ctx->warned & P2P_WARNED_SOURCE)) {
         ctx->warned |= P2P_WARNED_SOURCE;
-        p2p_log(ctx, "warning: dropped a message that claims to come from "
+        p2p_warn(ctx, "dropped a message that claims to come from "
                 "rank %d of communicator %u but did not come by the "
                 "endpoint to that rank%s. Further ones are only counted "
                 "(rx_unauthenticated).", rx->m.src, rx->m.cid,

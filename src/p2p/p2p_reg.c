@@ -55,8 +55,10 @@ static void p2p_reg_log(void *arg, int is_error, const char *msg)
     if (((p2p_context_t*)arg)->reg_quiet) {
         return;
     }
-    p2p_log((p2p_context_t*)arg, "registration cache %s: %s",
-            is_error ? "error" : "warning", msg);
+    /* its errors reach the caller (the send fails, p2p_last_error says
+     * why); its warnings no call reports */
+    p2p_log((p2p_context_t*)arg, is_error ? P2P_LOG_DEBUG : P2P_LOG_WARN,
+            "registration cache: %s", msg);
 }
 
 static int p2p_reg_create(p2p_context_t *ctx, int leave_pinned, int quiet)
@@ -96,7 +98,7 @@ int p2p_reg_init(p2p_context_t *ctx)
      * P2P_LEAVE_PINNED=1 makes that an error. */
     ret = p2p_reg_create(ctx, ctx->cfg.leave_pinned, ctx->cfg.leave_pinned);
     if ((ret == -ENOTSUP) && ctx->cfg.leave_pinned && !asked) {
-        p2p_log(ctx, "warning: memory hooks (libucm) are not available, so "
+        p2p_warn(ctx, "memory hooks (libucm) are not available, so "
                 "a freed buffer's registration could not be dropped: "
                 "leave-pinned is off (set P2P_LEAVE_PINNED=0 to silence "
                 "this)");

@@ -186,7 +186,24 @@ static void p2p_empty_status(p2p_status_t *status)
 
 static inline int p2p_req_valid(p2p_request_t *req)
 {
-    return (req->kind == P2P_REQ_SEND) || (req->kind == P2P_REQ_RECV);
+    return ((req->kind == P2P_REQ_SEND) || (req->kind == P2P_REQ_RECV)) &&
+           !req->released;
+}
+
+/* A NULL argument: there is no context to keep the error in. */
+static int p2p_args_bad(const char *fn, const char *what)
+{
+    p2p_set_error(NULL, "%s: %s", fn, what);
+    return P2P_ERR_INVALID;
+}
+
+/* The pool's memory is never returned, so a stale request still names its
+ * context. */
+static int p2p_req_bad(p2p_request_t *req, const char *fn)
+{
+    p2p_set_error(req->ctx, "%s: not a live request (already completed and"
+                  " released, or freed)", fn);
+    return P2P_ERR_INVALID;
 }
 
 int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
@@ -194,7 +211,7 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
     p2p_request_t *req;
 
     if ((req_p == NULL) || (flag == NULL)) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_test", "NULL request or flag pointer");
     }
     req = *req_p;
     if (req == NULL) {
@@ -202,8 +219,8 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
         p2p_empty_status(status);
         return P2P_OK;
     }
-    if (!p2p_req_valid(req) || req->released) {
-        return P2P_ERR_INVALID;
+    if (!p2p_req_valid(req)) {
+        return p2p_req_bad(req, "p2p_test");
     }
     if (!req->complete) {
         p2p_ctx_progress(req->ctx);
@@ -221,15 +238,15 @@ int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
     p2p_request_t *req;
 
     if (req_p == NULL) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_wait", "NULL request pointer");
     }
     req = *req_p;
     if (req == NULL) {
         p2p_empty_status(status);
         return P2P_OK;
     }
-    if (!p2p_req_valid(req) || req->released) {
-        return P2P_ERR_INVALID;
+    if (!p2p_req_valid(req)) {
+        return p2p_req_bad(req, "p2p_wait");
     }
     while (!req->complete) {
         p2p_ctx_progress(req->ctx);
@@ -256,16 +273,16 @@ int p2p_testall(int count, p2p_request_t **reqs, int *flag,
     int           i, failed = 0, err;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL)) || (flag == NULL)) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_testall", "negative count, or NULL "
+                            "requests or flag pointer");
     }
     ctx = p2p_reqs_context(count, reqs);
     if (ctx != NULL) {
         p2p_ctx_progress(ctx);
     }
     for (i = 0; i < count; ++i) {
-        if ((reqs[i] != NULL) &&
-            (!p2p_req_valid(reqs[i]) || reqs[i]->released)) {
-            return P2P_ERR_INVALID;
+        if ((reqs[i] != NULL) && !p2p_req_valid(reqs[i])) {
+            return p2p_req_bad(reqs[i], "p2p_testall");
         }
         if ((reqs[i] != NULL) && !reqs[i]->complete) {
             *flag = 0;
@@ -292,7 +309,8 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
     int           i, failed = 0, err;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL))) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_waitall", "negative count, or NULL "
+                            "requests pointer");
     }
     ctx = p2p_reqs_context(count, reqs);
     for (i = 0; i < count; ++i) {
@@ -301,8 +319,8 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
             p2p_empty_status(st);
             continue;
         }
-        if (!p2p_req_valid(reqs[i]) || reqs[i]->released) {
-            return P2P_ERR_INVALID;
+        if (!p2p_req_valid(reqs[i])) {
+            return p2p_req_bad(reqs[i], "p2p_waitall");
         }
         while (!reqs[i]->complete) {
             p2p_ctx_progress(ctx);
@@ -321,7 +339,8 @@ int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
 
     if ((count < 0) || ((count > 0) && (reqs == NULL)) || (index == NULL) ||
         (flag == NULL)) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_testany", "negative count, or NULL "
+                            "requests, index or flag pointer");
     }
     ctx = p2p_reqs_context(count, reqs);
     if (ctx == NULL) {
@@ -335,8 +354,8 @@ int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
         if (reqs[i] == NULL) {
             continue;
         }
-        if (!p2p_req_valid(reqs[i]) || reqs[i]->released) {
-            return P2P_ERR_INVALID;
+        if (!p2p_req_valid(reqs[i])) {
+            return p2p_req_bad(reqs[i], "p2p_testany");
         }
         if (reqs[i]->complete) {
             *index = i;
@@ -365,14 +384,14 @@ int p2p_request_free(p2p_request_t **req_p)
     p2p_request_t *req;
 
     if (req_p == NULL) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_request_free", "NULL request pointer");
     }
     req = *req_p;
     if (req == NULL) {
         return P2P_OK;
     }
-    if (!p2p_req_valid(req) || req->released) {
-        return P2P_ERR_INVALID;
+    if (!p2p_req_valid(req)) {
+        return p2p_req_bad(req, "p2p_request_free");
     }
     *req_p = NULL;
     if (req->complete) {
@@ -385,8 +404,11 @@ int p2p_request_free(p2p_request_t **req_p)
 
 int p2p_cancel(p2p_request_t *req)
 {
-    if ((req == NULL) || !p2p_req_valid(req) || req->released) {
-        return P2P_ERR_INVALID;
+    if (req == NULL) {
+        return p2p_args_bad("p2p_cancel", "NULL request");
+    }
+    if (!p2p_req_valid(req)) {
+        return p2p_req_bad(req, "p2p_cancel");
     }
     if ((req->kind == P2P_REQ_RECV) && !req->complete &&
         p2p_mq_cancel(&req->recv.comm->mq, &req->recv.mq)) {

@@ -118,7 +118,7 @@ int p2p_charge(p2p_context_t *ctx, size_t rec, size_t data, int droppable)
         ++ctx->stats.unexp_dropped;
         if (!ctx->unexp_warned) {
             ctx->unexp_warned = 1;
-            p2p_log(ctx, "error: messages no receive has taken yet hold "
+            p2p_warn(ctx, "messages no receive has taken yet hold "
                     "%zu bytes, P2P_UNEXPECTED_LIMIT=%zu reached: the data "
                     "of further ones is dropped and the receives matching "
                     "them fail with P2P_ERR_UNEXP_LIMIT. Post receives "

@@ -4,8 +4,9 @@
  * hostile-peer test is such a peer).
  *
  * Transport. Every message is one UCP active message on a single AM id
- * (P2P_WIRE_AM_ID_DEFAULT unless the application chose another, see
- * p2p_ucp.h). The AM user header is one of the headers below; the AM data
+ * (P2P_WIRE_AM_ID_DEFAULT unless moved by P2P_AM_ID or
+ * p2p_init_params_t.am_id, the same in every process of a job; see
+ * p2p_ucp_am_id() in p2p_ucp.h). The AM user header is one of the headers below; the AM data
  * is the payload named per type.
  *
  * Senders are authenticated, never believed. A message names its sender

@@ -83,6 +83,38 @@ else
 fi
 export P2PTEST_COMM_LOOPS=20000
 
+# p2p moved to another active message id: the caller's handlers around it
+# and p2p's own traffic still work.
+UCX_TLS=shm P2P_AM_ID=7 ib2_gtest p2p-shm-am-id "$p2p_mpirun" \
+    "${p2p_mpi[@]}" -x UCX_TLS -x P2P_AM_ID -np 2 "$p2pt/test_p2p" \
+    "${p2p_gt[@]}" \
+    --gtest_filter='P2P.CallersActive*:P2P.SendRecvAcrossProtocols'
+# What p2p writes to stderr is P2P_LOG_LEVEL's to say: returned errors at
+# debug (by default only p2p_last_error has them), nothing at none, and a
+# bad level is refused at init, saying which levels there are.
+ib2_check p2p-log-level-debug-shows-returned-errors bash -c '
+    out=$(P2P_LOG_LEVEL=debug "$1" --gtest_filter=P2P.InvalidArguments 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "p2p\[0\]: debug: returned error: p2p_isend: destination"' \
+    _ "$p2pt/test_p2p"
+ib2_check p2p-log-level-none-is-silent bash -c '
+    out=$(P2P_LOG_LEVEL=none P2P_NO_SUCH_VARIABLE=1 "$1" \
+          --gtest_filter=P2P.InvalidArguments 2>&1 >/dev/null)
+    echo "stderr: [$out]"
+    [ -z "$out" ]' _ "$p2pt/test_p2p"
+ib2_check p2p-log-level-unknown-variable-warns bash -c '
+    out=$(P2P_NO_SUCH_VARIABLE=1 "$1" --gtest_filter=P2P.InvalidArguments \
+          2>&1 >/dev/null)
+    echo "$out"
+    echo "$out" | grep -q "warning: unknown variable P2P_NO_SUCH_VARIABLE"' \
+    _ "$p2pt/test_p2p"
+ib2_check p2p-log-level-bad-value-refused bash -c '
+    out=$(P2P_LOG_LEVEL=loud "$1" 2>&1)
+    rc=$?
+    echo "$out"
+    [ $rc -ne 0 ] && echo "$out" | grep -q "P2P_LOG_LEVEL=.loud.*debug"' \
+    _ "$p2pt/test_p2p"
+
 # Without memory hooks leave-pinned cannot be kept safe: by default p2p says
 # so and registers per send (the tests then check that mode's accounting);
 # asked for explicitly, it refuses to start and says why.

@@ -28,6 +28,8 @@ extern p2p_context_t *ctx;
 extern p2p_comm_t    *world;
 extern p2p_comm_t    *ctrl;      /* the harness's own communicator */
 extern int           wrank, wsize;
+/* the process environment as it was before p2p_init */
+extern std::vector<std::string> env_before_init;
 
 /* seconds any single wait may take before the process gives up */
 double wait_limit();

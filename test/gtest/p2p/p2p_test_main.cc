@@ -14,6 +14,7 @@ p2p_context_t *ctx;
 p2p_comm_t    *world;
 p2p_comm_t    *ctrl;
 int           wrank, wsize;
+std::vector<std::string> env_before_init;
 
 static double now()
 {
@@ -190,9 +191,14 @@ using namespace p2ptest;
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
+    for (char **e = environ; *e != nullptr; ++e) {
+        env_before_init.push_back(*e);
+    }
     int ret = p2p_init(nullptr, &ctx);
     if (ret != P2P_OK) {
-        fprintf(stderr, "p2p_init failed: %s\n", p2p_strerror(ret));
+        /* p2p prints nothing itself unless P2P_LOG_LEVEL asks */
+        fprintf(stderr, "p2p_init failed: %s: %s\n", p2p_strerror(ret),
+                p2p_last_error(nullptr));
         return 2;
     }
     world = p2p_comm_world(ctx);

@@ -742,6 +742,8 @@ int main(int argc, char **argv)
         size = raw.size;
     } else {
         if (p2p_init(nullptr, &ctx) != P2P_OK) {
+            fprintf(stderr, "p2p_init failed: %s\n",
+                    p2p_last_error(nullptr));
             return 2;
         }
         world = p2p_comm_world(ctx);

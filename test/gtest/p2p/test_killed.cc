@@ -241,6 +241,7 @@ int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
     if (p2p_init(nullptr, &ctx) != P2P_OK) {
+        fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
         return 2;
     }
     world = p2p_comm_world(ctx);
