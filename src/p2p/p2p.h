@@ -264,6 +264,19 @@ typedef struct p2p_stats {
 P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);
 P2P_API void p2p_print_stats(p2p_context_t *ctx, FILE *stream);
 
+/* ---- configuration ---- */
+
+enum {
+    /* also each variable's help text, default and accepted syntax */
+    P2P_CONFIG_PRINT_DOC = 1u << 0
+};
+
+/* Every P2P_* variable with the value p2p_init would take from this
+ * process's environment, one "P2P_NAME=value" line each (as `ucx_info -c`
+ * prints UCX's); the p2p_info tool calls it. P2P_ERR_INVALID (and
+ * p2p_last_error(NULL)) if a variable's value does not parse. */
+P2P_API int  p2p_config_print(FILE *stream, unsigned flags);
+
 #ifdef __cplusplus
 }
 #endif

@@ -115,7 +115,7 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
 static void p2p_comm_cancel_cb(void *arg, p2p_mq_recv_t *r)
 {
     p2p_comm_t    *comm = arg;
-    p2p_request_t *req  = p2p_container_of(r, p2p_request_t, recv.mq);
+    p2p_request_t *req  = ucs_container_of(r, p2p_request_t, recv.mq);
 
     p2p_mq_cancel(&comm->mq, r);
     req->status.cancelled = 1;
@@ -127,7 +127,7 @@ static void p2p_comm_drop_cb(void *arg, p2p_mq_msg_t *m)
     p2p_comm_t *comm = arg;
 
     p2p_mq_remove_unexp(&comm->mq, m);
-    p2p_unexp_free(comm->ctx, p2p_container_of(m, struct p2p_unexp, mq));
+    p2p_unexp_free(comm->ctx, ucs_container_of(m, struct p2p_unexp, mq));
 }
 
 void p2p_comm_destroy(p2p_comm_t *comm)

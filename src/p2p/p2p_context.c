@@ -19,11 +19,6 @@ extern char **environ;
 #define P2P_LIBDIR "/usr/local/lib"
 #endif
 
-typedef struct p2p_chunk {
-    struct p2p_chunk *next;
-    char             mem[];
-} p2p_chunk_t;
-
 double p2p_time(void)
 {
     struct timespec ts;
@@ -128,20 +123,6 @@ int p2p_status_err(ucs_status_t status)
     }
 }
 
-/* Memory for pools: never returned before finalize, so the hot paths
- * recycle objects through free lists without touching malloc. */
-void *p2p_chunk_alloc(p2p_context_t *ctx, size_t size)
-{
-    p2p_chunk_t *c = malloc(sizeof(*c) + size);
-
-    if (c == NULL) {
-        return NULL;
-    }
-    c->next     = ctx->chunks;
-    ctx->chunks = c;
-    return c->mem;
-}
-
 const char *p2p_strerror(int error)
 {
     switch (error) {
@@ -185,7 +166,7 @@ const char *p2p_last_error(p2p_context_t *ctx)
  */
 static int p2p_load_uct_ib2(p2p_context_t *ctx)
 {
-    const char *path = getenv("P2P_UCT_IB2");
+    const char *path = ctx->cfg.uct_ib2;
     void       *h;
 
     if ((path != NULL) && (strcmp(path, "none") == 0)) {
@@ -393,8 +374,7 @@ static void p2p_close_eps(p2p_context_t *ctx)
 
 static void p2p_teardown(p2p_context_t *ctx)
 {
-    p2p_chunk_t *c, *next;
-    uint32_t    cid;
+    uint32_t cid;
 
     for (cid = 0; cid < ctx->ncomms; ++cid) {
         if (ctx->comms[cid] != NULL) {
@@ -417,12 +397,10 @@ static void p2p_teardown(p2p_context_t *ctx)
         ucp_cleanup(ctx->ucp);
     }
     p2p_wireup_finalize(ctx);
-    for (c = ctx->chunks; c != NULL; c = next) {
-        next = c->next;
-        free(c);
-    }
+    p2p_req_pool_cleanup(ctx);
     p2p_rid_cleanup(ctx);
     p2p_rec_cleanup(ctx);
+    p2p_config_release(&ctx->cfg);
     kh_destroy_inplace(p2p_ep_rank, &ctx->ep_rank);
     free(ctx->peers);
     free(ctx->comms);
@@ -464,7 +442,10 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     p2p_log_set_global_level(ctx->cfg.log_level);
     ctx->am_id = (flags & P2P_INIT_F_AM_ID) ? params->am_id :
                  ctx->cfg.am_id;
-    ret = p2p_load_uct_ib2(ctx);
+    ret = p2p_req_pool_init(ctx);
+    if (ret == P2P_OK) {
+        ret = p2p_load_uct_ib2(ctx);
+    }
     if (ret == P2P_OK) {
         ret = p2p_ucp_setup(ctx, flags);
     }
@@ -494,7 +475,7 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         ctx->peers[i].ctx      = ctx;
         ctx->peers[i].rank     = i;
         ctx->peers[i].rx_token = p2p_random64();
-        p2p_dlist_init(&ctx->peers[i].waiting);
+        ucs_list_head_init(&ctx->peers[i].waiting);
         world[i] = i;
     }
     /* messages to ourselves carry our own token */

@@ -22,7 +22,7 @@ static void p2p_fail_posted_cb(void *arg, p2p_mq_recv_t *r)
         return;
     }
     p2p_mq_cancel(&comm->mq, r);
-    req = p2p_container_of(r, p2p_request_t, recv.mq);
+    req = ucs_container_of(r, p2p_request_t, recv.mq);
     p2p_req_fail(req, error);
     p2p_req_event(req);
 }
@@ -75,7 +75,7 @@ void p2p_comm_watch_all(p2p_comm_t *comm)
 void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
 {
     p2p_context_t *ctx = peer->ctx;
-    p2p_dlist_t   *e, *t;
+    p2p_request_t *req, *tmp;
     uint32_t      cid;
     int           r;
 
@@ -102,9 +102,8 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
                     "pending operations complete with P2P_ERR_PEER_FAILED",
                     peer->rank, ucs_status_string(status));
         }
-        p2p_dlist_for_each_safe(e, t, &peer->waiting) {
-            p2p_wait_done(p2p_container_of(e, p2p_request_t, wait_link),
-                          peer->fail_error);
+        ucs_list_for_each_safe(req, tmp, &peer->waiting, wait_link) {
+            p2p_wait_done(req, peer->fail_error);
         }
         /* receives that only this peer (or anyone, which now may mean
          * this peer) could satisfy would wait forever */

@@ -7,7 +7,6 @@
 
 #include "p2p.h"
 #include "p2p_ucp.h"
-#include "p2p_list.h"
 #include "p2p_match.h"
 #include "p2p_wire.h"
 #include "p2p_fault.h"
@@ -17,6 +16,8 @@
 #include <ucp/api/ucp.h>
 
 #include <ucs/datastruct/khash.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
 
 #include <endian.h>
 #include <stdarg.h>
@@ -71,20 +72,32 @@ enum {
     P2P_ARR_UCP_DESC = 1    /* data: UCP rendezvous descriptor */
 };
 
+enum {
+    P2P_ERROR_MODE_NONE = 0,
+    P2P_ERROR_MODE_PEER = 1
+};
+
+/* P2P_* variables (p2p_config.c has each one's type, default and help):
+ * the fields UCS's parser fills, then what is derived from them. */
 typedef struct p2p_config {
-    size_t     eager_limit;     /* P2P_EAGER_LIMIT */
-    size_t     rndv_thresh;     /* P2P_RNDV_THRESH */
-    int        leave_pinned;    /* P2P_LEAVE_PINNED */
-    size_t     reg_max_regions; /* P2P_REG_MAX_REGIONS */
-    size_t     reg_max_bytes;   /* P2P_REG_MAX_BYTES */
-    size_t     unexp_limit;     /* P2P_UNEXPECTED_LIMIT */
-    int        print_stats;     /* P2P_PRINT_STATS */
-    int        peer_errors;     /* P2P_ERROR_MODE: 1 = peer, 0 = none */
-    double     finalize_timeout;/* P2P_FINALIZE_TIMEOUT, seconds */
-    char       keepalive[32];   /* P2P_KEEPALIVE_INTERVAL (UCX syntax) */
-    double     keepalive_sec;   /* the same in seconds */
-    int        log_level;       /* P2P_LOG_LEVEL: P2P_LOG_* */
-    unsigned   am_id;           /* P2P_AM_ID, or p2p_init_params_t */
+    size_t        eager_limit;      /* EAGER_LIMIT (auto resolved) */
+    size_t        rndv_thresh;      /* RNDV_THRESH (auto resolved) */
+    int           leave_pinned_mode;/* LEAVE_PINNED: UCS_YES/NO/TRY */
+    unsigned long reg_max_regions;  /* REG_MAX_REGIONS, 0: no limit */
+    size_t        reg_max_bytes;    /* REG_MAX_BYTES, 0: no limit */
+    size_t        unexp_limit;      /* UNEXPECTED_LIMIT */
+    int           print_stats;      /* PRINT_STATS */
+    int           error_mode;       /* ERROR_MODE: P2P_ERROR_MODE_* */
+    double        keepalive_sec;    /* KEEPALIVE_INTERVAL, seconds */
+    double        finalize_timeout; /* FINALIZE_TIMEOUT, seconds */
+    char          *uct_ib2;         /* UCT_IB2 */
+    int           log_level;        /* LOG_LEVEL: P2P_LOG_* */
+    unsigned      am_id;            /* AM_ID (p2p_init_params_t wins) */
+    /* derived */
+    int           parsed;           /* UCS's parser filled it: release */
+    int           leave_pinned;     /* in effect (p2p_reg.c) */
+    int           peer_errors;      /* error_mode is peer */
+    char          keepalive[32];    /* keepalive_sec as a UCX time value */
 } p2p_config_t;
 
 /* A peer process (by world rank). */
@@ -113,7 +126,7 @@ typedef struct p2p_peer {
     void          *close_req;   /* forced close of a dead peer's endpoint */
     /* requests waiting for this peer's answer (FIN, ACK): completed with
      * P2P_ERR_PEER_FAILED if the peer dies */
-    p2p_dlist_t   waiting;
+    ucs_list_link_t waiting;
 } p2p_peer_t;
 
 /* A copy of a message that could not be processed yet: its communicator
@@ -170,8 +183,7 @@ struct p2p_request {
                                    answer), or 0 */
     p2p_status_t   status;
     p2p_peer_t     *peer;
-    p2p_dlist_t    wait_link;
-    p2p_request_t  *next_free;
+    ucs_list_link_t wait_link;
     union {
         struct {
             union {             /* must live until UCP is done sending it */
@@ -260,8 +272,8 @@ struct p2p_context {
     khash_t(p2p_early) early;   /* held: for communicators not created yet */
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
-    p2p_request_t *free_reqs;
-    void          *chunks;      /* request memory, freed at finalize */
+    ucs_mpool_t   req_mp;       /* requests */
+    int           have_req_mp;
     p2p_rid_slot_t *rids;       /* request table */
     uint32_t      nrids;
     uint32_t      rid_free;     /* first free slot, UINT32_MAX: none */
@@ -274,8 +286,8 @@ struct p2p_context {
     unsigned      warned;       /* P2P_WARNED_*: said once already */
     /* header-only records for messages whose record could not be
      * allocated (p2p_rec_alloc) */
-    void          *reserve_mem;
-    void          *reserve;
+    ucs_mpool_t   reserve_mp;
+    int           have_reserve_mp;
     unsigned      faults;       /* injected faults pending (p2p_fault.h) */
     unsigned      fault[P2P_FAULT_LAST];
     p2p_stats_t   stats;
@@ -312,10 +324,10 @@ void p2p_log_set_global_level(int level);
 #define p2p_info(_ctx, ...)  p2p_log(_ctx, P2P_LOG_INFO, __VA_ARGS__)
 int  p2p_status_err(ucs_status_t status);
 uint64_t p2p_random64(void);
-void *p2p_chunk_alloc(p2p_context_t *ctx, size_t size);
 
 /* p2p_config.c */
 int  p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen);
+void p2p_config_release(p2p_config_t *cfg);
 
 /* p2p_wireup.c */
 int  p2p_wireup_init(p2p_context_t *ctx);
@@ -347,6 +359,8 @@ int  p2p_reg_init(p2p_context_t *ctx);
 void p2p_reg_cleanup(p2p_context_t *ctx);
 
 /* p2p_request.c */
+int  p2p_req_pool_init(p2p_context_t *ctx);
+void p2p_req_pool_cleanup(p2p_context_t *ctx);
 p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind);
 void p2p_req_put(p2p_request_t *req);
 void p2p_req_event(p2p_request_t *req);

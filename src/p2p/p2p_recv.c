@@ -131,7 +131,7 @@ static inline int p2p_deliver(p2p_comm_t *comm, p2p_peer_t *peer,
     if (r == NULL) {
         return p2p_unexp_queue(comm, peer, rx);
     }
-    req                = p2p_container_of(r, p2p_request_t, recv.mq);
+    req                = ucs_container_of(r, p2p_request_t, recv.mq);
     req->status.source = rx->m.src;
     req->status.tag    = rx->m.tag;
     req->peer          = peer;

@@ -9,30 +9,63 @@
  */
 #include "p2p_int.h"
 
+#include <ucs/arch/cpu.h>
+#include <ucs/datastruct/mpool.inl>
+
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define P2P_REQ_CHUNK 128
+#define P2P_REQS_PER_CHUNK 128
+
+/* Requests are never given back to the system before finalize, so a stale
+ * pointer a caller passes still names a request object (with kind 0). */
+static void p2p_req_obj_init(ucs_mpool_t *mp, void *obj, void *chunk)
+{
+    memset(obj, 0, sizeof(p2p_request_t));
+}
+
+static ucs_mpool_ops_t p2p_req_mpool_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+    .obj_init      = p2p_req_obj_init,
+    .obj_cleanup   = NULL,
+    .obj_str       = NULL
+};
+
+int p2p_req_pool_init(p2p_context_t *ctx)
+{
+    ucs_status_t status;
+
+    status = ucs_mpool_init(&ctx->req_mp, 0, sizeof(p2p_request_t), 0,
+                            UCS_SYS_CACHE_LINE_SIZE, P2P_REQS_PER_CHUNK,
+                            UINT_MAX, &p2p_req_mpool_ops, "p2p_requests");
+    if (status != UCS_OK) {
+        p2p_set_error(ctx, "creating the request pool failed: %s",
+                      ucs_status_string(status));
+        return P2P_ERR_NO_MEMORY;
+    }
+    ctx->have_req_mp = 1;
+    return P2P_OK;
+}
+
+void p2p_req_pool_cleanup(p2p_context_t *ctx)
+{
+    if (ctx->have_req_mp) {
+        /* requests still out were counted in finalize's warning */
+        ucs_mpool_cleanup(&ctx->req_mp, ctx->live_reqs == 0);
+        ctx->have_req_mp = 0;
+    }
+}
 
 p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind)
 {
-    p2p_request_t *req;
-    int           i;
+    p2p_request_t *req = ucs_mpool_get_inline(&ctx->req_mp);
 
-    if (P2P_UNLIKELY(ctx->free_reqs == NULL)) {
-        req = p2p_chunk_alloc(ctx, P2P_REQ_CHUNK * sizeof(*req));
-        if (req == NULL) {
-            return NULL;
-        }
-        memset(req, 0, P2P_REQ_CHUNK * sizeof(*req));
-        for (i = 0; i < P2P_REQ_CHUNK; ++i) {
-            req[i].next_free = ctx->free_reqs;
-            ctx->free_reqs   = &req[i];
-        }
+    if (P2P_UNLIKELY(req == NULL)) {
+        return NULL;
     }
-    req            = ctx->free_reqs;
-    ctx->free_reqs = req->next_free;
     req->ctx       = ctx;
     req->kind      = kind;
     req->complete  = 0;
@@ -50,9 +83,8 @@ void p2p_req_put(p2p_request_t *req)
 {
     p2p_context_t *ctx = req->ctx;
 
-    req->kind      = 0;
-    req->next_free = ctx->free_reqs;
-    ctx->free_reqs = req;
+    req->kind = 0;
+    ucs_mpool_put_inline(req);
     --ctx->live_reqs;
 }
 

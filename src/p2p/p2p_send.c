@@ -118,7 +118,7 @@ static int p2p_wait_link(p2p_request_t *req)
         return P2P_ERR_NO_MEMORY;
     }
     req->waiting = 1;
-    p2p_dlist_push_tail(&req->peer->waiting, &req->wait_link);
+    ucs_list_add_tail(&req->peer->waiting, &req->wait_link);
     return P2P_OK;
 }
 
@@ -129,7 +129,7 @@ void p2p_wait_done(p2p_request_t *req, int error)
         return;
     }
     req->waiting = 0;
-    p2p_dlist_del(&req->wait_link);
+    ucs_list_del(&req->wait_link);
     p2p_rid_release(req);
     if (error != P2P_OK) {
         p2p_req_fail(req, error);

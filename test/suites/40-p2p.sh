@@ -108,6 +108,22 @@ ib2_check p2p-log-level-unknown-variable-warns bash -c '
     echo "$out"
     echo "$out" | grep -q "warning: unknown variable P2P_NO_SUCH_VARIABLE"' \
     _ "$p2pt/test_p2p"
+# p2p_info -c lists every P2P_* variable as ucx_info -c lists UCX's; a bad
+# value is refused naming the variable and its syntax.
+ib2_check p2p-info-lists-configuration bash -c '
+    out=$(P2P_EAGER_LIMIT=4k "$1" -c) || exit 1
+    echo "$out"
+    [ "$(echo "$out" | grep -c "^P2P_[A-Z0-9_]*=")" -ge 13 ] &&
+    echo "$out" | grep -q "^P2P_EAGER_LIMIT=4K$" &&
+    "$1" -c -f | grep -q "Largest message sent eagerly"' \
+    _ "$BUILD/src/p2p/p2p_info"
+ib2_check p2p-info-refuses-bad-value bash -c '
+    out=$(P2P_UNEXPECTED_LIMIT=12q "$1" -c 2>&1)
+    rc=$?
+    echo "$out"
+    [ $rc -ne 0 ] &&
+    echo "$out" | grep -q "P2P_UNEXPECTED_LIMIT=.12q. is not valid: expected memory units"' \
+    _ "$BUILD/src/p2p/p2p_info"
 ib2_check p2p-log-level-bad-value-refused bash -c '
     out=$(P2P_LOG_LEVEL=loud "$1" 2>&1)
     rc=$?
