@@ -71,7 +71,7 @@ typedef struct ib2_md {
     rcache_t               *rcache;        /* NULL: register directly */
     ucs_cpu_set_t          local_cpus;     /* cores near the adapter */
     int                    rcache_quiet;   /* creation may fail quietly */
-    int                    access;         /* what every MR is given */
+    int                    access;         /* the most an MR is given */
     double                 reg_overhead;
     double                 reg_growth;
 } ib2_md_t;
