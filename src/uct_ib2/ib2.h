@@ -97,6 +97,8 @@ static UCS_F_ALWAYS_INLINE struct ibv_mr *ib2_memh_mr(ib2_md_t *md,
 
 /* Registration (ib2_md_reg.c). */
 int ib2_md_access(ib2_md_t *md);
+/* The cores near device dev: all of them where that is unknown (ib2_topo.c). */
+void ib2_topo_local_cpus(struct ibv_device *dev, ucs_cpu_set_t *cpus);
 ucs_status_t ib2_md_setup_reg(ib2_md_t *md, const ib2_md_config_t *config);
 ucs_status_t ib2_md_mem_reg(uct_md_h uct_md, void *address, size_t length,
                             unsigned flags, uct_mem_h *memh_p);

@@ -9,8 +9,6 @@
 #include <ucs/sys/math.h>
 #include <ucs/sys/string.h>
 
-#include <hwloc.h>
-#include <hwloc/openfabrics-verbs.h>
 #include <limits.h>
 
 static ucs_config_field_t ib2_md_config_table[] = {
@@ -112,42 +110,6 @@ static uct_md_ops_t ib2_md_ops = {
                               ucs_empty_function_return_unsupported,
 };
 
-/*
- * The cores close to the adapter (its NUMA node), from hwloc: UCP prefers
- * devices local to the process's cores. Unknown: all of them.
- */
-static void ib2_md_find_local_cpus(ib2_md_t *md, struct ibv_device *dev)
-{
-    hwloc_topology_t topo;
-    hwloc_bitmap_t set;
-    int cpu;
-
-    UCS_CPU_ZERO(&md->local_cpus);
-    set = hwloc_bitmap_alloc();
-    if (set == NULL || hwloc_topology_init(&topo) != 0) {
-        goto all;
-    }
-    if (hwloc_topology_load(topo) != 0 ||
-        hwloc_ibv_get_device_cpuset(topo, dev, set) != 0) {
-        hwloc_topology_destroy(topo);
-        goto all;
-    }
-    hwloc_bitmap_foreach_begin(cpu, set) {
-        if (cpu < UCS_CPU_SETSIZE) {
-            UCS_CPU_SET(cpu, &md->local_cpus);
-        }
-    } hwloc_bitmap_foreach_end();
-    hwloc_topology_destroy(topo);
-    hwloc_bitmap_free(set);
-    return;
-
-all:
-    hwloc_bitmap_free(set);
-    for (cpu = 0; cpu < UCS_CPU_SETSIZE; ++cpu) {
-        UCS_CPU_SET(cpu, &md->local_cpus);
-    }
-}
-
 ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
                          const uct_md_config_t *uct_config, uct_md_h *md_p)
 {
@@ -203,7 +165,7 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
         goto out_close;
     }
     md->access = ib2_md_access(md);
-    ib2_md_find_local_cpus(md, list[i]);
+    ib2_topo_local_cpus(list[i], &md->local_cpus);
     status = ib2_md_setup_reg(md, config);
     if (status != UCS_OK) {
         goto out_dealloc_pd;
