@@ -298,7 +298,7 @@ static UCS_F_ALWAYS_INLINE void *ib2_tx_data(ib2_tx_desc_t *desc)
 unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
                       struct ib2_ep *ep, unsigned count,
                       ib2_rx_desc_t **record);
-ucs_status_t ib2_rxq_init(ib2_iface_t *iface);
+ucs_status_t ib2_rxq_init(ib2_iface_t *iface, const uct_iface_params_t *params);
 void ib2_rxq_cleanup(ib2_iface_t *iface);
 unsigned ib2_rx_progress(ib2_iface_t *iface);
 void ib2_rx_release_desc(ib2_iface_t *iface, ib2_rx_desc_t *desc);

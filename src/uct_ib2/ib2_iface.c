@@ -352,7 +352,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_NO_MEMORY;
         goto err_cleanup_mp;
     }
-    status = ib2_rxq_init(self);
+    status = ib2_rxq_init(self, params);
     if (status != UCS_OK) {
         goto err_cleanup_hash;
     }
