@@ -55,6 +55,12 @@ typedef struct ib2_md_config {
     uct_md_config_t super;
     UCS_CONFIG_STRING_ARRAY_FIELD(methods) reg_methods;
     int             indirect_atomic;       /* accepted, no effect */
+    int             mlx5_devx;             /* ucs_ternary_auto_value_t:
+                                              "yes" is refused */
+    UCS_CONFIG_STRING_ARRAY_FIELD(objs) devx_objs;  /* accepted, unused */
+    size_t          reg_mt_thresh;         /* accepted, unused */
+    size_t          reg_mt_chunk;          /* accepted if a power of 2 */
+    int             reg_mt_bind;           /* accepted, unused */
     size_t          rcache_max_regions;
     size_t          rcache_max_pinned;
     int             fork_safe;             /* MADV_DONTFORK */

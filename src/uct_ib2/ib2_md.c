@@ -47,6 +47,39 @@ static ucs_config_field_t ib2_md_config_table[] = {
      "value is accepted and changes nothing.",
      ucs_offsetof(ib2_md_config_t, indirect_atomic), UCS_CONFIG_TYPE_BOOL},
 
+    /* UCX's IB memory domains take these two; UCX's own tests set them.
+     * rc_ib2 drives the adapter through plain verbs only. */
+    {"MLX5_DEVX", "try",
+     "mlx5 DEVX support (UCX's IB_MLX5_DEVX). rc_ib2 uses plain verbs:\n"
+     "no, try and auto change nothing; yes (require DEVX) is refused.",
+     ucs_offsetof(ib2_md_config_t, mlx5_devx), UCS_CONFIG_TYPE_TERNARY},
+
+    {"MLX5_DEVX_OBJECTS", "rcqp,rcsrq,dct,dcsrq,dci",
+     "Objects created through mlx5 DEVX (UCX's IB_MLX5_DEVX_OBJECTS).\n"
+     "Accepted, unused: rc_ib2 creates every object through verbs.",
+     ucs_offsetof(ib2_md_config_t, devx_objs),
+     UCS_CONFIG_TYPE_STRING_ARRAY},
+
+    /* UCX's IB memory domains register large regions with several threads
+     * on mlx5 adapters only; its verbs domain, like rc_ib2, registers
+     * every region with one ibv_reg_mr. Accepted so that settings made
+     * for UCX's IB transports apply. */
+    {"REG_MT_THRESH", "4G",
+     "Size from which UCX's mlx5 memory domains register with several\n"
+     "threads (UCX's IB_REG_MT_THRESH). Accepted; rc_ib2 registers every\n"
+     "region with one ibv_reg_mr, as UCX's verbs memory domain does.",
+     ucs_offsetof(ib2_md_config_t, reg_mt_thresh), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"REG_MT_CHUNK", "2G",
+     "Chunk of a multithreaded registration (UCX's IB_REG_MT_CHUNK), a\n"
+     "power of 2. Accepted; see REG_MT_THRESH.",
+     ucs_offsetof(ib2_md_config_t, reg_mt_chunk), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"REG_MT_BIND", "n",
+     "Bind multithreaded registration threads to cores (UCX's\n"
+     "IB_REG_MT_BIND). Accepted; see REG_MT_THRESH.",
+     ucs_offsetof(ib2_md_config_t, reg_mt_bind), UCS_CONFIG_TYPE_BOOL},
+
     {"REG_OVERHEAD", "16us",
      "Registration cost estimate: fixed part (of a miss in the cache).",
      ucs_offsetof(ib2_md_config_t, reg_overhead), UCS_CONFIG_TYPE_TIME},
@@ -120,6 +153,18 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
     ib2_md_t *md;
     int i, n;
 
+    if (config->mlx5_devx == UCS_YES) {
+        ucs_error("%s: UCX_IB2_MLX5_DEVX=yes requires mlx5 DEVX, which "
+                  "rc_ib2 does not use (plain verbs only): set it to try, "
+                  "auto or no", md_name);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    if ((config->reg_mt_chunk != UCS_MEMUNITS_INF) &&
+        !ucs_is_pow2(config->reg_mt_chunk)) {
+        ucs_error("%s: UCX_IB2_REG_MT_CHUNK=%zu is not a power of 2",
+                  md_name, config->reg_mt_chunk);
+        return UCS_ERR_INVALID_PARAM;
+    }
     list = ibv_get_device_list(&n);
     if (list == NULL) {
         ucs_error("ibv_get_device_list() failed: %m");
