@@ -123,6 +123,8 @@ void ib2_md_reg_error(ib2_md_t *md, void *address, size_t length, int err,
 
 typedef struct ib2_iface_ib_compat {
     size_t                    tx_inline_resp;
+    int                       rx_max_bufs;     /* -1: no limit */
+    unsigned                  rx_queue_len;    /* accepted, no effect */
 } ib2_iface_ib_compat_t;
 
 typedef struct ib2_iface_rc_compat {
@@ -224,10 +226,15 @@ typedef struct ib2_iface {
     int                    rx_cq_needed;   /* receive buffers that could
                                               complete at once */
     unsigned               num_srqs;
+    int                    srq_short;      /* an SRQ got fewer buffers than
+                                              asked: refill even when idle */
     khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep | queue */
     ucs_list_link_t        eps;            /* open endpoints */
     ucs_list_link_t        zombies;        /* destroyed, buffers pending */
     ucs_list_link_t        ctrl_pending;   /* eps owing credit messages */
+    ucs_list_link_t        rx_starved;     /* eps whose P queues could not
+                                              replace all buffers (pool
+                                              empty: ib2_rx_retry_starved) */
     uct_recv_desc_t        release_desc;
     ucs_arbiter_t          arbiter;        /* pending requests, a group
                                               per endpoint (ib2_pending.c) */
@@ -259,6 +266,7 @@ typedef struct ib2_iface {
         unsigned           max_inline;
         unsigned           max_send_sge;   /* per work request */
         unsigned           rx_poll_batch;
+        unsigned           rx_max_bufs;    /* per queue's pool */
         unsigned           mtu_enum;
         unsigned           sl;
         unsigned           pkey_index;
@@ -371,6 +379,8 @@ typedef struct ib2_ep {
     ib2_iface_t       *iface;
     ucs_list_link_t   list;             /* iface->eps */
     ucs_list_link_t   ctrl_list;        /* iface->ctrl_pending */
+    ucs_list_link_t   starved_list;     /* iface->rx_starved */
+    uint8_t           starved;          /* on iface->rx_starved */
     ucs_status_t      failed;           /* UCS_OK, or why it failed */
     uint8_t           ctrl_queued;
     uint8_t           nq;
@@ -387,6 +397,9 @@ typedef struct ib2_ep {
                                            oldest not completed (tx_seq if
                                            none) + seq_window */
     uint8_t           fence_iface;      /* counted in iface->fence_eps */
+    uint8_t           probed;           /* an empty write went since the
+                                           peer last gave credits
+                                           (ib2_ep_probe) */
     ucs_arbiter_group_t arb_group;      /* pending requests */
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
@@ -495,6 +508,8 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
 /* Ordering and completion (ib2_ep_flush.c). */
 int ib2_ep_fence_done(ib2_ep_t *ep);
 void ib2_ep_probe(ib2_ep_t *ep);
+unsigned ib2_rx_retry_starved(ib2_iface_t *iface);
+void ib2_ep_unstarve(ib2_ep_t *ep);
 void ib2_ep_signal_am_tails(ib2_ep_t *ep);
 ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
 void ib2_iface_fence_uncount(ib2_ep_t *ep);
