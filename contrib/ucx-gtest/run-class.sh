@@ -99,12 +99,17 @@ preload=$sv_lib
 run_gtest() {   # run_gtest TIMEOUT ARGS...
     local t=$1
     shift
+    # The device's ring heap at 8 GiB instead of 1: test_uct_peer_failure_
+    # multiple opens a receiver per send queue entry (256), and rc_verbs'
+    # CQs and receive queues for them outgrow 1 GiB (ENOMEM from
+    # ibv_create_cq); the heap is sparse, only pages in use cost memory.
     # UCX_HANDLE_ERRORS=bt: a crash prints where and exits, never freezes;
     # with SIGABRT among the error signals, so does the gtest watchdog's
     # abort of a hung test, which then shows where it hung.
     timeout --kill-after=10 "$t" env \
         LD_PRELOAD="$preload${LD_PRELOAD:+ $LD_PRELOAD}" \
         SOFTVERBS_SHM="$shm" \
+        SOFTVERBS_HEAP_MB="${SOFTVERBS_HEAP_MB:-8192}" \
         UCX_HANDLE_ERRORS="${UCX_HANDLE_ERRORS:-bt}" \
         UCX_ERROR_SIGNALS="${UCX_ERROR_SIGNALS:-ILL,SEGV,BUS,FPE,ABRT}" \
         ${rq:+UCX_IB2_RECEIVE_QUEUES="$rq"} \
