@@ -55,6 +55,12 @@ typedef struct ib2_md_config {
     uct_md_config_t super;
     UCS_CONFIG_STRING_ARRAY_FIELD(methods) reg_methods;
     int             indirect_atomic;       /* accepted, no effect */
+    int             mlx5_devx;             /* ucs_ternary_auto_value_t:
+                                              "yes" is refused */
+    UCS_CONFIG_STRING_ARRAY_FIELD(objs) devx_objs;  /* accepted, unused */
+    size_t          reg_mt_thresh;         /* accepted, unused */
+    size_t          reg_mt_chunk;          /* accepted if a power of 2 */
+    int             reg_mt_bind;           /* accepted, unused */
     size_t          rcache_max_regions;
     size_t          rcache_max_pinned;
     int             fork_safe;             /* MADV_DONTFORK */
@@ -97,6 +103,8 @@ static UCS_F_ALWAYS_INLINE struct ibv_mr *ib2_memh_mr(ib2_md_t *md,
 
 /* Registration (ib2_md_reg.c). */
 int ib2_md_access(ib2_md_t *md);
+/* The cores near device dev: all of them where that is unknown (ib2_topo.c). */
+void ib2_topo_local_cpus(struct ibv_device *dev, ucs_cpu_set_t *cpus);
 ucs_status_t ib2_md_setup_reg(ib2_md_t *md, const ib2_md_config_t *config);
 ucs_status_t ib2_md_mem_reg(uct_md_h uct_md, void *address, size_t length,
                             unsigned flags, uct_mem_h *memh_p);
@@ -115,6 +123,8 @@ void ib2_md_reg_error(ib2_md_t *md, void *address, size_t length, int err,
 
 typedef struct ib2_iface_ib_compat {
     size_t                    tx_inline_resp;
+    int                       rx_max_bufs;     /* -1: no limit */
+    unsigned                  rx_queue_len;    /* accepted, no effect */
 } ib2_iface_ib_compat_t;
 
 typedef struct ib2_iface_rc_compat {
@@ -216,10 +226,15 @@ typedef struct ib2_iface {
     int                    rx_cq_needed;   /* receive buffers that could
                                               complete at once */
     unsigned               num_srqs;
+    int                    srq_short;      /* an SRQ got fewer buffers than
+                                              asked: refill even when idle */
     khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep | queue */
     ucs_list_link_t        eps;            /* open endpoints */
     ucs_list_link_t        zombies;        /* destroyed, buffers pending */
     ucs_list_link_t        ctrl_pending;   /* eps owing credit messages */
+    ucs_list_link_t        rx_starved;     /* eps whose P queues could not
+                                              replace all buffers (pool
+                                              empty: ib2_rx_retry_starved) */
     uct_recv_desc_t        release_desc;
     ucs_arbiter_t          arbiter;        /* pending requests, a group
                                               per endpoint (ib2_pending.c) */
@@ -251,6 +266,7 @@ typedef struct ib2_iface {
         unsigned           max_inline;
         unsigned           max_send_sge;   /* per work request */
         unsigned           rx_poll_batch;
+        unsigned           rx_max_bufs;    /* per queue's pool */
         unsigned           mtu_enum;
         unsigned           sl;
         unsigned           pkey_index;
@@ -296,7 +312,7 @@ static UCS_F_ALWAYS_INLINE void *ib2_tx_data(ib2_tx_desc_t *desc)
 unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
                       struct ib2_ep *ep, unsigned count,
                       ib2_rx_desc_t **record);
-ucs_status_t ib2_rxq_init(ib2_iface_t *iface);
+ucs_status_t ib2_rxq_init(ib2_iface_t *iface, const uct_iface_params_t *params);
 void ib2_rxq_cleanup(ib2_iface_t *iface);
 unsigned ib2_rx_progress(ib2_iface_t *iface);
 void ib2_rx_release_desc(ib2_iface_t *iface, ib2_rx_desc_t *desc);
@@ -363,6 +379,8 @@ typedef struct ib2_ep {
     ib2_iface_t       *iface;
     ucs_list_link_t   list;             /* iface->eps */
     ucs_list_link_t   ctrl_list;        /* iface->ctrl_pending */
+    ucs_list_link_t   starved_list;     /* iface->rx_starved */
+    uint8_t           starved;          /* on iface->rx_starved */
     ucs_status_t      failed;           /* UCS_OK, or why it failed */
     uint8_t           ctrl_queued;
     uint8_t           nq;
@@ -379,6 +397,9 @@ typedef struct ib2_ep {
                                            oldest not completed (tx_seq if
                                            none) + seq_window */
     uint8_t           fence_iface;      /* counted in iface->fence_eps */
+    uint8_t           probed;           /* an empty write went since the
+                                           peer last gave credits
+                                           (ib2_ep_probe) */
     ucs_arbiter_group_t arb_group;      /* pending requests */
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
@@ -487,6 +508,8 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
 /* Ordering and completion (ib2_ep_flush.c). */
 int ib2_ep_fence_done(ib2_ep_t *ep);
 void ib2_ep_probe(ib2_ep_t *ep);
+unsigned ib2_rx_retry_starved(ib2_iface_t *iface);
+void ib2_ep_unstarve(ib2_ep_t *ep);
 void ib2_ep_signal_am_tails(ib2_ep_t *ep);
 ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
 void ib2_iface_fence_uncount(ib2_ep_t *ep);

@@ -23,6 +23,9 @@ void ib2_ep_credits_returned(ib2_ep_t *ep, unsigned q, unsigned credits,
 
     txq->credits += (int32_t)credits;
     ucs_assert(txq->credits <= (int32_t)spec->num);
+    if (credits != 0) {
+        ep->probed = 0; /* the peer is there: a later wait probes again */
+    }
     if (cm_return) {
         ++txq->cm_credits;
         ucs_assert(txq->cm_credits <= (int32_t)spec->reserved);

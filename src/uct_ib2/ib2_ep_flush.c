@@ -427,9 +427,14 @@ ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
 }
 
 /*
- * A request is about to wait on an endpoint with nothing in flight (all
- * its credits sit with the peer, say). If the peer is dead no completion
- * or credit would ever wake it: an empty write finds out.
+ * A request waits on an endpoint (ib2_ep_tx_state: WAIT_EP). If nothing is
+ * in flight on it (all its credits sit with the peer, say) and the peer is
+ * dead, no completion or credit would ever wake it: an empty write finds
+ * out. Called when a request starts to wait and whenever a completion
+ * leaves it waiting, so a wait that begins with sends in flight (their
+ * completions arrive, the peer dies before it returns credits) is probed
+ * once they are done. One write per wait for credits: the peer that
+ * acknowledges it is alive and will give credits back.
  */
 void ib2_ep_probe(ib2_ep_t *ep)
 {
@@ -441,12 +446,14 @@ void ib2_ep_probe(ib2_ep_t *ep)
     }
     for (q = 0; q < ep->nq; ++q) {
         if (ep->txq[q].acked != ep->txq[q].sn) {
+            /* their completions come back, and call this again */
             (void)ib2_ep_signal_tail(iface, ep, q);
             return;
         }
     }
-    if (ib2_txq_ready(iface, &ep->txq[0]) &&
+    if (!ep->probed && ib2_txq_ready(iface, &ep->txq[0]) &&
         (ib2_ep_post_empty_write(iface, ep, 0) == UCS_OK)) {
+        ep->probed = 1;
         ++iface->counters.probes;
     }
 }

@@ -17,6 +17,9 @@ static unsigned ib2_iface_progress(void *arg)
     ++iface->in_progress;
     count  = ib2_rx_progress(iface);
     count += ib2_tx_progress(iface);
+    if (ucs_unlikely(!ucs_list_is_empty(&iface->rx_starved))) {
+        count += ib2_rx_retry_starved(iface);
+    }
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
         ib2_ep_t *ep, *tmp;
 
@@ -242,6 +245,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     self->md = md;
     ucs_list_head_init(&self->eps);
     ucs_list_head_init(&self->zombies);
+    ucs_list_head_init(&self->rx_starved);
     ucs_list_head_init(&self->ctrl_pending);
     self->release_desc.cb = ib2_iface_release_desc;
 
@@ -352,7 +356,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_NO_MEMORY;
         goto err_cleanup_mp;
     }
-    status = ib2_rxq_init(self);
+    status = ib2_rxq_init(self, params);
     if (status != UCS_OK) {
         goto err_cleanup_hash;
     }

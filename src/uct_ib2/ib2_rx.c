@@ -31,19 +31,33 @@
 
 /* ---- P queue bookkeeping ---------------------------------------------------- */
 
+static void ib2_rx_p_replace(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q);
+
 /* A data buffer of P queue q was delivered: replace buffers at the low
  * watermark and owe the sender the credits. */
 static void ib2_rx_p_consumed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
 {
     const ib2_rq_spec_t *spec = &iface->rq.q[q];
     ib2_ep_rxq_t *rxq         = &ep->rxq[q];
-    unsigned posted;
 
     ++rxq->consumed;
     if (((int64_t)rxq->posted - spec->reserved > spec->low_wm) ||
         ep->failed) {
         return;
     }
+    ib2_rx_p_replace(iface, ep, q);
+}
+
+/* Replace the delivered buffers of P queue q; if the pool could not give
+ * them all (IB_RX_MAX_BUFS reached while the user holds buffers, or no
+ * memory) the endpoint waits on iface->rx_starved: without new buffers
+ * there are no credits for the peer, and nothing else would try again. */
+static void ib2_rx_p_replace(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
+{
+    const ib2_rq_spec_t *spec = &iface->rq.q[q];
+    ib2_ep_rxq_t *rxq         = &ep->rxq[q];
+    unsigned posted;
+
     posted = ib2_rxq_post(iface, q, ep->txq[q].qp, ep, rxq->consumed, NULL);
     rxq->posted       += posted;
     rxq->consumed     -= posted;
@@ -51,6 +65,46 @@ static void ib2_rx_p_consumed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
     if (rxq->credits_owed >= spec->window) {
         ib2_ep_schedule_ctrl(ep);
     }
+    if (ucs_unlikely(rxq->consumed != 0) && !ep->starved) {
+        ucs_list_add_tail(&iface->rx_starved, &ep->starved_list);
+        ep->starved = 1;
+    }
+}
+
+void ib2_ep_unstarve(ib2_ep_t *ep)
+{
+    if (ep->starved) {
+        ucs_list_del(&ep->starved_list);
+        ep->starved = 0;
+    }
+}
+
+/* Try again to replace the buffers of starved endpoints (from progress;
+ * the user may have released some). An endpoint stays on the list (it is
+ * never added twice: ep->starved) while a queue still lacks buffers. */
+unsigned ib2_rx_retry_starved(ib2_iface_t *iface)
+{
+    unsigned count = 0, q, before;
+    int still;
+    ib2_ep_t *ep, *tmp;
+
+    ucs_list_for_each_safe(ep, tmp, &iface->rx_starved, starved_list) {
+        still = 0;
+        for (q = 0; !ep->failed && !ep->destroyed && (q < ep->nq); ++q) {
+            if ((iface->rq.q[q].type != IB2_RQ_PER_PEER) ||
+                (ep->rxq[q].consumed == 0)) {
+                continue;
+            }
+            before = ep->rxq[q].consumed;
+            ib2_rx_p_replace(iface, ep, q);
+            count += before - ep->rxq[q].consumed;
+            still |= (ep->rxq[q].consumed != 0);
+        }
+        if (!still) {
+            ib2_ep_unstarve(ep);
+        }
+    }
+    return count;
 }
 
 /* ---- delivery --------------------------------------------------------------- */
@@ -309,35 +363,72 @@ static void ib2_rx_refill_srqs(ib2_iface_t *iface)
     ib2_iface_rxq_t *rxq;
     unsigned q;
 
+    iface->srq_short = 0;
     for (q = 0; q < iface->rq.count; ++q) {
         rxq = &iface->rxq[q];
         if (rxq->srq != NULL && rxq->srq_posted <= rxq->spec.low_wm) {
             rxq->srq_posted += ib2_rxq_post(iface, q, NULL, NULL,
                                             rxq->spec.num - rxq->srq_posted,
                                             NULL);
+            /* The pool could not give them all (IB_RX_MAX_BUFS with the
+             * user holding buffers, or no memory): peers' sends wait
+             * (receiver not ready) until a refill, which no receive
+             * completion would bring, so progress tries again. */
+            iface->srq_short |= (rxq->srq_posted <= rxq->spec.low_wm);
         }
     }
 }
 
-unsigned ib2_rx_progress(ib2_iface_t *iface)
+/*
+ * Poll up to a batch of receive completions (all of them while destroyed
+ * endpoints wait: see below). Returns how many were polled.
+ */
+static int ib2_rx_poll(ib2_iface_t *iface)
 {
     struct ibv_wc wc[32];
     int i, n;
 
     n = ibv_poll_cq(iface->recv_cq,
                     (int)ucs_min(iface->config.rx_poll_batch, 32u), wc);
-    if (n <= 0) {
-        if (ucs_unlikely(n < 0)) {
-            ucs_error("%s:%u: ibv_poll_cq(receive) failed: %d",
-                      iface->md->name, iface->port, n);
-        }
+    if (ucs_unlikely(n < 0)) {
+        ucs_error("%s:%u: ibv_poll_cq(receive) failed: %d",
+                  iface->md->name, iface->port, n);
         return 0;
     }
     for (i = 0; i < n; ++i) {
         ib2_rx_completion(iface, &wc[i]);
     }
+    return n;
+}
+
+unsigned ib2_rx_progress(ib2_iface_t *iface)
+{
+    unsigned count = 0;
+    int n;
+
+    n = ib2_rx_poll(iface);
+    if (n == 0) {
+        if (ucs_unlikely(iface->srq_short)) {
+            ib2_rx_refill_srqs(iface);
+        }
+        return 0;
+    }
+    count = (unsigned)n;
+    /* A destroyed endpoint keeps its share of the receive CQ until the
+     * flush completions of its P queue buffers are polled (ib2_ep_conn.c).
+     * A program that creates and destroys endpoints faster than a batch
+     * per progress call reaps them (UCX's test_uct_ep: 300 in a row, each
+     * with hundreds of buffers) would grow the CQ without end: while there
+     * are zombies, the CQ is drained, at most its size per call. */
+    if (ucs_unlikely(!ucs_list_is_empty(&iface->zombies))) {
+        while ((n == (int)ucs_min(iface->config.rx_poll_batch, 32u)) &&
+               (count < (unsigned)iface->recv_cq->cqe)) {
+            n      = ib2_rx_poll(iface);
+            count += (unsigned)n;
+        }
+    }
     if (iface->num_srqs != 0) {
         ib2_rx_refill_srqs(iface);
     }
-    return (unsigned)n;
+    return count;
 }

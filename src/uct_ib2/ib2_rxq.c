@@ -46,7 +46,10 @@ unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
             wr[i].next      = &wr[i + 1];
         }
         if (i == 0) {
-            ucs_error("%s:%u: out of receive buffers for queue %u",
+            /* The pool said so (uct_iface_mpool_empty_warn); callers that
+             * need every buffer report it, the others try again later
+             * (ib2_rx_retry_starved, SRQ refill). */
+            ucs_debug("%s:%u: out of receive buffers for queue %u",
                       iface->md->name, iface->port, queue);
             break;
         }
@@ -81,12 +84,13 @@ unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
     return posted;
 }
 
-ucs_status_t ib2_rxq_init(ib2_iface_t *iface)
+ucs_status_t ib2_rxq_init(ib2_iface_t *iface, const uct_iface_params_t *params)
 {
     uct_iface_mpool_config_t mp_config = { .max_bufs  = UINT_MAX,
                                            .bufs_grow = 0 };
     struct ibv_srq_init_attr srq_attr;
     ib2_iface_rxq_t *rxq;
+    size_t align, align_offset;
     ucs_status_t status;
     unsigned q;
 
@@ -94,11 +98,23 @@ ucs_status_t ib2_rxq_init(ib2_iface_t *iface)
         rxq            = &iface->rxq[q];
         rxq->spec      = iface->rq.q[q];
         mp_config.bufs_grow = ucs_min(ucs_max(rxq->spec.num, 32u), 1024u);
+        mp_config.max_bufs  = iface->config.rx_max_bufs;
+        /* The payload an AM handler gets is aligned as the user asked
+         * (am_alignment, am_align_offset), else to a cache line; an
+         * alignment that is no power of 2 is refused (by the pool). */
+        status = uct_iface_param_am_alignment(params,
+                                              rxq->spec.size -
+                                              sizeof(ib2_hdr_t),
+                                              iface->config.rx_data_offset,
+                                              iface->config.rx_data_offset,
+                                              &align, &align_offset);
+        if (status != UCS_OK) {
+            goto err;
+        }
         status = uct_iface_mpool_init(&iface->super, &rxq->mp,
                                       iface->config.rx_data_offset -
                                       sizeof(ib2_hdr_t) + rxq->spec.size,
-                                      iface->config.rx_data_offset,
-                                      UCS_SYS_CACHE_LINE_SIZE, &mp_config,
+                                      align_offset, align, &mp_config,
                                       mp_config.bufs_grow, ib2_rx_desc_init,
                                       "ib2_rx_desc");
         if (status != UCS_OK) {
@@ -125,6 +141,9 @@ ucs_status_t ib2_rxq_init(ib2_iface_t *iface)
         rxq->srq_posted = ib2_rxq_post(iface, q, NULL, NULL, rxq->spec.num,
                                        NULL);
         if (rxq->srq_posted != rxq->spec.num) {
+            ucs_error("%s:%u: could post only %u of the %u receive buffers "
+                      "of queue %u (out of memory?)", iface->md->name,
+                      iface->port, rxq->srq_posted, rxq->spec.num, q + 1);
             ++q;
             status = UCS_ERR_NO_MEMORY;
             goto err;

@@ -234,6 +234,7 @@ void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status)
         ucs_list_del(&ep->ctrl_list);
         ep->ctrl_queued = 0;
     }
+    ib2_ep_unstarve(ep);
     ucs_debug("%s:%u: endpoint %p failed: %s", iface->md->name, iface->port,
               ep, ucs_status_string(status));
     uct_iface_handle_ep_err(&iface->super.super, &ep->super.super, status);

@@ -93,11 +93,13 @@ ucxg_report() {
 ucxg_one() {
     local t0 rc cpu
     t0=$(date +%s)
-    ucxg_run -l "$3" -t "$4" "$1" "$2" >"$ucxg_out/$1/$2.out" 2>&1
-    rc=$?
-    # CPU time of the class's processes too: on a busy machine the wall
-    # clock says little about what the class costs
-    cpu=$(times | awk 'NR == 2 { print $1 "+" $2 }')
+    # CPU time (user+system s) of the class's processes too: on a busy
+    # machine the wall clock says little about what the class costs
+    local TIMEFORMAT='%U+%S'
+    { time ucxg_run -l "$3" -t "$4" "$1" "$2" >"$ucxg_out/$1/$2.out" 2>&1
+      echo $? >"$ucxg_out/$1/$2.exit"; } 2>"$ucxg_out/$1/$2.cpu"
+    rc=$(cat "$ucxg_out/$1/$2.exit")
+    cpu=$(tail -n 1 "$ucxg_out/$1/$2.cpu")
     echo "$rc $(( $(date +%s) - t0 )) $cpu" >"$ucxg_out/$1/$2.rc"
     echo "--- $2 on $(ucxg_tag "$1"): exit $rc, $(( $(date +%s) - t0 )) s, cpu $cpu"
 }
