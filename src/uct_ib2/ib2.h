@@ -32,6 +32,7 @@
 #include <ucs/debug/log.h>
 #include <ucs/sys/math.h>
 #include <ucs/type/class.h>
+#include <ucs/type/spinlock.h>
 
 #include <infiniband/verbs.h>
 
@@ -74,6 +75,11 @@ typedef struct ib2_md {
     int                    access;         /* what every MR is given */
     double                 reg_overhead;
     double                 reg_growth;
+    /* The device's asynchronous events (ib2_async.c): read in UCX's async
+     * thread, handed to the interfaces listed here under the lock. */
+    ucs_spinlock_t         async_lock;
+    ucs_list_link_t        async_ifaces;
+    int                    async_watched;  /* the async fd is watched */
 } ib2_md_t;
 
 /* A memory handle: an rcache region (its priv holds the MR) or, without
@@ -84,6 +90,12 @@ typedef struct ib2_memh {
 
 ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
                          const uct_md_config_t *config, uct_md_h *md_p);
+
+/* Device events (ib2_async.c). */
+#define IB2_ASYNC_CQ_SEND 1
+#define IB2_ASYNC_CQ_RECV 2
+void ib2_md_async_init(ib2_md_t *md);
+void ib2_md_async_cleanup(ib2_md_t *md);
 
 /* The MR behind a memory handle from ib2_md mem_reg. */
 static UCS_F_ALWAYS_INLINE struct ibv_mr *ib2_memh_mr(ib2_md_t *md,
@@ -229,6 +241,16 @@ typedef struct ib2_iface {
                                               waits for */
     unsigned               in_progress;    /* inside ib2_iface_progress:
                                               zombies are freed after it */
+    /* Device events for this interface, from the async thread
+     * (ib2_async.c; under md->async_lock, but for the flag). */
+    struct {
+        ucs_list_link_t    list;           /* md->async_ifaces */
+        volatile int       pending;        /* something below is set */
+        uint8_t            cq_err;         /* IB2_ASYNC_CQ_*: overran */
+        uint8_t            lost;           /* more QPs than qpn holds */
+        unsigned           nqp;
+        uint32_t           qpn[16];        /* QPs the device failed */
+    } async;
     /* Work request templates of the short sends: only what changes is
      * written per call. (An interface is used by one thread at a time, and
      * inline data is copied by the time ibv_post_send returns.) */
@@ -299,9 +321,14 @@ unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
 ucs_status_t ib2_rxq_init(ib2_iface_t *iface);
 void ib2_rxq_cleanup(ib2_iface_t *iface);
 unsigned ib2_rx_progress(ib2_iface_t *iface);
+void ib2_rx_drain(ib2_iface_t *iface);
 void ib2_rx_release_desc(ib2_iface_t *iface, ib2_rx_desc_t *desc);
 
 unsigned ib2_tx_progress(ib2_iface_t *iface);
+void ib2_iface_async_add(ib2_iface_t *iface);
+void ib2_iface_async_remove(ib2_iface_t *iface);
+void ib2_iface_async_progress(ib2_iface_t *iface);
+unsigned ib2_rx_repost(ib2_iface_t *iface, struct ib2_ep *ep, unsigned q);
 
 
 /* ---- endpoint --------------------------------------------------------------- */
@@ -487,6 +514,7 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
 /* Ordering and completion (ib2_ep_flush.c). */
 int ib2_ep_fence_done(ib2_ep_t *ep);
 void ib2_ep_probe(ib2_ep_t *ep);
+void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q);
 void ib2_ep_signal_am_tails(ib2_ep_t *ep);
 ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
 void ib2_iface_fence_uncount(ib2_ep_t *ep);

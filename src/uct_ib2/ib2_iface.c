@@ -15,6 +15,9 @@ static unsigned ib2_iface_progress(void *arg)
     unsigned count;
 
     ++iface->in_progress;
+    if (ucs_unlikely(iface->async.pending)) {
+        ib2_iface_async_progress(iface);
+    }
     count  = ib2_rx_progress(iface);
     count += ib2_tx_progress(iface);
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
@@ -365,6 +368,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_IO_ERROR;
         goto err_cleanup_rxq;
     }
+    ib2_iface_async_add(self);
     ucs_debug("%s:%u: rc_ib2 iface %p, mtu %u, inline %u, queues %u",
               md->name, self->port, self, ib2_mtu_bytes(self->config.mtu_enum),
               self->config.max_inline, self->rq.count);
@@ -397,6 +401,7 @@ static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
 
     uct_base_iface_progress_disable(&self->super.super,
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    ib2_iface_async_remove(self);
     /* Endpoints the user left open go first: their QPs use the CQs. */
     if (!ucs_list_is_empty(&self->eps)) {
         ucs_warn("%s:%u: rc_ib2 interface closed with endpoints still open: "
