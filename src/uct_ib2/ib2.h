@@ -148,6 +148,7 @@ typedef struct ib2_iface_config {
     unsigned                  traffic_class;
     unsigned                  hop_limit;
     unsigned long             gid_index;         /* UCS_ULUNITS_AUTO: auto */
+    char                      *gid_addr;         /* "" or an IP address */
     double                    timeout;           /* seconds per retry */
     unsigned                  retry_count;
     double                    rnr_timeout;       /* S queues */
