@@ -397,6 +397,7 @@ err_cleanup:
 
 static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
 {
+    struct ibv_wc wc[16];
     ib2_ep_t *ep, *tmp;
 
     uct_base_iface_progress_disable(&self->super.super,
@@ -415,6 +416,12 @@ static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
     ucs_list_for_each_safe(ep, tmp, &self->zombies, list) {
         ucs_list_del(&ep->list);
         UCS_CLASS_DELETE(ib2_ep_t, ep);
+    }
+    /* Completions still queued point into the receive buffers: taken off
+     * before the buffers go (softverbs places a small receive's bytes when
+     * its completion is polled or its region deregistered, and a region
+     * deregistered after its memory was unmapped would then be written). */
+    while (ibv_poll_cq(self->recv_cq, 16, wc) > 0) {
     }
     ib2_rxq_cleanup(self);
     kh_destroy(ib2_qp_ep, self->qp_ep);
