@@ -49,6 +49,13 @@ inline uint32_t ep_qpn(const Entity &e, uct_ep_h ep, unsigned q)
     return p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16);
 }
 
+/* Retries exhausted within milliseconds, not seconds, when a peer's QP is
+ * dead or unreachable (4.096 us x 2^8 per try, 7 retries). */
+inline Env::Vars kFastRetryVars()
+{
+    return {{"UCX_IB2_TIMEOUT", "1ms"}};
+}
+
 inline std::string qp_key(uint32_t qpn)
 {
     return "qp=" + std::to_string(qpn);

@@ -21,17 +21,13 @@ using namespace ib2t;
 
 namespace {
 
-/* Retries exhausted within milliseconds, not seconds, when a peer's QP is
- * dead (4.096 us x 2^8 per try, 7 retries). */
-const Env::Vars kFastRetry = {{"UCX_IB2_TIMEOUT", "1ms"}};
-
 constexpr uint32_t kStreamA = 1, kStreamB = 2;
 constexpr size_t kSmall = 64;    /* the first queue (P, 128 bytes) */
 constexpr size_t kLarge = 1000;  /* the second (S, 8256 bytes) */
 
 EntityParams fault_params(const char *rq = kRqDefault)
 {
-    EntityParams p = with_env(kFastRetry);
+    EntityParams p = with_env(kFastRetryVars());
 
     p.env.push_back({"UCX_IB2_RECEIVE_QUEUES", rq});
     return p;
