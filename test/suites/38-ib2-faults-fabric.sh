@@ -96,8 +96,10 @@ done
 # side has a reference of its own, on a subnet the other cannot reach.
 for ref in 3b:near0 86:far0; do
     bus=${ref%%:*}
-    fab_run near "far0:ib:1/pci=0000:86:00.0,near0:ib:1/pci=0000:3b:00.0,ref0:ib:1/pci=0000:$bus:01.0/p1.subnet=fe80:0:0:9,ref1:ib:1/pci=0000:$bus:02.0/p1.subnet=fe80:0:0:a" \
-        UCX_MAX_RNDV_RAILS=1
+    devs=far0:ib:1/pci=0000:86:00.0,near0:ib:1/pci=0000:3b:00.0
+    devs+=,ref0:ib:1/pci=0000:$bus:01.0/p1.subnet=fe80:0:0:9
+    devs+=,ref1:ib:1/pci=0000:$bus:02.0/p1.subnet=fe80:0:0:a
+    fab_run near "$devs" UCX_MAX_RNDV_RAILS=1
     ib2_check "ucp/nearer-device-bus-$bus" bash -c '
         want=$1; shift
         out=$("$@" 2>&1); rc=$?
@@ -140,7 +142,9 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     # its shared queues when it opens is refused, with a message). Every
     # test passes, every byte checked; softverbs' trace shows the faults
     # were injected.
-    export SOFTVERBS_FAULTS="seed=11;delay/op=read/prob=0.05/time=2ms;post_srq_recv/after=1024/prob=0.1"
+    SOFTVERBS_FAULTS="seed=11;delay/op=read/prob=0.05/time=2ms"
+    SOFTVERBS_FAULTS+=";post_srq_recv/after=1024/prob=0.1"
+    export SOFTVERBS_FAULTS
     export SOFTVERBS_DEBUG=1
     ib2_gtest p2p-rc_ib2-recoverable-faults \
         "$BUILD/contrib/softverbs/softverbs-run" --shm "$fab_shm-p2pf" \
