@@ -32,6 +32,7 @@
 #include <ucs/debug/log.h>
 #include <ucs/sys/math.h>
 #include <ucs/type/class.h>
+#include <ucs/type/spinlock.h>
 
 #include <infiniband/verbs.h>
 
@@ -80,6 +81,11 @@ typedef struct ib2_md {
     int                    access;         /* the most an MR is given */
     double                 reg_overhead;
     double                 reg_growth;
+    /* The device's asynchronous events (ib2_async.c): read in UCX's async
+     * thread, handed to the interfaces listed here under the lock. */
+    ucs_spinlock_t         async_lock;
+    ucs_list_link_t        async_ifaces;
+    int                    async_watched;  /* the async fd is watched */
 } ib2_md_t;
 
 /* A memory handle: an rcache region (its priv holds the MR) or, without
@@ -90,6 +96,12 @@ typedef struct ib2_memh {
 
 ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
                          const uct_md_config_t *config, uct_md_h *md_p);
+
+/* Device events (ib2_async.c). */
+#define IB2_ASYNC_CQ_SEND 1
+#define IB2_ASYNC_CQ_RECV 2
+void ib2_md_async_init(ib2_md_t *md);
+void ib2_md_async_cleanup(ib2_md_t *md);
 
 /* The MR behind a memory handle from ib2_md mem_reg. */
 static UCS_F_ALWAYS_INLINE struct ibv_mr *ib2_memh_mr(ib2_md_t *md,
@@ -146,6 +158,7 @@ typedef struct ib2_iface_config {
     unsigned                  traffic_class;
     unsigned                  hop_limit;
     unsigned long             gid_index;         /* UCS_ULUNITS_AUTO: auto */
+    char                      *gid_addr;         /* "" or an IP address */
     double                    timeout;           /* seconds per retry */
     unsigned                  retry_count;
     double                    rnr_timeout;       /* S queues */
@@ -232,9 +245,6 @@ typedef struct ib2_iface {
     ucs_list_link_t        eps;            /* open endpoints */
     ucs_list_link_t        zombies;        /* destroyed, buffers pending */
     ucs_list_link_t        ctrl_pending;   /* eps owing credit messages */
-    ucs_list_link_t        rx_starved;     /* eps whose P queues could not
-                                              replace all buffers (pool
-                                              empty: ib2_rx_retry_starved) */
     uct_recv_desc_t        release_desc;
     ucs_arbiter_t          arbiter;        /* pending requests, a group
                                               per endpoint (ib2_pending.c) */
@@ -244,6 +254,16 @@ typedef struct ib2_iface {
                                               waits for */
     unsigned               in_progress;    /* inside ib2_iface_progress:
                                               zombies are freed after it */
+    /* Device events for this interface, from the async thread
+     * (ib2_async.c; under md->async_lock, but for the flag). */
+    struct {
+        ucs_list_link_t    list;           /* md->async_ifaces */
+        volatile int       pending;        /* something below is set */
+        uint8_t            cq_err;         /* IB2_ASYNC_CQ_*: overran */
+        uint8_t            lost;           /* more QPs than qpn holds */
+        unsigned           nqp;
+        uint32_t           qpn[16];        /* QPs the device failed */
+    } async;
     /* Work request templates of the short sends: only what changes is
      * written per call. (An interface is used by one thread at a time, and
      * inline data is copied by the time ibv_post_send returns.) */
@@ -315,9 +335,14 @@ unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
 ucs_status_t ib2_rxq_init(ib2_iface_t *iface, const uct_iface_params_t *params);
 void ib2_rxq_cleanup(ib2_iface_t *iface);
 unsigned ib2_rx_progress(ib2_iface_t *iface);
+void ib2_rx_drain(ib2_iface_t *iface);
 void ib2_rx_release_desc(ib2_iface_t *iface, ib2_rx_desc_t *desc);
 
 unsigned ib2_tx_progress(ib2_iface_t *iface);
+void ib2_iface_async_add(ib2_iface_t *iface);
+void ib2_iface_async_remove(ib2_iface_t *iface);
+void ib2_iface_async_progress(ib2_iface_t *iface);
+unsigned ib2_rx_repost(ib2_iface_t *iface, struct ib2_ep *ep, unsigned q);
 
 
 /* ---- endpoint --------------------------------------------------------------- */
@@ -379,8 +404,6 @@ typedef struct ib2_ep {
     ib2_iface_t       *iface;
     ucs_list_link_t   list;             /* iface->eps */
     ucs_list_link_t   ctrl_list;        /* iface->ctrl_pending */
-    ucs_list_link_t   starved_list;     /* iface->rx_starved */
-    uint8_t           starved;          /* on iface->rx_starved */
     ucs_status_t      failed;           /* UCS_OK, or why it failed */
     uint8_t           ctrl_queued;
     uint8_t           nq;
@@ -508,8 +531,7 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
 /* Ordering and completion (ib2_ep_flush.c). */
 int ib2_ep_fence_done(ib2_ep_t *ep);
 void ib2_ep_probe(ib2_ep_t *ep);
-unsigned ib2_rx_retry_starved(ib2_iface_t *iface);
-void ib2_ep_unstarve(ib2_ep_t *ep);
+void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q);
 void ib2_ep_signal_am_tails(ib2_ep_t *ep);
 ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
 void ib2_iface_fence_uncount(ib2_ep_t *ep);

@@ -280,7 +280,6 @@ void ib2_ep_destroy(uct_ep_h tl_ep)
         ucs_list_del(&ep->ctrl_list);
         ep->ctrl_queued = 0;
     }
-    ib2_ep_unstarve(ep);
     /* Operations the user still waits for end now, as cancelled. */
     ib2_ep_purge_ops(ep, UCS_ERR_CANCELED);
     /* Messages waiting for their turn will never have it. */

@@ -436,6 +436,35 @@ ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
  * once they are done. One write per wait for credits: the peer that
  * acknowledges it is alive and will give credits back.
  */
+/*
+ * The device moved queue q's QP to the error state on its own (an async
+ * event, or a receive flushed that we did not flush): make the send path
+ * hear of it, since nothing else may. Sends outstanding on the QP come
+ * back flushed, behind the error that caused it if there was one (whose
+ * status is then the endpoint's); with none, an empty signaled write is
+ * flushed at once.
+ */
+void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
+{
+    ib2_iface_t *iface = ep->iface;
+    ib2_ep_txq_t *txq  = &ep->txq[q];
+
+    if (ep->failed || ep->destroyed) {
+        return;
+    }
+    if (!ep->connected) {
+        ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
+        return;
+    }
+    if (txq->acked != txq->sn) {
+        return;
+    }
+    if (!ib2_txq_ready(iface, txq) ||
+        (ib2_ep_post_empty_write(iface, ep, q) != UCS_OK)) {
+        ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
+    }
+}
+
 void ib2_ep_probe(ib2_ep_t *ep)
 {
     ib2_iface_t *iface = ep->iface;

@@ -131,8 +131,15 @@ ucs_config_field_t ib2_iface_config_table[] = {
      ucs_offsetof(ib2_iface_config_t, hop_limit), UCS_CONFIG_TYPE_UINT},
 
     {"GID_INDEX", "auto",
-     "GID table index for RoCE; \"auto\": the first RoCE v2 GID, else 0.",
+     "GID table index for RoCE; \"auto\": the GID of the port's IP address\n"
+     "(RoCE v2; IPv4 first, then a routable IPv6 address), else the first\n"
+     "RoCE v2 GID, else 0. See also GID_ADDR.",
      ucs_offsetof(ib2_iface_config_t, gid_index), UCS_CONFIG_TYPE_ULUNITS},
+
+    {"GID_ADDR", "",
+     "RoCE: the GID of this IP address of the port (IPv4 or IPv6; its RoCE\n"
+     "v2 entry, else its v1 entry), instead of GID_INDEX.",
+     ucs_offsetof(ib2_iface_config_t, gid_addr), UCS_CONFIG_TYPE_STRING},
 
     {"TIMEOUT", "500ms",
      "Transport retry timeout: how long a send waits for an acknowledgement\n"
@@ -243,42 +250,6 @@ ucs_status_t ib2_parse_dev_name(ib2_md_t *md, const char *dev_name,
         return UCS_ERR_NO_DEVICE;
     }
     *port = (uint8_t)num;
-    return UCS_OK;
-}
-
-ucs_status_t ib2_iface_select_gid(ib2_iface_t *iface,
-                                  const ib2_iface_config_t *config)
-{
-    struct ibv_gid_entry entry;
-    int i;
-
-    if (config->gid_index != UCS_ULUNITS_AUTO) {
-        if (config->gid_index >= (unsigned)iface->port_attr.gid_tbl_len) {
-            ucs_error("UCX_IB2_GID_INDEX=%lu: %s:%u has %d GIDs",
-                      config->gid_index, iface->md->name, iface->port,
-                      iface->port_attr.gid_tbl_len);
-            return UCS_ERR_INVALID_PARAM;
-        }
-        iface->gid_index = (uint8_t)config->gid_index;
-    } else {
-        iface->gid_index = 0;
-        if (iface->is_eth) {
-            for (i = 0; i < iface->port_attr.gid_tbl_len; ++i) {
-                if (ibv_query_gid_ex(iface->md->ctx, iface->port, i, &entry,
-                                     0) == 0 &&
-                    entry.gid_type == IBV_GID_TYPE_ROCE_V2) {
-                    iface->gid_index = (uint8_t)i;
-                    break;
-                }
-            }
-        }
-    }
-    if (ibv_query_gid(iface->md->ctx, iface->port, iface->gid_index,
-                      &iface->gid) != 0) {
-        ucs_error("%s:%u: ibv_query_gid(%u) failed: %m", iface->md->name,
-                  iface->port, iface->gid_index);
-        return UCS_ERR_IO_ERROR;
-    }
     return UCS_OK;
 }
 

@@ -118,6 +118,7 @@ static void ib2_md_close(uct_md_h uct_md)
     if (md->rcache != NULL) {
         rcache_destroy(md->rcache);
     }
+    ib2_md_async_cleanup(md);
     ibv_dealloc_pd(md->pd);
     ibv_close_device(md->ctx);
     ucs_free(md);
@@ -220,6 +221,7 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
         md->reg_overhead = 50e-9;
         md->reg_growth   = 0;
     }
+    ib2_md_async_init(md);
     ibv_free_device_list(list);
     *md_p = &md->super;
     return UCS_OK;

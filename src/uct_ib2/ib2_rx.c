@@ -31,80 +31,38 @@
 
 /* ---- P queue bookkeeping ---------------------------------------------------- */
 
-static void ib2_rx_p_replace(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q);
-
-/* A data buffer of P queue q was delivered: replace buffers at the low
- * watermark and owe the sender the credits. */
-static void ib2_rx_p_consumed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
-{
-    const ib2_rq_spec_t *spec = &iface->rq.q[q];
-    ib2_ep_rxq_t *rxq         = &ep->rxq[q];
-
-    ++rxq->consumed;
-    if (((int64_t)rxq->posted - spec->reserved > spec->low_wm) ||
-        ep->failed) {
-        return;
-    }
-    ib2_rx_p_replace(iface, ep, q);
-}
-
-/* Replace the delivered buffers of P queue q; if the pool could not give
- * them all (IB_RX_MAX_BUFS reached while the user holds buffers, or no
- * memory) the endpoint waits on iface->rx_starved: without new buffers
- * there are no credits for the peer, and nothing else would try again. */
-static void ib2_rx_p_replace(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
+/*
+ * Replace the delivered buffers of P queue q once the buffers left fall to
+ * the low watermark, and owe the sender the credits. Returns how many
+ * should have gone and did not (the device refused the post): those are
+ * tried again from progress (ib2_ep_send_ctrl), since the sender, out of
+ * credits, may send nothing that would bring us here again.
+ */
+unsigned ib2_rx_repost(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
 {
     const ib2_rq_spec_t *spec = &iface->rq.q[q];
     ib2_ep_rxq_t *rxq         = &ep->rxq[q];
     unsigned posted;
 
+    if ((rxq->consumed == 0) || ep->failed ||
+        ((int64_t)rxq->posted - spec->reserved > spec->low_wm)) {
+        return 0;
+    }
     posted = ib2_rxq_post(iface, q, ep->txq[q].qp, ep, rxq->consumed, NULL);
     rxq->posted       += posted;
     rxq->consumed     -= posted;
     rxq->credits_owed += posted;
-    if (rxq->credits_owed >= spec->window) {
+    if ((rxq->credits_owed >= spec->window) || (rxq->consumed != 0)) {
         ib2_ep_schedule_ctrl(ep);
     }
-    if (ucs_unlikely(rxq->consumed != 0) && !ep->starved) {
-        ucs_list_add_tail(&iface->rx_starved, &ep->starved_list);
-        ep->starved = 1;
-    }
+    return rxq->consumed;
 }
 
-void ib2_ep_unstarve(ib2_ep_t *ep)
+/* A data buffer of P queue q was delivered. */
+static void ib2_rx_p_consumed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
 {
-    if (ep->starved) {
-        ucs_list_del(&ep->starved_list);
-        ep->starved = 0;
-    }
-}
-
-/* Try again to replace the buffers of starved endpoints (from progress;
- * the user may have released some). An endpoint stays on the list (it is
- * never added twice: ep->starved) while a queue still lacks buffers. */
-unsigned ib2_rx_retry_starved(ib2_iface_t *iface)
-{
-    unsigned count = 0, q, before;
-    int still;
-    ib2_ep_t *ep, *tmp;
-
-    ucs_list_for_each_safe(ep, tmp, &iface->rx_starved, starved_list) {
-        still = 0;
-        for (q = 0; !ep->failed && !ep->destroyed && (q < ep->nq); ++q) {
-            if ((iface->rq.q[q].type != IB2_RQ_PER_PEER) ||
-                (ep->rxq[q].consumed == 0)) {
-                continue;
-            }
-            before = ep->rxq[q].consumed;
-            ib2_rx_p_replace(iface, ep, q);
-            count += before - ep->rxq[q].consumed;
-            still |= (ep->rxq[q].consumed != 0);
-        }
-        if (!still) {
-            ib2_ep_unstarve(ep);
-        }
-    }
-    return count;
+    ++ep->rxq[q].consumed;
+    ib2_rx_repost(iface, ep, q);
 }
 
 /* ---- delivery --------------------------------------------------------------- */
@@ -327,6 +285,11 @@ static void ib2_rx_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
             if ((ep != NULL) && !ep->destroyed) {
                 ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
             }
+        } else if ((ep != NULL) && !ep->failed && !ep->destroyed) {
+            /* A per-peer buffer flushed although we did not fail the
+             * endpoint: the device moved the QP to the error state (it
+             * refused a peer's request, or failed the QP). */
+            ib2_ep_qp_error(ep, q);
         }
         if (ep != NULL && ep->destroyed) {
             ib2_ep_zombie_progress(ep);
@@ -370,19 +333,17 @@ static void ib2_rx_refill_srqs(ib2_iface_t *iface)
             rxq->srq_posted += ib2_rxq_post(iface, q, NULL, NULL,
                                             rxq->spec.num - rxq->srq_posted,
                                             NULL);
-            /* The pool could not give them all (IB_RX_MAX_BUFS with the
-             * user holding buffers, or no memory): peers' sends wait
-             * (receiver not ready) until a refill, which no receive
-             * completion would bring, so progress tries again. */
+            /* The pool or the device gave fewer (IB_RX_MAX_BUFS with the
+             * user holding buffers, no memory, a refused post): peers'
+             * sends wait (receiver not ready) until a refill, which no
+             * receive completion would bring, so progress tries again
+             * even when nothing arrives. */
             iface->srq_short |= (rxq->srq_posted <= rxq->spec.low_wm);
         }
     }
 }
 
-/*
- * Poll up to a batch of receive completions (all of them while destroyed
- * endpoints wait: see below). Returns how many were polled.
- */
+/* Poll up to a batch of receive completions; returns how many. */
 static int ib2_rx_poll(ib2_iface_t *iface)
 {
     struct ibv_wc wc[32];
@@ -391,8 +352,8 @@ static int ib2_rx_poll(ib2_iface_t *iface)
     n = ibv_poll_cq(iface->recv_cq,
                     (int)ucs_min(iface->config.rx_poll_batch, 32u), wc);
     if (ucs_unlikely(n < 0)) {
-        ucs_error("%s:%u: ibv_poll_cq(receive) failed: %d",
-                  iface->md->name, iface->port, n);
+        ucs_error("%s:%u: ibv_poll_cq(receive) failed: %d", iface->md->name,
+                  iface->port, n);
         return 0;
     }
     for (i = 0; i < n; ++i) {
@@ -403,7 +364,7 @@ static int ib2_rx_poll(ib2_iface_t *iface)
 
 unsigned ib2_rx_progress(ib2_iface_t *iface)
 {
-    unsigned count = 0;
+    unsigned count;
     int n;
 
     n = ib2_rx_poll(iface);
@@ -431,4 +392,20 @@ unsigned ib2_rx_progress(ib2_iface_t *iface)
         ib2_rx_refill_srqs(iface);
     }
     return count;
+}
+
+/*
+ * Before an endpoint is failed for an error the device reported elsewhere
+ * (a send completion, an async event): what the device delivered before
+ * it is in the receive CQ, and reaches the user first. A failed endpoint
+ * drops what arrives, and the two CQs (and the async events) are not
+ * ordered with each other. Bounded: a peer that keeps sending does not
+ * keep us here.
+ */
+void ib2_rx_drain(ib2_iface_t *iface)
+{
+    unsigned i;
+
+    for (i = 0; (i < 256) && (ib2_rx_progress(iface) != 0); ++i) {
+    }
 }

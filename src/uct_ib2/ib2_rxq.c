@@ -7,6 +7,7 @@
 
 #include <ucs/arch/bitops.h>
 #include <ucs/arch/cpu.h>
+#include <ucs/time/time.h>
 
 #define IB2_RX_POST_BATCH 64
 
@@ -16,6 +17,23 @@ static void ib2_rx_desc_init(uct_iface_h tl_iface, void *obj, uct_mem_h memh)
     ib2_rx_desc_t *desc = obj;
 
     desc->lkey = ib2_memh_mr(iface->md, memh)->lkey;
+}
+
+/* Refused posts are tried again from progress: said once a second. */
+static void ib2_rxq_post_failed(ib2_iface_t *iface, unsigned queue, int ret)
+{
+    static ucs_time_t last;
+    ucs_time_t now = ucs_get_time();
+
+    if ((last == 0) || (ucs_time_to_sec(now - last) >= 1.0)) {
+        last = now;
+        ucs_error("%s:%u: posting receives to queue %u failed: %s (tried "
+                  "again while progress runs)", iface->md->name, iface->port,
+                  queue, strerror(ret));
+    } else {
+        ucs_debug("%s:%u: posting receives to queue %u failed: %s",
+                  iface->md->name, iface->port, queue, strerror(ret));
+    }
 }
 
 unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
@@ -48,7 +66,7 @@ unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
         if (i == 0) {
             /* The pool said so (uct_iface_mpool_empty_warn); callers that
              * need every buffer report it, the others try again later
-             * (ib2_rx_retry_starved, SRQ refill). */
+             * (ib2_ep_send_ctrl for P queues, the SRQ refill). */
             ucs_debug("%s:%u: out of receive buffers for queue %u",
                       iface->md->name, iface->port, queue);
             break;
@@ -67,8 +85,7 @@ unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
                 record[posted + k] = (ib2_rx_desc_t*)(uintptr_t)wr[k].wr_id;
             }
             posted += done;
-            ucs_error("%s:%u: posting receives to queue %u failed: %s",
-                      iface->md->name, iface->port, queue, strerror(ret));
+            ib2_rxq_post_failed(iface, queue, ret);
             break;
         }
         if (record != NULL) {
