@@ -6,13 +6,6 @@
 # rc_ib2 cannot run is left out only through contrib/ucx-gtest/rc_ib2.skip;
 # rc_verbs' own failures on softverbs are expected through rc_verbs.xfail.
 # See docs/ucx-gtest.md.
-# Not yet in the default run: its build (about 15 minutes on 2 cores,
-# cached) and its result against the reworked transport are still being
-# validated. IB2_UCX_GTEST=1 runs it (contrib/setup.sh test builds it then).
-if [ "${IB2_UCX_GTEST:-0}" != 1 ]; then
-    ib2_result SKIP "ucx-gtest (UCX's uct suite on rc_ib2: set IB2_UCX_GTEST=1 to build and run it; see docs/ucx-gtest.md)"
-    return 0
-fi
 for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_'); do unset "$v"; done
 
 ucxg=$SRC/contrib/ucx-gtest
