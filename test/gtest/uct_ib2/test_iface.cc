@@ -296,7 +296,11 @@ TEST(Iface, WrongDevice)
         p.dev = dev;
         Entity e(p);
         EXPECT_NE(e.status(), UCS_OK) << dev;
-        EXPECT_NE(e.md, nullptr) << dev;
+        /* the memory domain is the device's: it opens for a wrong port of
+         * softverbs0, and "other0" has none */
+        if (!strncmp(dev, "softverbs0", strlen("softverbs0"))) {
+            EXPECT_NE(e.md, nullptr) << dev;
+        }
         EXPECT_FALSE(log.text().empty()) << dev << ": no message";
     }
 }
