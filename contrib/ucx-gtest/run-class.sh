@@ -99,15 +99,21 @@ preload=$sv_lib
 run_gtest() {   # run_gtest TIMEOUT ARGS...
     local t=$1
     shift
+    # The device's ring heap at 8 GiB instead of 1: test_uct_peer_failure_
+    # multiple opens a receiver per send queue entry (256), and rc_verbs'
+    # CQs and receive queues for them outgrow 1 GiB (ENOMEM from
+    # ibv_create_cq); the heap is sparse, only pages in use cost memory.
     # UCX_HANDLE_ERRORS=bt: a crash prints where and exits, never freezes;
     # with SIGABRT among the error signals, so does the gtest watchdog's
     # abort of a hung test, which then shows where it hung.
     timeout --kill-after=10 "$t" env \
         LD_PRELOAD="$preload${LD_PRELOAD:+ $LD_PRELOAD}" \
         SOFTVERBS_SHM="$shm" \
+        SOFTVERBS_HEAP_MB="${SOFTVERBS_HEAP_MB:-8192}" \
         UCX_HANDLE_ERRORS="${UCX_HANDLE_ERRORS:-bt}" \
         UCX_ERROR_SIGNALS="${UCX_ERROR_SIGNALS:-ILL,SEGV,BUS,FPE,ABRT}" \
         ${rq:+UCX_IB2_RECEIVE_QUEUES="$rq"} \
+        ${sv_pin:+SOFTVERBS_PIN="$sv_pin"} \
         "$gtest" "$@"
 }
 
@@ -159,57 +165,79 @@ while read -r full; do
     fi
 done <"$tmp/all"
 
-# Run what is left; after a crash or hang, again from the next test.
-deadline=$(( $(date +%s) + limit ))
-attempt=0
-while [ ${#todo[@]} -gt 0 ]; do
-    left=$(( deadline - $(date +%s) ))
-    if [ $left -le 0 ]; then
-        for full in "${todo[@]}"; do
-            printf 'FAIL\t%s\tnot run: the class used up its %s s limit\n' \
-                "${full#"$tl"/}" "$limit" >>"$res"
-        done
-        break
-    fi
-    attempt=$((attempt + 1))
-    filter=$(IFS=:; printf '%s' "${todo[*]}")
-    echo "=== run $attempt: ${#todo[@]} tests, $left s left" >>"$log"
-    run_gtest "$left" -t "$wd" --gtest_filter="$filter" >"$tmp/run" 2>&1
-    rc=$?
-    cat "$tmp/run" >>"$log"
-    echo "=== run $attempt exit $rc" >>"$log"
-    awk -f "$HERE/parse-log.awk" "$tmp/run" | demangle >"$tmp/parsed"
-    if [ ! -s "$tmp/parsed" ]; then
-        why=$(grep -v '^\s*$' "$tmp/run" | tail -n 1)
-        for full in "${todo[@]}"; do
-            printf 'FAIL\t%s\tgtest ran no test (exit %s): %s\n' \
-                "${full#"$tl"/}" "$rc" "$why" >>"$res"
-        done
-        break
-    fi
-    while IFS=$'\t' read -r status full why; do
-        short=${full#"$tl"/}
-        if [ "$status" = RUNNING ]; then
-            if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-                why="hang: still running when the class's $limit s ran out"
-            fi
-            why="ended the process (exit $rc): $why"
-            status=FAIL
+# run_todo: run the tests in todo; after a crash or hang, again from the
+# next test, until the class's deadline.
+run_todo() {
+    while [ ${#todo[@]} -gt 0 ]; do
+        left=$(( deadline - $(date +%s) ))
+        if [ $left -le 0 ]; then
+            for full in "${todo[@]}"; do
+                printf 'FAIL\t%s\tnot run: the class used up its %s s limit\n' \
+                    "${full#"$tl"/}" "$limit" >>"$res"
+            done
+            break
         fi
-        printf '%s\t%s\t%s\n' "$status" "$short" "$why" >>"$res"
-    done <"$tmp/parsed"
-    # what is not in the results yet is still to do
-    cut -f2 "$tmp/parsed" | sort >"$tmp/done"
-    mapfile -t todo < <(printf '%s\n' "${todo[@]}" | sort | comm -23 - "$tmp/done")
-    if [ $rc -eq 0 ] && [ ${#todo[@]} -gt 0 ]; then
-        # gtest succeeded but left tests out: they are not lost silently
-        for full in "${todo[@]}"; do
-            printf 'FAIL\t%s\tnot run by gtest although selected\n' \
-                "${full#"$tl"/}" >>"$res"
-        done
-        break
+        attempt=$((attempt + 1))
+        filter=$(IFS=:; printf '%s' "${todo[*]}")
+        echo "=== run $attempt: ${#todo[@]} tests, $left s left" >>"$log"
+        run_gtest "$left" -t "$wd" --gtest_filter="$filter" >"$tmp/run" 2>&1
+        rc=$?
+        cat "$tmp/run" >>"$log"
+        echo "=== run $attempt exit $rc" >>"$log"
+        awk -f "$HERE/parse-log.awk" "$tmp/run" | demangle >"$tmp/parsed"
+        if [ ! -s "$tmp/parsed" ]; then
+            why=$(grep -v '^\s*$' "$tmp/run" | tail -n 1)
+            for full in "${todo[@]}"; do
+                printf 'FAIL\t%s\tgtest ran no test (exit %s): %s\n' \
+                    "${full#"$tl"/}" "$rc" "$why" >>"$res"
+            done
+            break
+        fi
+        while IFS=$'\t' read -r status full why; do
+            short=${full#"$tl"/}
+            if [ "$status" = RUNNING ]; then
+                if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+                    why="hang: still running when the class's $limit s ran out"
+                fi
+                why="ended the process (exit $rc): $why"
+                status=FAIL
+            fi
+            printf '%s\t%s\t%s\n' "$status" "$short" "$why" >>"$res"
+        done <"$tmp/parsed"
+        # what is not in the results yet is still to do
+        cut -f2 "$tmp/parsed" | sort >"$tmp/done"
+        mapfile -t todo < <(printf '%s\n' "${todo[@]}" | sort | comm -23 - "$tmp/done")
+        if [ $rc -eq 0 ] && [ ${#todo[@]} -gt 0 ]; then
+            # gtest succeeded but left tests out: they are not lost silently
+            for full in "${todo[@]}"; do
+                printf 'FAIL\t%s\tnot run by gtest although selected\n' \
+                    "${full#"$tl"/}" >>"$res"
+            done
+            break
+        fi
+    done
+}
+
+# Tests in unpinned.list run with softverbs' pinning checks off, on both
+# transports alike; the rest with the device's defaults.
+unpinned_list=$HERE/unpinned.list
+all_todo=("${todo[@]}")
+todo=()
+pinned=()
+for full in "${all_todo[@]}"; do
+    if list_match "$unpinned_list" "${full#"$tl"/}" >/dev/null; then
+        todo+=("$full")
+    else
+        pinned+=("$full")
     fi
 done
+deadline=$(( $(date +%s) + limit ))
+attempt=0
+sv_pin=0
+run_todo
+todo=("${pinned[@]}")
+sv_pin=
+run_todo
 
 # rc_verbs' known failures on softverbs.
 if [ "$tl" = rc_verbs ] && [ -f "$xfail_list" ]; then

@@ -192,6 +192,7 @@ struct p2p_request {
                 p2p_wire_rts_t   rts;
             } hdr;
             rcache_region_t *region;  /* rendezvous: held until FIN */
+            const void      *buf;     /* copied by UCP (p2p_rndv.c) */
         } send;
         struct {
             p2p_mq_recv_t  mq;
@@ -253,7 +254,8 @@ struct p2p_context {
     ucp_address_t *address;
     size_t        address_len;
     unsigned      am_id;        /* the one UCP AM id p2p uses */
-    ucp_datatype_t sink_dt;     /* truncating receives (p2p_rndv.c) */
+    ucp_datatype_t sink_dt;     /* truncating receives, sends by copy
+                                   (p2p_rndv.c) */
     int           have_sink_dt;
     int           rank;         /* world */
     int           size;

@@ -20,9 +20,14 @@ static int p2p_reg_mem(void *arg, rcache_region_t *region)
 
     memset(&params, 0, sizeof(params));
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                        UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                        UCP_MEM_MAP_PARAM_FIELD_PROT;
     params.address    = (void*)region->start;
     params.length     = region->end - region->start;
+    /* the receiver only reads a send buffer (UCX 1.13 passes this over and
+     * asks its memory domains for everything) */
+    params.prot       = UCP_MEM_MAP_PROT_LOCAL_READ |
+                        UCP_MEM_MAP_PROT_REMOTE_READ;
     status = ucp_mem_map(ctx->ucp, &params, &reg->memh);
     if (status != UCS_OK) {
         return (status == UCS_ERR_NO_MEMORY) ? -ENOMEM : -EIO;

@@ -171,7 +171,10 @@ static void *p2p_sink_start_unpack(void *context, void *buffer, size_t count)
 
 static size_t p2p_sink_packed_size(void *state)
 {
-    return ((p2p_request_t*)state)->recv.msg_len;
+    p2p_request_t *req = state;
+
+    return (req->kind == P2P_REQ_SEND) ? req->status.count :
+                                         req->recv.msg_len;
 }
 
 static ucs_status_t p2p_sink_unpack(void *state, size_t offset,
@@ -191,13 +194,33 @@ static void p2p_sink_finish(void *state)
 {
 }
 
+/* A send buffer that could not be registered (read-only memory a memory
+ * domain refuses, no locked memory left) is sent by UCP's copying
+ * protocols through the same datatype: the "buffer" is the request. */
+static void *p2p_copy_start_pack(void *context, const void *buffer,
+                                 size_t count)
+{
+    return (void*)buffer;
+}
+
+static size_t p2p_copy_pack(void *state, size_t offset, void *dest,
+                            size_t max_length)
+{
+    p2p_request_t *req = state;
+    size_t        n    = req->status.count - offset;
+
+    n = (n < max_length) ? n : max_length;
+    memcpy(dest, (const char*)req->send.buf + offset, n);
+    return n;
+}
+
 int p2p_rndv_init(p2p_context_t *ctx)
 {
     static ucp_generic_dt_ops_t ops = {
-        .start_pack   = NULL,
+        .start_pack   = p2p_copy_start_pack,
         .start_unpack = p2p_sink_start_unpack,
         .packed_size  = p2p_sink_packed_size,
-        .pack         = NULL,
+        .pack         = p2p_copy_pack,
         .unpack       = p2p_sink_unpack,
         .finish       = p2p_sink_finish
     };

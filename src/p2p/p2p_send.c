@@ -313,7 +313,17 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
         return P2P_OK;
     }
 
-    if ((len < ctx->cfg.rndv_thresh) || P2P_UNLIKELY(peer->rma_sw)) {
+    region = NULL;
+    if ((len >= ctx->cfg.rndv_thresh) && P2P_LIKELY(!peer->rma_sw) &&
+        P2P_UNLIKELY(rcache_get(ctx->rcache, buf, len, 0, &region) != 0)) {
+        /* not registrable: UCP copies it (no registration anywhere) */
+        region = NULL;
+        req->send.buf       = buf;
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+        param.datatype      = ctx->sink_dt;
+        buf                 = req;
+    }
+    if (region == NULL) {
         /* UCP picks the protocol; ACK only if synchronous */
         param.flags  = p2p_auth_flag(peer);
         req->pending = 1;
@@ -340,15 +350,6 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
         return P2P_OK;
     }
 
-    ret = rcache_get(ctx->rcache, buf, len, 0, &region);
-    if (P2P_UNLIKELY(ret != 0)) {
-        /* refused before it was numbered: later messages to the peer do
-         * not wait for it */
-        p2p_set_error(ctx, "registering the %zu-byte send buffer %p failed:"
-                      " %s", len, buf, rcache_last_error(ctx->rcache));
-        p2p_send_refused(req, P2P_ERR_NO_MEMORY);
-        return P2P_OK;
-    }
     reg              = region->priv;
     req->send.region = region;
     if (p2p_wait_link(req) != P2P_OK) {

@@ -103,6 +103,9 @@ struct rcache {
     unsigned           inv_count;
     rcache_inv_range_t inv_queue[RCACHE_INV_QUEUE_LEN];
     uint64_t           unmap_events;  /* under inv_lock */
+    /* Test-only (IB2_RCACHE_TEST_NO_INVALIDATION): memory events are
+     * counted and otherwise ignored. Fixed at creation. */
+    bool               ignore_events;
 
     /* Slow path. */
     pthread_mutex_t    lock __attribute__((aligned(RCACHE_CACHE_LINE)));
@@ -157,6 +160,10 @@ int           rcache_heap_push(rcache_heap_t *heap, rcache_rgn_t *rgn);
 void          rcache_heap_remove(rcache_heap_t *heap, rcache_rgn_t *rgn);
 void          rcache_heap_key_raised(rcache_heap_t *heap, rcache_rgn_t *rgn);
 rcache_rgn_t *rcache_heap_min(const rcache_heap_t *heap);
+
+/* Test-only switch (docs/reg_cache.md, "Proving invalidation"). */
+#define RCACHE_TEST_NO_INVALIDATION_ENV   "IB2_RCACHE_TEST_NO_INVALIDATION"
+#define RCACHE_TEST_NO_INVALIDATION_VALUE "stale-registrations-corrupt-data"
 
 /* rcache_monitor.c */
 int  rcache_monitor_start(rcache_t *rcache);

@@ -13,11 +13,19 @@
  *
  * MALLOPT mode: glibc is told to keep freed memory mapped, so registrations
  * of heap memory stay valid; the caller invalidates what it unmaps itself.
+ *
+ * Test-only: IB2_RCACHE_TEST_NO_INVALIDATION makes the handler count events
+ * and drop them, so that a leave-pinned stress can show that it really sees
+ * stale registrations when nothing invalidates them. It corrupts data by
+ * design, so it takes a value nobody gives by chance, is read only when a
+ * cache is created, and says so on stderr whatever the log callback.
  */
 #include "rcache_int.h"
 
 #include <errno.h>
 #include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
 #include <ucm/api/ucm.h>
 #include <ucs/type/status.h>
 
@@ -39,6 +47,11 @@ static void rcache_monitor_event(ucm_event_type_t type, ucm_event_t *event,
     }
 
     pthread_spin_lock(&rcache->inv_lock);
+    ++rcache->unmap_events;
+    if (rcache->ignore_events) {
+        pthread_spin_unlock(&rcache->inv_lock);
+        return;
+    }
     if (rcache->inv_count < RCACHE_INV_QUEUE_LEN) {
         rcache->inv_queue[rcache->inv_count].start = start;
         rcache->inv_queue[rcache->inv_count].end   = end;
@@ -48,7 +61,6 @@ static void rcache_monitor_event(ucm_event_type_t type, ucm_event_t *event,
         last->start = (start < last->start) ? start : last->start;
         last->end   = (end > last->end) ? end : last->end;
     }
-    ++rcache->unmap_events;
     atomic_store_explicit(&rcache->inv_pending, 1, memory_order_release);
     pthread_spin_unlock(&rcache->inv_lock);
 }
@@ -68,10 +80,49 @@ unsigned rcache_monitor_take(rcache_t *rcache, rcache_inv_range_t *ranges)
     return count;
 }
 
+/* 0, or -EINVAL when the variable holds anything but its one value. */
+static int rcache_monitor_test_switch(rcache_t *rcache)
+{
+    const char *v = getenv(RCACHE_TEST_NO_INVALIDATION_ENV);
+
+    if (v == NULL || *v == '\0') {
+        return 0;
+    }
+    if (strcmp(v, RCACHE_TEST_NO_INVALIDATION_VALUE) != 0) {
+        rcache_log(rcache, 1, "%s=%s: this is a test-only switch that makes "
+                   "the cache ignore freed memory, so that data sent from "
+                   "or received into reallocated buffers is lost; it takes "
+                   "only the value '%s'. Unset it.",
+                   RCACHE_TEST_NO_INVALIDATION_ENV, v,
+                   RCACHE_TEST_NO_INVALIDATION_VALUE);
+        if (rcache->params.log != NULL) {
+            /* also where a silenced callback cannot hide it */
+            fprintf(stderr, "rcache %s: error: %s\n", rcache->name,
+                    rcache->last_error);
+        }
+        return -EINVAL;
+    }
+    if (rcache->params.monitor != RCACHE_MONITOR_UCM) {
+        return 0; /* no events to ignore */
+    }
+    /* Not through the log callback: a caller may have silenced it. */
+    fprintf(stderr, "rcache %s: WARNING: %s is set: memory events are "
+            "ignored, registrations of freed memory stay in the cache and "
+            "data through them is lost (test-only switch)\n", rcache->name,
+            RCACHE_TEST_NO_INVALIDATION_ENV);
+    rcache->ignore_events = true;
+    return 0;
+}
+
 int rcache_monitor_start(rcache_t *rcache)
 {
     ucs_status_t status;
+    int ret;
 
+    ret = rcache_monitor_test_switch(rcache);
+    if (ret != 0) {
+        return ret;
+    }
     switch (rcache->params.monitor) {
     case RCACHE_MONITOR_UCM:
         status = ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED,

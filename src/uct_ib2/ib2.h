@@ -32,6 +32,7 @@
 #include <ucs/debug/log.h>
 #include <ucs/sys/math.h>
 #include <ucs/type/class.h>
+#include <ucs/type/spinlock.h>
 
 #include <infiniband/verbs.h>
 
@@ -55,6 +56,12 @@ typedef struct ib2_md_config {
     uct_md_config_t super;
     UCS_CONFIG_STRING_ARRAY_FIELD(methods) reg_methods;
     int             indirect_atomic;       /* accepted, no effect */
+    int             mlx5_devx;             /* ucs_ternary_auto_value_t:
+                                              "yes" is refused */
+    UCS_CONFIG_STRING_ARRAY_FIELD(objs) devx_objs;  /* accepted, unused */
+    size_t          reg_mt_thresh;         /* accepted, unused */
+    size_t          reg_mt_chunk;          /* accepted if a power of 2 */
+    int             reg_mt_bind;           /* accepted, unused */
     size_t          rcache_max_regions;
     size_t          rcache_max_pinned;
     int             fork_safe;             /* MADV_DONTFORK */
@@ -71,9 +78,14 @@ typedef struct ib2_md {
     rcache_t               *rcache;        /* NULL: register directly */
     ucs_cpu_set_t          local_cpus;     /* cores near the adapter */
     int                    rcache_quiet;   /* creation may fail quietly */
-    int                    access;         /* what every MR is given */
+    int                    access;         /* the most an MR is given */
     double                 reg_overhead;
     double                 reg_growth;
+    /* The device's asynchronous events (ib2_async.c): read in UCX's async
+     * thread, handed to the interfaces listed here under the lock. */
+    ucs_spinlock_t         async_lock;
+    ucs_list_link_t        async_ifaces;
+    int                    async_watched;  /* the async fd is watched */
 } ib2_md_t;
 
 /* A memory handle: an rcache region (its priv holds the MR) or, without
@@ -84,6 +96,12 @@ typedef struct ib2_memh {
 
 ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
                          const uct_md_config_t *config, uct_md_h *md_p);
+
+/* Device events (ib2_async.c). */
+#define IB2_ASYNC_CQ_SEND 1
+#define IB2_ASYNC_CQ_RECV 2
+void ib2_md_async_init(ib2_md_t *md);
+void ib2_md_async_cleanup(ib2_md_t *md);
 
 /* The MR behind a memory handle from ib2_md mem_reg. */
 static UCS_F_ALWAYS_INLINE struct ibv_mr *ib2_memh_mr(ib2_md_t *md,
@@ -97,6 +115,8 @@ static UCS_F_ALWAYS_INLINE struct ibv_mr *ib2_memh_mr(ib2_md_t *md,
 
 /* Registration (ib2_md_reg.c). */
 int ib2_md_access(ib2_md_t *md);
+/* The cores near device dev: all of them where that is unknown (ib2_topo.c). */
+void ib2_topo_local_cpus(struct ibv_device *dev, ucs_cpu_set_t *cpus);
 ucs_status_t ib2_md_setup_reg(ib2_md_t *md, const ib2_md_config_t *config);
 ucs_status_t ib2_md_mem_reg(uct_md_h uct_md, void *address, size_t length,
                             unsigned flags, uct_mem_h *memh_p);
@@ -115,6 +135,8 @@ void ib2_md_reg_error(ib2_md_t *md, void *address, size_t length, int err,
 
 typedef struct ib2_iface_ib_compat {
     size_t                    tx_inline_resp;
+    int                       rx_max_bufs;     /* -1: no limit */
+    unsigned                  rx_queue_len;    /* accepted, no effect */
 } ib2_iface_ib_compat_t;
 
 typedef struct ib2_iface_rc_compat {
@@ -136,6 +158,7 @@ typedef struct ib2_iface_config {
     unsigned                  traffic_class;
     unsigned                  hop_limit;
     unsigned long             gid_index;         /* UCS_ULUNITS_AUTO: auto */
+    char                      *gid_addr;         /* "" or an IP address */
     double                    timeout;           /* seconds per retry */
     unsigned                  retry_count;
     double                    rnr_timeout;       /* S queues */
@@ -216,6 +239,8 @@ typedef struct ib2_iface {
     int                    rx_cq_needed;   /* receive buffers that could
                                               complete at once */
     unsigned               num_srqs;
+    int                    srq_short;      /* an SRQ got fewer buffers than
+                                              asked: refill even when idle */
     khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep | queue */
     ucs_list_link_t        eps;            /* open endpoints */
     ucs_list_link_t        zombies;        /* destroyed, buffers pending */
@@ -229,6 +254,16 @@ typedef struct ib2_iface {
                                               waits for */
     unsigned               in_progress;    /* inside ib2_iface_progress:
                                               zombies are freed after it */
+    /* Device events for this interface, from the async thread
+     * (ib2_async.c; under md->async_lock, but for the flag). */
+    struct {
+        ucs_list_link_t    list;           /* md->async_ifaces */
+        volatile int       pending;        /* something below is set */
+        uint8_t            cq_err;         /* IB2_ASYNC_CQ_*: overran */
+        uint8_t            lost;           /* more QPs than qpn holds */
+        unsigned           nqp;
+        uint32_t           qpn[16];        /* QPs the device failed */
+    } async;
     /* Work request templates of the short sends: only what changes is
      * written per call. (An interface is used by one thread at a time, and
      * inline data is copied by the time ibv_post_send returns.) */
@@ -251,6 +286,7 @@ typedef struct ib2_iface {
         unsigned           max_inline;
         unsigned           max_send_sge;   /* per work request */
         unsigned           rx_poll_batch;
+        unsigned           rx_max_bufs;    /* per queue's pool */
         unsigned           mtu_enum;
         unsigned           sl;
         unsigned           pkey_index;
@@ -296,12 +332,17 @@ static UCS_F_ALWAYS_INLINE void *ib2_tx_data(ib2_tx_desc_t *desc)
 unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
                       struct ib2_ep *ep, unsigned count,
                       ib2_rx_desc_t **record);
-ucs_status_t ib2_rxq_init(ib2_iface_t *iface);
+ucs_status_t ib2_rxq_init(ib2_iface_t *iface, const uct_iface_params_t *params);
 void ib2_rxq_cleanup(ib2_iface_t *iface);
 unsigned ib2_rx_progress(ib2_iface_t *iface);
+void ib2_rx_drain(ib2_iface_t *iface);
 void ib2_rx_release_desc(ib2_iface_t *iface, ib2_rx_desc_t *desc);
 
 unsigned ib2_tx_progress(ib2_iface_t *iface);
+void ib2_iface_async_add(ib2_iface_t *iface);
+void ib2_iface_async_remove(ib2_iface_t *iface);
+void ib2_iface_async_progress(ib2_iface_t *iface);
+unsigned ib2_rx_repost(ib2_iface_t *iface, struct ib2_ep *ep, unsigned q);
 
 
 /* ---- endpoint --------------------------------------------------------------- */
@@ -379,6 +420,9 @@ typedef struct ib2_ep {
                                            oldest not completed (tx_seq if
                                            none) + seq_window */
     uint8_t           fence_iface;      /* counted in iface->fence_eps */
+    uint8_t           probed;           /* an empty write went since the
+                                           peer last gave credits
+                                           (ib2_ep_probe) */
     ucs_arbiter_group_t arb_group;      /* pending requests */
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
@@ -487,6 +531,7 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
 /* Ordering and completion (ib2_ep_flush.c). */
 int ib2_ep_fence_done(ib2_ep_t *ep);
 void ib2_ep_probe(ib2_ep_t *ep);
+void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q);
 void ib2_ep_signal_am_tails(ib2_ep_t *ep);
 ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
 void ib2_iface_fence_uncount(ib2_ep_t *ep);

@@ -23,6 +23,9 @@ void ib2_ep_credits_returned(ib2_ep_t *ep, unsigned q, unsigned credits,
 
     txq->credits += (int32_t)credits;
     ucs_assert(txq->credits <= (int32_t)spec->num);
+    if (credits != 0) {
+        ep->probed = 0; /* the peer is there: a later wait probes again */
+    }
     if (cm_return) {
         ++txq->cm_credits;
         ucs_assert(txq->cm_credits <= (int32_t)spec->reserved);
@@ -94,6 +97,10 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep)
         ib2_ep_rxq_t *rxq         = &ep->rxq[q];
         ib2_ep_txq_t *txq         = &ep->txq[q];
 
+        if ((spec->type == IB2_RQ_PER_PEER) && (rxq->consumed != 0) &&
+            (ib2_rx_repost(iface, ep, q) != 0)) {
+            still = !ep->failed;   /* the device refused them again */
+        }
         while ((spec->type == IB2_RQ_PER_PEER) &&
                (rxq->credits_owed >= spec->window)) {
             if ((txq->cm_credits <= 0) || !ib2_txq_ready(iface, txq) ||

@@ -42,6 +42,16 @@ ib2_ep_am_short_slow(ib2_ep_t *ep, unsigned q, uint8_t id, uint64_t header,
                                 length, flags);
 }
 
+/* The first queue's slow path, with ib2_ep_am_short's own arguments: the
+ * fast path reaches it with a jump, its registers as they came. */
+static UCS_F_NOINLINE ucs_status_t
+ib2_ep_am_short_slow_q0(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                        const void *payload, unsigned length)
+{
+    return ib2_ep_am_short_slow(ucs_derived_of(tl_ep, ib2_ep_t), 0, id,
+                                header, payload, length);
+}
+
 static UCS_F_ALWAYS_INLINE ucs_status_t
 ib2_ep_am_short_queue(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
                       uint8_t id, uint64_t header, const void *payload,
@@ -82,7 +92,10 @@ ucs_status_t ib2_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
                      iface->config.am_short_q0)) {
         return ib2_ep_am_short_other(iface, ep, id, header, payload, length);
     }
-    return ib2_ep_am_short_queue(iface, ep, 0, id, header, payload, length);
+    if (ucs_unlikely(!ib2_ep_tx_fast(iface, ep, 0, 1))) {
+        return ib2_ep_am_short_slow_q0(tl_ep, id, header, payload, length);
+    }
+    return ib2_ep_am_short_post(iface, ep, 0, id, header, payload, length, 0);
 }
 
 ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,

@@ -95,6 +95,10 @@ static ucs_status_t ib2_ep_post_p_buffers(ib2_ep_t *ep)
         ep->rxq[q].posted = n;
         done             += n;
         if (n != want) {
+            ucs_error("%s:%u: could post only %u of the %u receive buffers "
+                      "of queue %u for a new endpoint (out of memory, or "
+                      "UCX_IB2_IB_RX_MAX_BUFS reached)", iface->md->name,
+                      iface->port, n, want, q + 1);
             ib2_ep_release_qps(ep);
             for (n = 0; n < done; ++n) {
                 ib2_rx_release_desc(iface, record[n]);

@@ -427,10 +427,44 @@ ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
 }
 
 /*
- * A request is about to wait on an endpoint with nothing in flight (all
- * its credits sit with the peer, say). If the peer is dead no completion
- * or credit would ever wake it: an empty write finds out.
+ * A request waits on an endpoint (ib2_ep_tx_state: WAIT_EP). If nothing is
+ * in flight on it (all its credits sit with the peer, say) and the peer is
+ * dead, no completion or credit would ever wake it: an empty write finds
+ * out. Called when a request starts to wait and whenever a completion
+ * leaves it waiting, so a wait that begins with sends in flight (their
+ * completions arrive, the peer dies before it returns credits) is probed
+ * once they are done. One write per wait for credits: the peer that
+ * acknowledges it is alive and will give credits back.
  */
+/*
+ * The device moved queue q's QP to the error state on its own (an async
+ * event, or a receive flushed that we did not flush): make the send path
+ * hear of it, since nothing else may. Sends outstanding on the QP come
+ * back flushed, behind the error that caused it if there was one (whose
+ * status is then the endpoint's); with none, an empty signaled write is
+ * flushed at once.
+ */
+void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
+{
+    ib2_iface_t *iface = ep->iface;
+    ib2_ep_txq_t *txq  = &ep->txq[q];
+
+    if (ep->failed || ep->destroyed) {
+        return;
+    }
+    if (!ep->connected) {
+        ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
+        return;
+    }
+    if (txq->acked != txq->sn) {
+        return;
+    }
+    if (!ib2_txq_ready(iface, txq) ||
+        (ib2_ep_post_empty_write(iface, ep, q) != UCS_OK)) {
+        ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
+    }
+}
+
 void ib2_ep_probe(ib2_ep_t *ep)
 {
     ib2_iface_t *iface = ep->iface;
@@ -441,12 +475,14 @@ void ib2_ep_probe(ib2_ep_t *ep)
     }
     for (q = 0; q < ep->nq; ++q) {
         if (ep->txq[q].acked != ep->txq[q].sn) {
+            /* their completions come back, and call this again */
             (void)ib2_ep_signal_tail(iface, ep, q);
             return;
         }
     }
-    if (ib2_txq_ready(iface, &ep->txq[0]) &&
+    if (!ep->probed && ib2_txq_ready(iface, &ep->txq[0]) &&
         (ib2_ep_post_empty_write(iface, ep, 0) == UCS_OK)) {
+        ep->probed = 1;
         ++iface->counters.probes;
     }
 }

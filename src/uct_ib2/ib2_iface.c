@@ -15,6 +15,9 @@ static unsigned ib2_iface_progress(void *arg)
     unsigned count;
 
     ++iface->in_progress;
+    if (ucs_unlikely(iface->async.pending)) {
+        ib2_iface_async_progress(iface);
+    }
     count  = ib2_rx_progress(iface);
     count += ib2_tx_progress(iface);
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
@@ -352,7 +355,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_NO_MEMORY;
         goto err_cleanup_mp;
     }
-    status = ib2_rxq_init(self);
+    status = ib2_rxq_init(self, params);
     if (status != UCS_OK) {
         goto err_cleanup_hash;
     }
@@ -365,6 +368,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_IO_ERROR;
         goto err_cleanup_rxq;
     }
+    ib2_iface_async_add(self);
     ucs_debug("%s:%u: rc_ib2 iface %p, mtu %u, inline %u, queues %u",
               md->name, self->port, self, ib2_mtu_bytes(self->config.mtu_enum),
               self->config.max_inline, self->rq.count);
@@ -393,10 +397,12 @@ err_cleanup:
 
 static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
 {
+    struct ibv_wc wc[16];
     ib2_ep_t *ep, *tmp;
 
     uct_base_iface_progress_disable(&self->super.super,
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    ib2_iface_async_remove(self);
     /* Endpoints the user left open go first: their QPs use the CQs. */
     if (!ucs_list_is_empty(&self->eps)) {
         ucs_warn("%s:%u: rc_ib2 interface closed with endpoints still open: "
@@ -410,6 +416,12 @@ static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
     ucs_list_for_each_safe(ep, tmp, &self->zombies, list) {
         ucs_list_del(&ep->list);
         UCS_CLASS_DELETE(ib2_ep_t, ep);
+    }
+    /* Completions still queued point into the receive buffers: taken off
+     * before the buffers go (softverbs places a small receive's bytes when
+     * its completion is polled or its region deregistered, and a region
+     * deregistered after its memory was unmapped would then be written). */
+    while (ibv_poll_cq(self->recv_cq, 16, wc) > 0) {
     }
     ib2_rxq_cleanup(self);
     kh_destroy(ib2_qp_ep, self->qp_ep);

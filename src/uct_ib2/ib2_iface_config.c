@@ -38,6 +38,19 @@ static ucs_config_field_t ib2_iface_ib_compat_table[] = {
      ucs_offsetof(ib2_iface_ib_compat_t, tx_inline_resp),
      UCS_CONFIG_TYPE_MEMUNITS},
 
+    {"RX_MAX_BUFS", "-1",
+     "Most receive buffers of each receive queue, posted and held by the\n"
+     "user together (UCX's IB_RX_MAX_BUFS); -1: no limit. At the limit a P\n"
+     "queue returns no credits and an S queue's peers wait (receiver not\n"
+     "ready) until buffers are released. An S queue needs its <num>, and\n"
+     "each endpoint num + reserved of every P queue.",
+     ucs_offsetof(ib2_iface_ib_compat_t, rx_max_bufs), UCS_CONFIG_TYPE_INT},
+
+    {"RX_QUEUE_LEN", "4096",
+     "Receive queue length of UCX's IB transports (IB_RX_QUEUE_LEN).\n"
+     "rc_ib2's queue lengths are RECEIVE_QUEUES': accepted, no effect.",
+     ucs_offsetof(ib2_iface_ib_compat_t, rx_queue_len), UCS_CONFIG_TYPE_UINT},
+
     {NULL}
 };
 
@@ -118,8 +131,15 @@ ucs_config_field_t ib2_iface_config_table[] = {
      ucs_offsetof(ib2_iface_config_t, hop_limit), UCS_CONFIG_TYPE_UINT},
 
     {"GID_INDEX", "auto",
-     "GID table index for RoCE; \"auto\": the first RoCE v2 GID, else 0.",
+     "GID table index for RoCE; \"auto\": the GID of the port's IP address\n"
+     "(RoCE v2; IPv4 first, then a routable IPv6 address), else the first\n"
+     "RoCE v2 GID, else 0. See also GID_ADDR.",
      ucs_offsetof(ib2_iface_config_t, gid_index), UCS_CONFIG_TYPE_ULUNITS},
+
+    {"GID_ADDR", "",
+     "RoCE: the GID of this IP address of the port (IPv4 or IPv6; its RoCE\n"
+     "v2 entry, else its v1 entry), instead of GID_INDEX.",
+     ucs_offsetof(ib2_iface_config_t, gid_addr), UCS_CONFIG_TYPE_STRING},
 
     {"TIMEOUT", "500ms",
      "Transport retry timeout: how long a send waits for an acknowledgement\n"
@@ -230,42 +250,6 @@ ucs_status_t ib2_parse_dev_name(ib2_md_t *md, const char *dev_name,
         return UCS_ERR_NO_DEVICE;
     }
     *port = (uint8_t)num;
-    return UCS_OK;
-}
-
-ucs_status_t ib2_iface_select_gid(ib2_iface_t *iface,
-                                  const ib2_iface_config_t *config)
-{
-    struct ibv_gid_entry entry;
-    int i;
-
-    if (config->gid_index != UCS_ULUNITS_AUTO) {
-        if (config->gid_index >= (unsigned)iface->port_attr.gid_tbl_len) {
-            ucs_error("UCX_IB2_GID_INDEX=%lu: %s:%u has %d GIDs",
-                      config->gid_index, iface->md->name, iface->port,
-                      iface->port_attr.gid_tbl_len);
-            return UCS_ERR_INVALID_PARAM;
-        }
-        iface->gid_index = (uint8_t)config->gid_index;
-    } else {
-        iface->gid_index = 0;
-        if (iface->is_eth) {
-            for (i = 0; i < iface->port_attr.gid_tbl_len; ++i) {
-                if (ibv_query_gid_ex(iface->md->ctx, iface->port, i, &entry,
-                                     0) == 0 &&
-                    entry.gid_type == IBV_GID_TYPE_ROCE_V2) {
-                    iface->gid_index = (uint8_t)i;
-                    break;
-                }
-            }
-        }
-    }
-    if (ibv_query_gid(iface->md->ctx, iface->port, iface->gid_index,
-                      &iface->gid) != 0) {
-        ucs_error("%s:%u: ibv_query_gid(%u) failed: %m", iface->md->name,
-                  iface->port, iface->gid_index);
-        return UCS_ERR_IO_ERROR;
-    }
     return UCS_OK;
 }
 
@@ -401,6 +385,29 @@ static ucs_status_t ib2_iface_seq_window(ib2_iface_t *iface)
 
 /* Every numeric setting, checked against what the device and the wire
  * protocol can do; the derived settings. */
+/* IB_RX_MAX_BUFS: no limit, or at least what every queue must post. */
+static ucs_status_t ib2_iface_rx_max_bufs(ib2_iface_t *iface, int max_bufs)
+{
+    unsigned q, need;
+
+    if (max_bufs == -1) {
+        iface->config.rx_max_bufs = UINT_MAX;
+        return UCS_OK;
+    }
+    for (q = 0; q < iface->rq.count; ++q) {
+        need = iface->rq.q[q].num + ((iface->rq.q[q].type == IB2_RQ_PER_PEER) ?
+                                     iface->rq.q[q].reserved : 0);
+        if ((max_bufs < 1) || ((unsigned)max_bufs < need)) {
+            ucs_error("UCX_IB2_IB_RX_MAX_BUFS=%d: queue %u posts %u buffers "
+                      "(UCX_IB2_RECEIVE_QUEUES); give -1 (no limit) or at "
+                      "least that", max_bufs, q + 1, need);
+            return UCS_ERR_INVALID_PARAM;
+        }
+    }
+    iface->config.rx_max_bufs = (unsigned)max_bufs;
+    return UCS_OK;
+}
+
 ucs_status_t ib2_iface_apply_config(ib2_iface_t *iface,
                                     const ib2_iface_config_t *config,
                                     const uct_iface_params_t *params)
@@ -452,6 +459,10 @@ ucs_status_t ib2_iface_apply_config(ib2_iface_t *iface,
                   "of %s)", config->rx_cq_len, dev->max_cqe,
                   iface->md->name);
         return UCS_ERR_INVALID_PARAM;
+    }
+    status = ib2_iface_rx_max_bufs(iface, config->ib_compat.rx_max_bufs);
+    if (status != UCS_OK) {
+        return status;
     }
     status = ib2_iface_seq_window(iface);
     if (status != UCS_OK) {

@@ -176,6 +176,45 @@ int ib2_iface_is_reachable(const uct_iface_h tl_iface,
 }
 
 
+/*
+ * The adapter's place in the system for UCX's topology: its PCI function,
+ * the directory above "infiniband/NAME" in the real sysfs path of the
+ * verbs device (/sys/devices/pci0000:3b/0000:3b:00.0/infiniband/mlx5_0).
+ * UCP weighs each transport device by its distance from others (e.g. from
+ * UCX_SELECT_DISTANCE_MD's device) with it. Unknown where the device has
+ * no PCI function (or another layout, as a sub-function's).
+ */
+static ucs_sys_device_t ib2_md_sys_device(ib2_md_t *md)
+{
+    char path[PATH_MAX], *name, *dir;
+    ucs_sys_device_t sys_dev;
+
+    if (realpath(md->ctx->device->ibdev_path, path) == NULL) {
+        return UCS_SYS_DEVICE_ID_UNKNOWN;
+    }
+    name = strrchr(path, '/');
+    if (name == NULL) {
+        return UCS_SYS_DEVICE_ID_UNKNOWN;
+    }
+    *name = '\0';
+    dir   = strrchr(path, '/');
+    if ((dir == NULL) || strcmp(dir + 1, "infiniband")) {
+        return UCS_SYS_DEVICE_ID_UNKNOWN;
+    }
+    *dir = '\0';
+    dir  = strrchr(path, '/');
+    if ((dir == NULL) ||
+        (ucs_topo_find_device_by_bdf_name(dir + 1, &sys_dev) != UCS_OK)) {
+        return UCS_SYS_DEVICE_ID_UNKNOWN;
+    }
+    if (ucs_topo_sys_device_set_name(sys_dev, md->name) != UCS_OK) {
+        ucs_debug("%s: cannot name system device %u", md->name, sys_dev);
+    }
+    ucs_debug("%s: PCI function %s, system device %u", md->name, dir + 1,
+              sys_dev);
+    return sys_dev;
+}
+
 /* One transport device per active port. */
 ucs_status_t ib2_query_tl_devices(uct_md_h tl_md,
                                   uct_tl_device_resource_t **devs_p,
@@ -185,6 +224,7 @@ ucs_status_t ib2_query_tl_devices(uct_md_h tl_md,
     uct_tl_device_resource_t *devs;
     struct ibv_port_attr attr;
     unsigned port, n = 0;
+    ucs_sys_device_t sys_dev = ib2_md_sys_device(md);
 
     devs = ucs_calloc(md->dev_attr.phys_port_cnt, sizeof(*devs),
                       "ib2_tl_devices");
@@ -204,7 +244,7 @@ ucs_status_t ib2_query_tl_devices(uct_md_h tl_md,
         ucs_snprintf_zero(devs[n].name, sizeof(devs[n].name), "%s:%u",
                           md->name, port);
         devs[n].type       = UCT_DEVICE_TYPE_NET;
-        devs[n].sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
+        devs[n].sys_device = sys_dev;
         ++n;
     }
     if (n == 0) {

@@ -9,8 +9,6 @@
 #include <ucs/sys/math.h>
 #include <ucs/sys/string.h>
 
-#include <hwloc.h>
-#include <hwloc/openfabrics-verbs.h>
 #include <limits.h>
 
 static ucs_config_field_t ib2_md_config_table[] = {
@@ -48,6 +46,39 @@ static ucs_config_field_t ib2_md_config_table[] = {
      "feature). rc_ib2 posts atomics on the registration's own key; any\n"
      "value is accepted and changes nothing.",
      ucs_offsetof(ib2_md_config_t, indirect_atomic), UCS_CONFIG_TYPE_BOOL},
+
+    /* UCX's IB memory domains take these two; UCX's own tests set them.
+     * rc_ib2 drives the adapter through plain verbs only. */
+    {"MLX5_DEVX", "try",
+     "mlx5 DEVX support (UCX's IB_MLX5_DEVX). rc_ib2 uses plain verbs:\n"
+     "no, try and auto change nothing; yes (require DEVX) is refused.",
+     ucs_offsetof(ib2_md_config_t, mlx5_devx), UCS_CONFIG_TYPE_TERNARY},
+
+    {"MLX5_DEVX_OBJECTS", "rcqp,rcsrq,dct,dcsrq,dci",
+     "Objects created through mlx5 DEVX (UCX's IB_MLX5_DEVX_OBJECTS).\n"
+     "Accepted, unused: rc_ib2 creates every object through verbs.",
+     ucs_offsetof(ib2_md_config_t, devx_objs),
+     UCS_CONFIG_TYPE_STRING_ARRAY},
+
+    /* UCX's IB memory domains register large regions with several threads
+     * on mlx5 adapters only; its verbs domain, like rc_ib2, registers
+     * every region with one ibv_reg_mr. Accepted so that settings made
+     * for UCX's IB transports apply. */
+    {"REG_MT_THRESH", "4G",
+     "Size from which UCX's mlx5 memory domains register with several\n"
+     "threads (UCX's IB_REG_MT_THRESH). Accepted; rc_ib2 registers every\n"
+     "region with one ibv_reg_mr, as UCX's verbs memory domain does.",
+     ucs_offsetof(ib2_md_config_t, reg_mt_thresh), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"REG_MT_CHUNK", "2G",
+     "Chunk of a multithreaded registration (UCX's IB_REG_MT_CHUNK), a\n"
+     "power of 2. Accepted; see REG_MT_THRESH.",
+     ucs_offsetof(ib2_md_config_t, reg_mt_chunk), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"REG_MT_BIND", "n",
+     "Bind multithreaded registration threads to cores (UCX's\n"
+     "IB_REG_MT_BIND). Accepted; see REG_MT_THRESH.",
+     ucs_offsetof(ib2_md_config_t, reg_mt_bind), UCS_CONFIG_TYPE_BOOL},
 
     {"REG_OVERHEAD", "16us",
      "Registration cost estimate: fixed part (of a miss in the cache).",
@@ -87,6 +118,7 @@ static void ib2_md_close(uct_md_h uct_md)
     if (md->rcache != NULL) {
         rcache_destroy(md->rcache);
     }
+    ib2_md_async_cleanup(md);
     ibv_dealloc_pd(md->pd);
     ibv_close_device(md->ctx);
     ucs_free(md);
@@ -112,42 +144,6 @@ static uct_md_ops_t ib2_md_ops = {
                               ucs_empty_function_return_unsupported,
 };
 
-/*
- * The cores close to the adapter (its NUMA node), from hwloc: UCP prefers
- * devices local to the process's cores. Unknown: all of them.
- */
-static void ib2_md_find_local_cpus(ib2_md_t *md, struct ibv_device *dev)
-{
-    hwloc_topology_t topo;
-    hwloc_bitmap_t set;
-    int cpu;
-
-    UCS_CPU_ZERO(&md->local_cpus);
-    set = hwloc_bitmap_alloc();
-    if (set == NULL || hwloc_topology_init(&topo) != 0) {
-        goto all;
-    }
-    if (hwloc_topology_load(topo) != 0 ||
-        hwloc_ibv_get_device_cpuset(topo, dev, set) != 0) {
-        hwloc_topology_destroy(topo);
-        goto all;
-    }
-    hwloc_bitmap_foreach_begin(cpu, set) {
-        if (cpu < UCS_CPU_SETSIZE) {
-            UCS_CPU_SET(cpu, &md->local_cpus);
-        }
-    } hwloc_bitmap_foreach_end();
-    hwloc_topology_destroy(topo);
-    hwloc_bitmap_free(set);
-    return;
-
-all:
-    hwloc_bitmap_free(set);
-    for (cpu = 0; cpu < UCS_CPU_SETSIZE; ++cpu) {
-        UCS_CPU_SET(cpu, &md->local_cpus);
-    }
-}
-
 ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
                          const uct_md_config_t *uct_config, uct_md_h *md_p)
 {
@@ -158,6 +154,18 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
     ib2_md_t *md;
     int i, n;
 
+    if (config->mlx5_devx == UCS_YES) {
+        ucs_error("%s: UCX_IB2_MLX5_DEVX=yes requires mlx5 DEVX, which "
+                  "rc_ib2 does not use (plain verbs only): set it to try, "
+                  "auto or no", md_name);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    if ((config->reg_mt_chunk != UCS_MEMUNITS_INF) &&
+        !ucs_is_pow2(config->reg_mt_chunk)) {
+        ucs_error("%s: UCX_IB2_REG_MT_CHUNK=%zu is not a power of 2",
+                  md_name, config->reg_mt_chunk);
+        return UCS_ERR_INVALID_PARAM;
+    }
     list = ibv_get_device_list(&n);
     if (list == NULL) {
         ucs_error("ibv_get_device_list() failed: %m");
@@ -203,7 +211,7 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
         goto out_close;
     }
     md->access = ib2_md_access(md);
-    ib2_md_find_local_cpus(md, list[i]);
+    ib2_topo_local_cpus(list[i], &md->local_cpus);
     status = ib2_md_setup_reg(md, config);
     if (status != UCS_OK) {
         goto out_dealloc_pd;
@@ -213,6 +221,7 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
         md->reg_overhead = 50e-9;
         md->reg_growth   = 0;
     }
+    ib2_md_async_init(md);
     ibv_free_device_list(list);
     *md_p = &md->super;
     return UCS_OK;

@@ -1,13 +1,23 @@
 /*
  * Registration: ibv_reg_mr through the leave-pinned cache (src/reg_cache)
- * or directly, as UCX_IB2_REG_METHODS says, with error messages that say
- * what to raise (memlock, the adapter's translation tables).
+ * or directly, as UCX_IB2_REG_METHODS says, with the access the caller's
+ * UCT_MD_MEM_ACCESS_* flags need; memory mapped read-only is registered
+ * for reads even where writes were asked for (see
+ * ib2_md_readonly_access). Error messages say what to raise (memlock, the
+ * adapter's translation tables).
  */
 #include "ib2.h"
 
 #include <ucs/sys/string.h>
+#include <ucs/sys/sys.h>
 
+#include <sys/mman.h>
 #include <sys/resource.h>
+
+/* Write access of any kind: the kernel then pins the pages for writing,
+ * which a read-only mapping refuses (EFAULT). */
+#define IB2_ACCESS_WRITES (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
+                           IBV_ACCESS_REMOTE_ATOMIC)
 
 void ib2_md_reg_error(ib2_md_t *md, void *address, size_t length, int err,
                       char *buf, size_t max)
@@ -47,6 +57,42 @@ int ib2_md_access(ib2_md_t *md)
 
     if (md->dev_attr.atomic_cap != IBV_ATOMIC_NONE) {
         access |= IBV_ACCESS_REMOTE_ATOMIC;
+    }
+    return access;
+}
+
+/*
+ * The verbs access a registration with these UCT flags needs. Write access
+ * only when asked for: a read-only buffer can then still be the source of
+ * a remote get or a send. No access flag at all: everything, as before
+ * UCT had them.
+ */
+static int ib2_md_reg_access(ib2_md_t *md, unsigned flags)
+{
+    int access = 0;
+
+    if (!(flags & UCT_MD_MEM_ACCESS_ALL)) {
+        return md->access;
+    }
+    if (flags & (UCT_MD_MEM_ACCESS_LOCAL_WRITE | UCT_MD_MEM_ACCESS_REMOTE_PUT)) {
+        /* remote write needs local write (verbs rule) */
+        access |= IBV_ACCESS_LOCAL_WRITE;
+    }
+    if (flags & UCT_MD_MEM_ACCESS_REMOTE_PUT) {
+        access |= IBV_ACCESS_REMOTE_WRITE;
+    }
+    if (flags & UCT_MD_MEM_ACCESS_REMOTE_GET) {
+        access |= IBV_ACCESS_REMOTE_READ;
+    }
+    if ((flags & UCT_MD_MEM_ACCESS_REMOTE_ATOMIC) &&
+        (md->access & IBV_ACCESS_REMOTE_ATOMIC)) {
+        access |= IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
+    }
+    if ((access & IBV_ACCESS_LOCAL_WRITE) &&
+        (md->ctx->device->transport_type == IBV_TRANSPORT_IWARP)) {
+        /* iWARP delivers a read response as a tagged write into the sink:
+         * the sink of a get needs remote write */
+        access |= IBV_ACCESS_REMOTE_WRITE;
     }
     return access;
 }
@@ -98,50 +144,110 @@ static void ib2_md_cache_log(void *arg, int is_error, const char *msg)
 
 /* ---- md operations ------------------------------------------------------- */
 
+/* One registration, through the cache or directly: 0 or an errno. */
+static int ib2_md_reg_once(ib2_md_t *md, void *address, size_t length,
+                           int access, uct_mem_h *memh_p)
+{
+    rcache_region_t *region;
+    ib2_memh_t *memh;
+    int ret;
+
+    if (md->rcache != NULL) {
+        /* The cache's messages go to the debug log; the caller's one
+         * error says everything (it takes the cache's memlock advice). */
+        md->rcache_quiet = 1;
+        ret = -rcache_get(md->rcache, address, length, (unsigned)access,
+                          &region);
+        md->rcache_quiet = 0;
+        if (ret == 0) {
+            *memh_p = region;
+        }
+        return ret;
+    }
+    memh = ucs_malloc(sizeof(*memh), "ib2_memh");
+    if (memh == NULL) {
+        return ENOMEM;
+    }
+    memh->mr = ibv_reg_mr(md->pd, address, length, access);
+    if (memh->mr == NULL) {
+        ret = errno ? errno : ENOMEM;
+        ucs_free(memh);
+        return ret;
+    }
+    *memh_p = memh;
+    return 0;
+}
+
+/*
+ * The access left when write access was asked for memory the process maps
+ * read-only, or -1. UCX 1.13's UCP asks for write access on every buffer
+ * it registers, a send buffer too, and aborts (an assertion in its
+ * rendezvous) when the registration fails; a read-only buffer can only
+ * ever be read, so the reads are what it gets. A write into it through
+ * this registration fails on the adapter, as the same write by the CPU
+ * would fault.
+ */
+static int ib2_md_readonly_access(void *address, size_t length, int access)
+{
+    uintptr_t start = (uintptr_t)address;
+    int prot;
+
+    if (!(access & IB2_ACCESS_WRITES)) {
+        return -1;
+    }
+    prot = ucs_get_mem_prot(start, start + length);
+    if (!(prot & PROT_READ) || (prot & PROT_WRITE)) {
+        return -1;
+    }
+    return access & ~IB2_ACCESS_WRITES;
+}
+
 ucs_status_t ib2_md_mem_reg(uct_md_h uct_md, void *address,
                             size_t length, unsigned flags,
                             uct_mem_h *memh_p)
 {
     ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
-    rcache_region_t *region;
-    ib2_memh_t *memh;
-    char msg[768];
+    int access   = ib2_md_reg_access(md, flags);
+    int ro_access;
+    char msg[1024];
     int ret;
 
-    if (md->rcache != NULL) {
-        /* A caller that can do without the registration (HIDE_ERRORS)
-         * hears of the failure through the status alone. */
-        md->rcache_quiet = !!(flags & UCT_MD_MEM_FLAG_HIDE_ERRORS);
-        ret = rcache_get(md->rcache, address, length, (unsigned)md->access,
-                         &region);
-        md->rcache_quiet = 0;
-        if (ret != 0) {
-            /* The cache said what happened (and about the memlock limit);
-             * here only the adapter's side is added. */
-            return (ret == -ENOMEM || ret == -EAGAIN) ?
-                   UCS_ERR_NO_MEMORY : UCS_ERR_IO_ERROR;
-        }
-        *memh_p = region;
+    ret = ib2_md_reg_once(md, address, length, access, memh_p);
+    if (ret == 0) {
         return UCS_OK;
     }
-
-    memh = ucs_malloc(sizeof(*memh), "ib2_memh");
-    if (memh == NULL) {
-        return UCS_ERR_NO_MEMORY;
-    }
-    memh->mr = ibv_reg_mr(md->pd, address, length, md->access);
-    if (memh->mr == NULL) {
-        ret = errno;
-        ib2_md_reg_error(md, address, length, ret, msg, sizeof(msg));
-        if (!(flags & UCT_MD_MEM_FLAG_HIDE_ERRORS)) {
-            ucs_error("%s", msg);
+    if ((ret == EFAULT) &&
+        ((ro_access = ib2_md_readonly_access(address, length,
+                                             access)) >= 0)) {
+        ret = ib2_md_reg_once(md, address, length, ro_access, memh_p);
+        if (ret == 0) {
+            ucs_debug("%s: %p..%p is mapped read-only: registered for "
+                      "reads only (access 0x%x, asked 0x%x)", md->name,
+                      address, UCS_PTR_BYTE_OFFSET(address, length),
+                      ro_access, access);
+            return UCS_OK;
         }
-        ucs_free(memh);
-        return (ret == ENOMEM || ret == EAGAIN) ? UCS_ERR_NO_MEMORY
-                                                 : UCS_ERR_IO_ERROR;
     }
-    *memh_p = memh;
-    return UCS_OK;
+    if (ret == EFAULT) {
+        snprintf(msg, sizeof(msg), "%s: ibv_reg_mr(%p, %zu) failed: %s: "
+                 "part of the range is not mapped, or not accessible",
+                 md->name, address, length, strerror(ret));
+    } else if (md->rcache != NULL) {
+        snprintf(msg, sizeof(msg), "%s: %s", md->name,
+                 rcache_last_error(md->rcache));
+    } else {
+        ib2_md_reg_error(md, address, length, ret, msg, sizeof(msg));
+    }
+    /* A caller that can do without the registration (HIDE_ERRORS) hears
+     * of the failure through the status alone. */
+    if (flags & UCT_MD_MEM_FLAG_HIDE_ERRORS) {
+        ucs_debug("%s", msg);
+    } else {
+        ucs_error("%s", msg);
+    }
+    return (ret == ENOMEM || ret == EAGAIN) ? UCS_ERR_NO_MEMORY :
+           (ret == EFAULT)                  ? UCS_ERR_INVALID_ADDR :
+                                              UCS_ERR_IO_ERROR;
 }
 
 ucs_status_t ib2_md_mem_dereg(uct_md_h uct_md,

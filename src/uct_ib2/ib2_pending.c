@@ -99,9 +99,14 @@ ucs_status_t ib2_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
 /* The endpoint got something back: let its requests try again. */
 void ib2_ep_resources_back(ib2_ep_t *ep)
 {
-    if ((ep->pending_count != 0) &&
-        (ib2_ep_tx_state(ep) != IB2_TX_WAIT_EP)) {
+    if (ep->pending_count == 0) {
+        return;
+    }
+    if (ib2_ep_tx_state(ep) != IB2_TX_WAIT_EP) {
         ucs_arbiter_group_schedule(&ep->iface->arbiter, &ep->arb_group);
+    } else {
+        /* still waiting: with nothing left in flight, is the peer there? */
+        ib2_ep_probe(ep);
     }
 }
 

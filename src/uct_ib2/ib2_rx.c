@@ -31,26 +31,38 @@
 
 /* ---- P queue bookkeeping ---------------------------------------------------- */
 
-/* A data buffer of P queue q was delivered: replace buffers at the low
- * watermark and owe the sender the credits. */
-static void ib2_rx_p_consumed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
+/*
+ * Replace the delivered buffers of P queue q once the buffers left fall to
+ * the low watermark, and owe the sender the credits. Returns how many
+ * should have gone and did not (the device refused the post): those are
+ * tried again from progress (ib2_ep_send_ctrl), since the sender, out of
+ * credits, may send nothing that would bring us here again.
+ */
+unsigned ib2_rx_repost(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
 {
     const ib2_rq_spec_t *spec = &iface->rq.q[q];
     ib2_ep_rxq_t *rxq         = &ep->rxq[q];
     unsigned posted;
 
-    ++rxq->consumed;
-    if (((int64_t)rxq->posted - spec->reserved > spec->low_wm) ||
-        ep->failed) {
-        return;
+    if ((rxq->consumed == 0) || ep->failed ||
+        ((int64_t)rxq->posted - spec->reserved > spec->low_wm)) {
+        return 0;
     }
     posted = ib2_rxq_post(iface, q, ep->txq[q].qp, ep, rxq->consumed, NULL);
     rxq->posted       += posted;
     rxq->consumed     -= posted;
     rxq->credits_owed += posted;
-    if (rxq->credits_owed >= spec->window) {
+    if ((rxq->credits_owed >= spec->window) || (rxq->consumed != 0)) {
         ib2_ep_schedule_ctrl(ep);
     }
+    return rxq->consumed;
+}
+
+/* A data buffer of P queue q was delivered. */
+static void ib2_rx_p_consumed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
+{
+    ++ep->rxq[q].consumed;
+    ib2_rx_repost(iface, ep, q);
 }
 
 /* ---- delivery --------------------------------------------------------------- */
@@ -273,6 +285,11 @@ static void ib2_rx_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
             if ((ep != NULL) && !ep->destroyed) {
                 ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
             }
+        } else if ((ep != NULL) && !ep->failed && !ep->destroyed) {
+            /* A per-peer buffer flushed although we did not fail the
+             * endpoint: the device moved the QP to the error state (it
+             * refused a peer's request, or failed the QP). */
+            ib2_ep_qp_error(ep, q);
         }
         if (ep != NULL && ep->destroyed) {
             ib2_ep_zombie_progress(ep);
@@ -309,35 +326,86 @@ static void ib2_rx_refill_srqs(ib2_iface_t *iface)
     ib2_iface_rxq_t *rxq;
     unsigned q;
 
+    iface->srq_short = 0;
     for (q = 0; q < iface->rq.count; ++q) {
         rxq = &iface->rxq[q];
         if (rxq->srq != NULL && rxq->srq_posted <= rxq->spec.low_wm) {
             rxq->srq_posted += ib2_rxq_post(iface, q, NULL, NULL,
                                             rxq->spec.num - rxq->srq_posted,
                                             NULL);
+            /* The pool or the device gave fewer (IB_RX_MAX_BUFS with the
+             * user holding buffers, no memory, a refused post): peers'
+             * sends wait (receiver not ready) until a refill, which no
+             * receive completion would bring, so progress tries again
+             * even when nothing arrives. */
+            iface->srq_short |= (rxq->srq_posted <= rxq->spec.low_wm);
         }
     }
 }
 
-unsigned ib2_rx_progress(ib2_iface_t *iface)
+/* Poll up to a batch of receive completions; returns how many. */
+static int ib2_rx_poll(ib2_iface_t *iface)
 {
     struct ibv_wc wc[32];
     int i, n;
 
     n = ibv_poll_cq(iface->recv_cq,
                     (int)ucs_min(iface->config.rx_poll_batch, 32u), wc);
-    if (n <= 0) {
-        if (ucs_unlikely(n < 0)) {
-            ucs_error("%s:%u: ibv_poll_cq(receive) failed: %d",
-                      iface->md->name, iface->port, n);
-        }
+    if (ucs_unlikely(n < 0)) {
+        ucs_error("%s:%u: ibv_poll_cq(receive) failed: %d", iface->md->name,
+                  iface->port, n);
         return 0;
     }
     for (i = 0; i < n; ++i) {
         ib2_rx_completion(iface, &wc[i]);
     }
+    return n;
+}
+
+unsigned ib2_rx_progress(ib2_iface_t *iface)
+{
+    unsigned count;
+    int n;
+
+    n = ib2_rx_poll(iface);
+    if (n == 0) {
+        if (ucs_unlikely(iface->srq_short)) {
+            ib2_rx_refill_srqs(iface);
+        }
+        return 0;
+    }
+    count = (unsigned)n;
+    /* A destroyed endpoint keeps its share of the receive CQ until the
+     * flush completions of its P queue buffers are polled (ib2_ep_conn.c).
+     * A program that creates and destroys endpoints faster than a batch
+     * per progress call reaps them (UCX's test_uct_ep: 300 in a row, each
+     * with hundreds of buffers) would grow the CQ without end: while there
+     * are zombies, the CQ is drained, at most its size per call. */
+    if (ucs_unlikely(!ucs_list_is_empty(&iface->zombies))) {
+        while ((n == (int)ucs_min(iface->config.rx_poll_batch, 32u)) &&
+               (count < (unsigned)iface->recv_cq->cqe)) {
+            n      = ib2_rx_poll(iface);
+            count += (unsigned)n;
+        }
+    }
     if (iface->num_srqs != 0) {
         ib2_rx_refill_srqs(iface);
     }
-    return (unsigned)n;
+    return count;
+}
+
+/*
+ * Before an endpoint is failed for an error the device reported elsewhere
+ * (a send completion, an async event): what the device delivered before
+ * it is in the receive CQ, and reaches the user first. A failed endpoint
+ * drops what arrives, and the two CQs (and the async events) are not
+ * ordered with each other. Bounded: a peer that keeps sending does not
+ * keep us here.
+ */
+void ib2_rx_drain(ib2_iface_t *iface)
+{
+    unsigned i;
+
+    for (i = 0; (i < 256) && (ib2_rx_progress(iface) != 0); ++i) {
+    }
 }

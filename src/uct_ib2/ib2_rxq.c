@@ -7,6 +7,7 @@
 
 #include <ucs/arch/bitops.h>
 #include <ucs/arch/cpu.h>
+#include <ucs/time/time.h>
 
 #define IB2_RX_POST_BATCH 64
 
@@ -16,6 +17,23 @@ static void ib2_rx_desc_init(uct_iface_h tl_iface, void *obj, uct_mem_h memh)
     ib2_rx_desc_t *desc = obj;
 
     desc->lkey = ib2_memh_mr(iface->md, memh)->lkey;
+}
+
+/* Refused posts are tried again from progress: said once a second. */
+static void ib2_rxq_post_failed(ib2_iface_t *iface, unsigned queue, int ret)
+{
+    static ucs_time_t last;
+    ucs_time_t now = ucs_get_time();
+
+    if ((last == 0) || (ucs_time_to_sec(now - last) >= 1.0)) {
+        last = now;
+        ucs_error("%s:%u: posting receives to queue %u failed: %s (tried "
+                  "again while progress runs)", iface->md->name, iface->port,
+                  queue, strerror(ret));
+    } else {
+        ucs_debug("%s:%u: posting receives to queue %u failed: %s",
+                  iface->md->name, iface->port, queue, strerror(ret));
+    }
 }
 
 unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
@@ -46,7 +64,10 @@ unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
             wr[i].next      = &wr[i + 1];
         }
         if (i == 0) {
-            ucs_error("%s:%u: out of receive buffers for queue %u",
+            /* The pool said so (uct_iface_mpool_empty_warn); callers that
+             * need every buffer report it, the others try again later
+             * (ib2_ep_send_ctrl for P queues, the SRQ refill). */
+            ucs_debug("%s:%u: out of receive buffers for queue %u",
                       iface->md->name, iface->port, queue);
             break;
         }
@@ -64,8 +85,7 @@ unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
                 record[posted + k] = (ib2_rx_desc_t*)(uintptr_t)wr[k].wr_id;
             }
             posted += done;
-            ucs_error("%s:%u: posting receives to queue %u failed: %s",
-                      iface->md->name, iface->port, queue, strerror(ret));
+            ib2_rxq_post_failed(iface, queue, ret);
             break;
         }
         if (record != NULL) {
@@ -81,12 +101,13 @@ unsigned ib2_rxq_post(ib2_iface_t *iface, unsigned queue, struct ibv_qp *qp,
     return posted;
 }
 
-ucs_status_t ib2_rxq_init(ib2_iface_t *iface)
+ucs_status_t ib2_rxq_init(ib2_iface_t *iface, const uct_iface_params_t *params)
 {
     uct_iface_mpool_config_t mp_config = { .max_bufs  = UINT_MAX,
                                            .bufs_grow = 0 };
     struct ibv_srq_init_attr srq_attr;
     ib2_iface_rxq_t *rxq;
+    size_t align, align_offset;
     ucs_status_t status;
     unsigned q;
 
@@ -94,11 +115,23 @@ ucs_status_t ib2_rxq_init(ib2_iface_t *iface)
         rxq            = &iface->rxq[q];
         rxq->spec      = iface->rq.q[q];
         mp_config.bufs_grow = ucs_min(ucs_max(rxq->spec.num, 32u), 1024u);
+        mp_config.max_bufs  = iface->config.rx_max_bufs;
+        /* The payload an AM handler gets is aligned as the user asked
+         * (am_alignment, am_align_offset), else to a cache line; an
+         * alignment that is no power of 2 is refused (by the pool). */
+        status = uct_iface_param_am_alignment(params,
+                                              rxq->spec.size -
+                                              sizeof(ib2_hdr_t),
+                                              iface->config.rx_data_offset,
+                                              iface->config.rx_data_offset,
+                                              &align, &align_offset);
+        if (status != UCS_OK) {
+            goto err;
+        }
         status = uct_iface_mpool_init(&iface->super, &rxq->mp,
                                       iface->config.rx_data_offset -
                                       sizeof(ib2_hdr_t) + rxq->spec.size,
-                                      iface->config.rx_data_offset,
-                                      UCS_SYS_CACHE_LINE_SIZE, &mp_config,
+                                      align_offset, align, &mp_config,
                                       mp_config.bufs_grow, ib2_rx_desc_init,
                                       "ib2_rx_desc");
         if (status != UCS_OK) {
@@ -125,6 +158,9 @@ ucs_status_t ib2_rxq_init(ib2_iface_t *iface)
         rxq->srq_posted = ib2_rxq_post(iface, q, NULL, NULL, rxq->spec.num,
                                        NULL);
         if (rxq->srq_posted != rxq->spec.num) {
+            ucs_error("%s:%u: could post only %u of the %u receive buffers "
+                      "of queue %u (out of memory?)", iface->md->name,
+                      iface->port, rxq->srq_posted, rxq->spec.num, q + 1);
             ++q;
             status = UCS_ERR_NO_MEMORY;
             goto err;

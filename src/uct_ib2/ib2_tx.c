@@ -144,7 +144,10 @@ static ucs_status_t ib2_wc_status(enum ibv_wc_status status)
     case IBV_WC_REM_OP_ERR:
         return UCS_ERR_CONNECTION_RESET;
     case IBV_WC_WR_FLUSH_ERR:
-        return UCS_ERR_CANCELED;
+        /* Seen first on an endpoint that has not failed (whose failure
+         * would give the status): the device moved the QP to the error
+         * state on its own. Not the user's cancel. */
+        return UCS_ERR_IO_ERROR;
     default:
         return UCS_ERR_IO_ERROR;
     }
@@ -186,7 +189,10 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
                 ucs_debug("%s:%u: send completion error on QP 0x%x: %s",
                           iface->md->name, iface->port, wc[i].qp_num,
                           ibv_wc_status_str(wc[i].status));
-                ib2_ep_set_failed(ep, status);
+                ib2_rx_drain(iface);
+                if (!ep->failed && !ep->destroyed) {
+                    ib2_ep_set_failed(ep, status);
+                }
             }
             if (ep->failed) {
                 status = ep->failed;

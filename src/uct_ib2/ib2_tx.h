@@ -81,14 +81,18 @@ ib2_ep_post_flags(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     uint32_t sn       = txq->sn + 1;
     int ret;
 
-    signal          |= (sn - txq->signaled_sn) >=
-                       iface->config.tx_moderation;
-    flags           |= signal ? IBV_SEND_SIGNALED : 0;
-    txq->am_sn      += (uint32_t)am;
-    wr->wr_id        = ib2_wrid_make(sn, txq->am_sn);
-    wr->send_flags   = flags;
-    txq->signaled_sn = (flags & IBV_SEND_SIGNALED) ? sn : txq->signaled_sn;
-    txq->sn          = sn;
+    /* Branches, not selects: most sends are not signaled. */
+    if (ucs_unlikely(signal) ||
+        ((sn - txq->signaled_sn) >= iface->config.tx_moderation)) {
+        flags |= IBV_SEND_SIGNALED;
+    }
+    if (flags & IBV_SEND_SIGNALED) {
+        txq->signaled_sn = sn;
+    }
+    txq->am_sn    += (uint32_t)am;
+    ib2_wrid_set(&wr->wr_id, sn, txq->am_sn);
+    wr->send_flags = flags;
+    txq->sn        = sn;
     --txq->sq_avail;
     --iface->tx_cq_avail;
     ret = ibv_post_send(txq->qp, wr, &iface->tx_short.bad_wr);
@@ -156,7 +160,7 @@ static UCS_F_ALWAYS_INLINE void ib2_ep_am_sent(ib2_ep_t *ep,
 static UCS_F_ALWAYS_INLINE int ib2_ep_am_signal(ib2_ep_t *ep,
                                                 ib2_ep_txq_t *txq)
 {
-    return (txq->credits == 0) | !ib2_ep_seq_room(ep);
+    return (txq->credits == 0) || !ib2_ep_seq_room(ep);
 }
 
 static UCS_F_ALWAYS_INLINE ib2_tx_desc_t *ib2_ep_get_desc(ib2_iface_t *iface)

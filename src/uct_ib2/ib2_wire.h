@@ -29,6 +29,8 @@
 #ifndef IB2_WIRE_H
 #define IB2_WIRE_H
 
+#include <string.h>
+
 #include <stdint.h>
 #include "ib2_rqspec.h"
 
@@ -78,6 +80,18 @@ typedef struct ib2_ep_addr {
 static inline uint64_t ib2_wrid_make(uint32_t sn, uint32_t am_sn)
 {
     return ((uint64_t)am_sn << 32) | sn;
+}
+
+/* The same, written in place: two 32-bit stores where the halves lie in
+ * memory in that order (little-endian), instead of building the value. */
+static inline void ib2_wrid_set(uint64_t *wr_id, uint32_t sn, uint32_t am_sn)
+{
+#if defined(__BYTE_ORDER__) && (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+    memcpy(wr_id, &sn, sizeof(sn));
+    memcpy((char*)wr_id + sizeof(sn), &am_sn, sizeof(am_sn));
+#else
+    *wr_id = ib2_wrid_make(sn, am_sn);
+#endif
 }
 
 static inline uint32_t ib2_wrid_sn(uint64_t wr_id)

@@ -7,6 +7,7 @@
 #include "rcache_mock.h"
 
 #include <malloc.h>
+#include <string>
 #include <sys/ipc.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
@@ -241,6 +242,111 @@ TEST_F(RcacheEvents, ProgressAppliesDeferredInvalidation)
     EXPECT_TRUE(backend.is_live(id)) << "the hook itself deregisters nothing";
     rcache_progress(cache);
     EXPECT_FALSE(backend.is_live(id));
+}
+
+/*
+ * The test-only switch IB2_RCACHE_TEST_NO_INVALIDATION (read when a cache
+ * is created): with its one value the cache ignores memory events, which
+ * is what lets the leave-pinned stress tests show they see stale
+ * registrations; any other value refuses to create the cache.
+ */
+class RcacheNoInvalidation : public RcacheEvents {
+protected:
+    static constexpr const char *env   = "IB2_RCACHE_TEST_NO_INVALIDATION";
+    static constexpr const char *value = "stale-registrations-corrupt-data";
+    std::string logged;
+
+    static void log_cb(void *arg, int is_error, const char *msg)
+    {
+        RcacheNoInvalidation *self = (RcacheNoInvalidation*)arg;
+        self->logged += std::string(is_error ? "error: " : "warning: ") +
+                        msg + "\n";
+    }
+
+    void SetUp() override
+    {
+        RcacheTestBase::SetUp();
+        params.monitor = RCACHE_MONITOR_UCM;
+        params.log     = log_cb;
+        params.log_arg = this;
+    }
+
+    void TearDown() override
+    {
+        unsetenv(env);
+        RcacheEvents::TearDown();
+    }
+};
+
+TEST_F(RcacheNoInvalidation, StaleRegionServedAfterMunmap)
+{
+    size_t len = 4 * page;
+
+    /* a cache created before the variable is set is not affected */
+    rcache_t *before;
+    ASSERT_EQ(0, rcache_create(&params, &before));
+    ASSERT_EQ(0, setenv(env, value, 1));
+    testing::internal::CaptureStderr();
+    create();
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(std::string::npos, err.find(env)) << err;
+    EXPECT_NE(std::string::npos, err.find("test-only")) << err;
+
+    char *p = map(len);
+    uint64_t id = touch(p, len);
+    rcache_region_t *r0;
+    ASSERT_EQ(0, rcache_get(before, p, len, 1, &r0));
+    uint64_t id0 = MockBackend::id_of(r0);
+    rcache_put(before, r0);
+
+    munmap(p, len);
+    ASSERT_EQ(p, map_at(p, len));
+    /* the very registration of the unmapped memory comes back */
+    EXPECT_EQ(id, touch(p, len));
+    EXPECT_TRUE(backend.is_live(id));
+    EXPECT_GE(stats().unmap_events, 1u) << "the event was not even seen";
+    EXPECT_EQ(0u, stats().invalidations);
+    /* the other cache saw the same event and dropped its region */
+    ASSERT_EQ(0, rcache_get(before, p, len, 1, &r0));
+    EXPECT_NE(id0, MockBackend::id_of(r0));
+    rcache_put(before, r0);
+    rcache_destroy(before);
+
+    /* explicit invalidation still works */
+    rcache_invalidate(cache, p, len);
+    EXPECT_NE(id, touch(p, len));
+    EXPECT_FALSE(backend.is_live(id));
+    munmap(p, len);
+}
+
+TEST_F(RcacheNoInvalidation, AnyOtherValueIsRefused)
+{
+    for (const char *v : { "1", "yes", "stale-registrations" }) {
+        ASSERT_EQ(0, setenv(env, v, 1));
+        logged.clear();
+        testing::internal::CaptureStderr();
+        EXPECT_EQ(-EINVAL, rcache_create(&params, &cache)) << v;
+        std::string err = testing::internal::GetCapturedStderr();
+        cache = nullptr;
+        /* through the log and on stderr, naming the variable, the value
+         * given and the only value it takes */
+        for (const std::string &out : { logged, err }) {
+            EXPECT_NE(std::string::npos, out.find(env)) << out;
+            EXPECT_NE(std::string::npos, out.find(std::string("=") + v))
+                << out;
+            EXPECT_NE(std::string::npos, out.find(value)) << out;
+            EXPECT_NE(std::string::npos, out.find("Unset it")) << out;
+        }
+    }
+    /* empty is off */
+    ASSERT_EQ(0, setenv(env, "", 1));
+    create();
+    char *p = map(page);
+    uint64_t id = touch(p, page);
+    munmap(p, page);
+    ASSERT_EQ(p, map_at(p, page));
+    EXPECT_NE(id, touch(p, page));
+    munmap(p, page);
 }
 
 /*

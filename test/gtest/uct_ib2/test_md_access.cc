@@ -1,0 +1,190 @@
+/*
+ * The memory domain registers with the access the UCT flags ask for: a
+ * buffer registered for remote get only takes no remote put; memory mapped
+ * read-only is registered for reads (also when writes are asked for, as
+ * UCX 1.13's UCP always does) and serves a remote get; memory that is not
+ * mapped is a clear error. With the cache and without (REG_METHODS).
+ */
+#include "ib2_test.h"
+
+#include <sys/mman.h>
+
+using namespace ib2t;
+
+namespace {
+
+constexpr size_t kLen = 64 << 10;
+
+class MdAccess : public ::testing::TestWithParam<const char *> {
+protected:
+    Pair *pair = nullptr;
+
+    void SetUp() override
+    {
+        EntityParams ep = with_env({{"UCX_IB2_REG_METHODS", GetParam()}});
+        pair = new Pair(ep, ep);
+        ASSERT_TRUE(pair->ok());
+    }
+
+    void TearDown() override
+    {
+        delete pair;
+    }
+
+    void progress() { pair->progress(); }
+
+    /* mmap'd memory of kLen bytes filled with seed, then protected. */
+    static char *map(uint32_t seed, int prot)
+    {
+        void *p = mmap(nullptr, kLen, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            return nullptr;
+        }
+        fill(p, kLen, seed);
+        mprotect(p, kLen, prot);
+        return (char *)p;
+    }
+
+    /* Register, pack and unpack as the peer would. */
+    ucs_status_t reg(Entity &e, char *p, unsigned flags, Mem &m)
+    {
+        m.p = p;
+        m.n = kLen;
+        ucs_status_t st = uct_md_mem_reg(e.md, p, kLen, flags, &m.memh);
+        if (st != UCS_OK) {
+            return st;
+        }
+        m.rkey_buf.resize(e.md_attr.rkey_packed_size);
+        EXPECT_EQ(UCS_OK, uct_md_mkey_pack(e.md, m.memh, m.rkey_buf.data()));
+        Entity::unpack(&m, m.rkey_buf);
+        return UCS_OK;
+    }
+
+    void dereg(Entity &e, Mem &m)
+    {
+        uct_rkey_release(ib2_component(), &m.rkey);
+        EXPECT_EQ(UCS_OK, uct_md_mem_dereg(e.md, m.memh));
+    }
+
+    /* The receiver reads the sender's memory m into its own buffer. */
+    ucs_status_t get(Mem &m, Mem *local)
+    {
+        uct_iov_t iov = {local->p, kLen, local->memh, 0, 1};
+        Comp c;
+
+        ucs_status_t st = retry([&] {
+            return uct_ep_get_zcopy(pair->rs, &iov, 1, m.addr(),
+                                    m.rkey.rkey, &c.c);
+        }, [&] { progress(); });
+        if (st == UCS_INPROGRESS) {
+            if (!wait_for([&] { return c.calls > 0; },
+                          [&] { progress(); })) {
+                return UCS_ERR_TIMED_OUT;
+            }
+            st = c.status;
+        }
+        return st;
+    }
+};
+
+TEST_P(MdAccess, ReadOnlyBufferServesRemoteGet)
+{
+    Mem *local = pair->r.alloc(kLen);
+    uint32_t seed = 4100;
+
+    /* as asked for a send buffer, and as UCX 1.13's UCP asks */
+    for (unsigned flags : {(unsigned)(UCT_MD_MEM_ACCESS_REMOTE_GET |
+                                      UCT_MD_MEM_ACCESS_LOCAL_READ),
+                           (unsigned)UCT_MD_MEM_ACCESS_RMA,
+                           (unsigned)UCT_MD_MEM_ACCESS_ALL}) {
+        char *p = map(++seed, PROT_READ);
+        ASSERT_NE(nullptr, p);
+        Mem m;
+        LogCapture log;
+        ASSERT_EQ(UCS_OK, reg(pair->s, p, flags, m))
+            << "flags 0x" << std::hex << flags << ": " << log.text();
+        EXPECT_EQ("", log.text());
+        memset(local->p, 0x55, kLen);
+        ASSERT_EQ(UCS_OK, get(m, local));
+        std::string why;
+        EXPECT_TRUE(check(local->p, kLen, seed, &why)) << why;
+        dereg(pair->s, m);
+        munmap(p, kLen);
+    }
+}
+
+TEST_P(MdAccess, GetOnlyRegistrationRefusesRemotePut)
+{
+    /* writable memory, registered for remote get only: a put into it is
+     * refused by the adapter, and the memory keeps its bytes */
+    char *p = map(4200, PROT_READ | PROT_WRITE);
+    ASSERT_NE(nullptr, p);
+    Mem m;
+    ASSERT_EQ(UCS_OK, reg(pair->s, p, UCT_MD_MEM_ACCESS_REMOTE_GET |
+                                      UCT_MD_MEM_ACCESS_LOCAL_READ, m));
+    Mem *src = pair->r.alloc(kLen, 0x33);
+    uct_iov_t iov = {src->p, 4096, src->memh, 0, 1};
+    Comp c;
+    LogCapture log;
+
+    ucs_status_t st = retry([&] {
+        return uct_ep_put_zcopy(pair->rs, &iov, 1, m.addr(), m.rkey.rkey,
+                                &c.c);
+    }, [&] { progress(); });
+    if (st == UCS_INPROGRESS) {
+        ASSERT_TRUE(wait_for([&] { return c.calls > 0; },
+                             [&] { progress(); }));
+        st = c.status;
+    }
+    EXPECT_NE(UCS_OK, st) << "a put into a get-only registration succeeded";
+    ASSERT_TRUE(wait_for([&] { return !pair->r.errors.empty(); },
+                         [&] { progress(); }))
+        << "the refused put did not fail the endpoint";
+    EXPECT_EQ(UCS_ERR_CONNECTION_RESET, pair->r.errors[0].second);
+    std::string why;
+    EXPECT_TRUE(check(p, kLen, 4200, &why)) << why;
+    dereg(pair->s, m);
+    munmap(p, kLen);
+}
+
+TEST_P(MdAccess, UnmappedMemoryIsAClearError)
+{
+    char *p = map(4300, PROT_READ | PROT_WRITE);
+    ASSERT_NE(nullptr, p);
+    ASSERT_EQ(0, munmap(p, kLen));
+    uct_mem_h memh;
+    {
+        LogCapture log;
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_md_mem_reg(pair->s.md, p, kLen, UCT_MD_MEM_ACCESS_ALL,
+                                 &memh));
+        EXPECT_TRUE(log.contains("not mapped")) << log.text();
+        EXPECT_TRUE(log.contains("ibv_reg_mr")) << log.text();
+    }
+    {
+        /* a caller that can do without hears it from the status alone */
+        LogCapture log;
+        EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+                  uct_md_mem_reg(pair->s.md, p, kLen,
+                                 UCT_MD_MEM_ACCESS_ALL |
+                                 UCT_MD_MEM_FLAG_HIDE_ERRORS, &memh));
+        EXPECT_EQ("", log.text());
+    }
+    /* PROT_NONE memory has nothing to read either */
+    p = map(4301, PROT_NONE);
+    ASSERT_NE(nullptr, p);
+    LogCapture log;
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR,
+              uct_md_mem_reg(pair->s.md, p, kLen, UCT_MD_MEM_ACCESS_ALL,
+                             &memh));
+    munmap(p, kLen);
+}
+
+INSTANTIATE_TEST_SUITE_P(RegMethods, MdAccess,
+                         ::testing::Values("rcache", "direct"),
+                         [](const ::testing::TestParamInfo<const char *> &i) {
+                             return std::string(i.param);
+                         });
+
+}
