@@ -259,6 +259,8 @@ typedef struct p2p_stats {
     /* registration cache of rendezvous send buffers */
     uint64_t reg_hits, reg_misses, reg_evictions, reg_invalidations;
     uint64_t reg_regions;           /* registrations alive now */
+    /* times a blocking call gave the core away (P2P_WAIT_SPIN) */
+    uint64_t wait_yields;
 } p2p_stats_t;
 
 P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);

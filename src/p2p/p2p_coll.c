@@ -24,7 +24,7 @@ static int p2p_wait_bounded(p2p_context_t *ctx, int n, p2p_request_t **reqs,
         if (done) {
             break;
         }
-        p2p_ctx_progress(ctx);
+        p2p_wait_poll(ctx);
         if ((timeout >= 0) && (p2p_time() > deadline)) {
             for (i = 0; i < n; ++i) {
                 if (reqs[i] != NULL) {

@@ -127,6 +127,14 @@ static ucs_config_field_t p2p_config_table[] = {
      "application sharing the worker must not register this one.",
      ucs_offsetof(p2p_config_t, am_id), UCS_CONFIG_TYPE_UINT},
 
+    {"WAIT_SPIN", "1024",
+     "Blocking calls (wait, probe, barrier...): polls in a row that find\n"
+     "nothing to do before the call starts to give the core away\n"
+     "(sched_yield) between polls, so that with more processes than cores\n"
+     "the one it waits for can run. Any event starts the count again.\n"
+     "0: yield after every idle poll; inf: never yield (pure spinning).",
+     ucs_offsetof(p2p_config_t, wait_spin), UCS_CONFIG_TYPE_ULUNITS},
+
     {NULL}
 };
 
@@ -283,6 +291,9 @@ int p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen)
         cfg->unexp_limit = (size_t)256 << 20;
     }
     cfg->peer_errors = (cfg->error_mode == P2P_ERROR_MODE_PEER);
+    if (cfg->wait_spin == UCS_ULUNITS_AUTO) {
+        cfg->wait_spin = 1024;
+    }
     if (!(cfg->keepalive_sec >= 0)) {
         snprintf(err, errlen, "P2P_KEEPALIVE_INTERVAL is negative: give a "
                  "time such as 500ms or 2s (0 turns the check off)");

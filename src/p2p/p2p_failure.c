@@ -127,7 +127,7 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
     if (peer->ep != NULL) {
         if (in_ucp) {
             peer->close_ep = 1;
-            ctx->deferred  = 1;
+            p2p_defer(ctx);
         } else {
             p2p_peer_close_ep(peer);
         }

@@ -93,6 +93,8 @@ typedef struct p2p_config {
     char          *uct_ib2;         /* UCT_IB2 */
     int           log_level;        /* LOG_LEVEL: P2P_LOG_* */
     unsigned      am_id;            /* AM_ID (p2p_init_params_t wins) */
+    unsigned long wait_spin;        /* WAIT_SPIN: idle polls before a
+                                       blocking call yields */
     /* derived */
     int           parsed;           /* UCS's parser filled it: release */
     int           leave_pinned;     /* in effect (p2p_reg.c) */
@@ -281,6 +283,8 @@ struct p2p_context {
     uint32_t      rid_free;     /* first free slot, UINT32_MAX: none */
     size_t        live_reqs;
     unsigned      ticks;        /* progress calls, for the slow path */
+    unsigned long idle_polls;   /* blocking polls in a row that found
+                                   nothing to do (p2p_wait_poll) */
     int           deferred;     /* peer endpoints to close */
     double        next_check;   /* next liveness check (p2p_time) */
     size_t        unexp_bytes;
@@ -345,15 +349,45 @@ void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, uint64_t *pidns,
 uint64_t p2p_proc_start_time(int32_t pid);
 void p2p_slow_progress(p2p_context_t *ctx);
 
+/* One progress call in P2P_SLOW_TICKS + 1 takes the slow path; work that
+ * cannot wait for it (p2p_defer) makes the next one take it. */
+#define P2P_SLOW_TICKS 1023u
+
+static inline void p2p_defer(p2p_context_t *ctx)
+{
+    ctx->deferred = 1;
+    ctx->ticks   |= P2P_SLOW_TICKS;
+}
+
 /* Progress UCP; now and then also what p2p watches itself. */
 static inline unsigned p2p_ctx_progress(p2p_context_t *ctx)
 {
     unsigned n = ucp_worker_progress(ctx->worker);
 
-    if (P2P_UNLIKELY(((++ctx->ticks & 1023) == 0) || ctx->deferred)) {
+    if (P2P_UNLIKELY((++ctx->ticks & P2P_SLOW_TICKS) == 0)) {
         p2p_slow_progress(ctx);
     }
     return n;
+}
+
+/* Give the core away: a blocking call found nothing to do for
+ * P2P_WAIT_SPIN polls in a row (p2p_request.c). */
+void p2p_wait_idle(p2p_context_t *ctx);
+
+/* One poll of a blocking call (waits, blocking probes, the library's
+ * collectives). After P2P_WAIT_SPIN polls in a row that found nothing to
+ * do, the call yields the core between polls: with more processes than
+ * cores, the one it waits for may need it. Any event starts the count
+ * again, so a wait that is answered within the spin never yields. The
+ * count lives in the context (one thread per context): it costs a wait
+ * no register. */
+static inline void p2p_wait_poll(p2p_context_t *ctx)
+{
+    if (p2p_ctx_progress(ctx) != 0) {
+        ctx->idle_polls = 0;
+    } else if (P2P_UNLIKELY(++ctx->idle_polls > ctx->cfg.wait_spin)) {
+        p2p_wait_idle(ctx);
+    }
 }
 
 /* p2p_reg.c */

@@ -235,38 +235,38 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
                       (flag == NULL && !blocking) ? "flag" : "message");
         return P2P_ERR_INVALID;
     }
-    if (blocking) {
+    u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
+                                             msg_p != NULL);
+    if ((u == NULL) && !blocking) {
+        /* MPI: a probe that finds nothing makes progress */
+        p2p_ctx_progress(comm->ctx);
+        u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
+                                                 msg_p != NULL);
+    } else if (u == NULL) {
         /* a failure of whom we wait for must end the wait */
         if (src != P2P_ANY_SOURCE) {
             p2p_peer_watch(p2p_comm_peer(comm, src));
         } else {
             p2p_comm_watch_all(comm);
         }
-    }
-    n_failed = comm->n_failed;
-    for (;;) {
-        u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
-                                                 msg_p != NULL);
-        if (u == NULL) {
-            /* MPI: a probe that finds nothing makes progress */
-            p2p_ctx_progress(comm->ctx);
+        n_failed = comm->n_failed;
+        do {
+            /* as a posted receive would: a specific source that failed,
+             * or for ANY_SOURCE any member that failed meanwhile */
+            if ((src != P2P_ANY_SOURCE) ?
+                p2p_comm_peer(comm, src)->failed :
+                (comm->n_failed != n_failed)) {
+                ret = (src != P2P_ANY_SOURCE) ?
+                      p2p_comm_peer(comm, src)->fail_error :
+                      P2P_ERR_PEER_FAILED;
+                p2p_set_error(comm->ctx, "%s: the awaited rank failed (%s)",
+                              fn, p2p_strerror(ret));
+                return ret;
+            }
+            p2p_wait_poll(comm->ctx);
             u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
                                                      msg_p != NULL);
-        }
-        if ((u != NULL) || !blocking) {
-            break;
-        }
-        /* as a posted receive would: a specific source that failed, or
-         * for ANY_SOURCE any member that failed meanwhile */
-        if ((src != P2P_ANY_SOURCE) ?
-            p2p_comm_peer(comm, src)->failed :
-            (comm->n_failed != n_failed)) {
-            ret = (src != P2P_ANY_SOURCE) ?
-                  p2p_comm_peer(comm, src)->fail_error : P2P_ERR_PEER_FAILED;
-            p2p_set_error(comm->ctx, "%s: the awaited rank failed (%s)", fn,
-                          p2p_strerror(ret));
-            return ret;
-        }
+        } while (u == NULL);
     }
     if (flag != NULL) {
         *flag = (u != NULL);

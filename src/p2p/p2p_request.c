@@ -13,6 +13,7 @@
 #include <ucs/datastruct/mpool.inl>
 
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -265,6 +266,12 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
     return p2p_req_finish(req_p, status);
 }
 
+void p2p_wait_idle(p2p_context_t *ctx)
+{
+    ++ctx->stats.wait_yields;
+    sched_yield();
+}
+
 int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
 {
     p2p_request_t *req;
@@ -281,7 +288,7 @@ int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
         return p2p_req_bad(req, "p2p_wait");
     }
     while (!req->complete) {
-        p2p_ctx_progress(req->ctx);
+        p2p_wait_poll(req->ctx);
     }
     return p2p_req_finish(req_p, status);
 }
@@ -355,7 +362,7 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
             return p2p_req_bad(reqs[i], "p2p_waitall");
         }
         while (!reqs[i]->complete) {
-            p2p_ctx_progress(ctx);
+            p2p_wait_poll(ctx);
         }
         err     = p2p_req_finish(&reqs[i], st);
         failed |= (err != P2P_OK);
@@ -363,31 +370,18 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
     return failed ? P2P_ERR_IN_STATUS : P2P_OK;
 }
 
-int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
-                p2p_status_t *status)
+/* The first complete request of reqs, finished; *flag 0 if none. */
+static int p2p_any_done(int count, p2p_request_t **reqs, int *index,
+                        int *flag, p2p_status_t *status, const char *fn)
 {
-    p2p_context_t *ctx;
-    int           i;
+    int i;
 
-    if ((count < 0) || ((count > 0) && (reqs == NULL)) || (index == NULL) ||
-        (flag == NULL)) {
-        return p2p_args_bad("p2p_testany", "negative count, or NULL "
-                            "requests, index or flag pointer");
-    }
-    ctx = p2p_reqs_context(count, reqs);
-    if (ctx == NULL) {
-        *index = -1;
-        *flag  = 1;
-        p2p_empty_status(status);
-        return P2P_OK;
-    }
-    p2p_ctx_progress(ctx);
     for (i = 0; i < count; ++i) {
         if (reqs[i] == NULL) {
             continue;
         }
         if (!p2p_req_valid(reqs[i])) {
-            return p2p_req_bad(reqs[i], "p2p_testany");
+            return p2p_req_bad(reqs[i], fn);
         }
         if (reqs[i]->complete) {
             *index = i;
@@ -400,15 +394,60 @@ int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
     return P2P_OK;
 }
 
+static int p2p_any_args(int count, p2p_request_t **reqs, int *index,
+                        p2p_status_t *status, const char *fn,
+                        p2p_context_t **ctx_p)
+{
+    if ((count < 0) || ((count > 0) && (reqs == NULL)) || (index == NULL)) {
+        return p2p_args_bad(fn, "negative count, or NULL requests or index "
+                            "pointer");
+    }
+    *ctx_p = p2p_reqs_context(count, reqs);
+    if (*ctx_p == NULL) {
+        *index = -1;
+        p2p_empty_status(status);
+    }
+    return P2P_OK;
+}
+
+int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
+                p2p_status_t *status)
+{
+    p2p_context_t *ctx;
+    int           ret;
+
+    if (flag == NULL) {
+        return p2p_args_bad("p2p_testany", "NULL flag pointer");
+    }
+    ret = p2p_any_args(count, reqs, index, status, "p2p_testany", &ctx);
+    if (ret != P2P_OK) {
+        return ret;
+    }
+    if (ctx == NULL) {
+        *flag = 1;
+        return P2P_OK;
+    }
+    p2p_ctx_progress(ctx);
+    return p2p_any_done(count, reqs, index, flag, status, "p2p_testany");
+}
+
 int p2p_waitany(int count, p2p_request_t **reqs, int *index,
                 p2p_status_t *status)
 {
-    int flag = 0, ret;
+    p2p_context_t *ctx;
+    int           flag, ret;
 
-    do {
-        ret = p2p_testany(count, reqs, index, &flag, status);
-    } while ((ret == P2P_OK) && !flag);
-    return ret;
+    ret = p2p_any_args(count, reqs, index, status, "p2p_waitany", &ctx);
+    if ((ret != P2P_OK) || (ctx == NULL)) {
+        return ret;
+    }
+    for (;;) {
+        ret = p2p_any_done(count, reqs, index, &flag, status, "p2p_waitany");
+        if ((ret != P2P_OK) || flag) {
+            return ret;
+        }
+        p2p_wait_poll(ctx);
+    }
 }
 
 int p2p_request_free(p2p_request_t **req_p)

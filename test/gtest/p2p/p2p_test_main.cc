@@ -3,8 +3,12 @@
  */
 #include "p2p_test.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +80,36 @@ int wait_one(p2p_request_t **req, p2p_status_t *status, const char *what)
             give_up(what);
         }
     }
+}
+
+struct Watchdog::State {
+    std::mutex              m;
+    std::condition_variable cv;
+    bool                    done = false;
+    std::thread             t;
+};
+
+Watchdog::Watchdog(const char *what) : st_(new State)
+{
+    State *st = st_;
+    st->t = std::thread([st, what] {
+        std::unique_lock<std::mutex> l(st->m);
+        if (!st->cv.wait_for(l, std::chrono::duration<double>(wait_limit()),
+                             [st] { return st->done; })) {
+            give_up(what);
+        }
+    });
+}
+
+Watchdog::~Watchdog()
+{
+    {
+        std::lock_guard<std::mutex> l(st_->m);
+        st_->done = true;
+    }
+    st_->cv.notify_one();
+    st_->t.join();
+    delete st_;
 }
 
 void barrier(p2p_comm_t *comm)
