@@ -24,17 +24,29 @@
 # rc_ib2 (docs/uct_ib2.md, "MPI ping-pong"). It changes only these
 # thresholds, for every UCX transport of the process.
 #
+# Sourced, it sees the caller's positional parameters: a script that
+# sources it should do so with none (`set --` first), or they are taken as
+# the options and COMMAND above.
+#
 ib2_nbr_thresh=32k
-if [ "${1:-}" = --print-defaults ]; then
-    echo "UCX_RNDV_SEND_NBR_THRESH=$ib2_nbr_thresh"
-    echo "UCX_RNDV_THRESH=$ib2_nbr_thresh"
-    return 0 2>/dev/null || exit 0
-fi
 ib2_lib=${IB2_LIB:-}
-if [ "${1:-}" = --lib ]; then
-    ib2_lib=$2
-    shift 2
-fi
+while [ $# -gt 0 ]; do
+    case $1 in
+    --print-defaults)
+        echo "UCX_RNDV_SEND_NBR_THRESH=$ib2_nbr_thresh"
+        echo "UCX_RNDV_THRESH=$ib2_nbr_thresh"
+        return 0 2>/dev/null || exit 0 ;;
+    --lib)
+        if [ $# -lt 2 ]; then
+            echo "ib2-env.sh: --lib needs a path" >&2
+            return 2 2>/dev/null || exit 2
+        fi
+        ib2_lib=$2
+        shift 2 ;;
+    *)
+        break ;;
+    esac
+done
 if [ -z "$ib2_lib" ]; then
     ib2_here=$(cd "$(dirname "$0")" 2>/dev/null && pwd)
     for ib2_try in "$ib2_here/../build/src/uct_ib2/.libs/libuct_ib2.so" \
