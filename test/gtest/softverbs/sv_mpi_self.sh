@@ -17,7 +17,8 @@ set -uo pipefail
 
 die() { echo "sv_mpi_self.sh: $*" >&2; exit 2; }
 
-[ $# -ge 3 ] || die "usage: sv_mpi_self.sh BUILD_DIR TL [VAR=VALUE ...] -- [options]"
+[ $# -ge 3 ] ||
+    die "usage: sv_mpi_self.sh BUILD_DIR TL [VAR=VALUE ...] -- [options]"
 build=$(cd "$1" 2>/dev/null && pwd) || die "no build directory $1"
 tl=$2
 shift 2
