@@ -9,7 +9,8 @@
 #   - UCP (ucx_perftest pairs): a transfer striped over two ports, ports
 #     on two subnet prefixes refused, the tag API on RoCE, the lane on the
 #     adapter nearer to UCX_SELECT_DISTANCE_MD's device;
-#   - p2p over rc_ib2 on a RoCE port, and under recoverable faults.
+#   - p2p over rc_ib2 on a RoCE port, under recoverable faults, and with
+#     one rank's QP failed by the device (test_p2p_faults).
 # Each process uses a segment of the suite's own (removed at the end).
 for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_\|^P2P_\|^OMPI_'); do
     unset "$v"
@@ -152,6 +153,16 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         "$fab_p2p" --gtest_color=no \
         --gtest_filter='P2P.SendRecvAcrossProtocols:P2P.OrderingStress:P2P.ThousandsOutstanding:P2P.LargeMessage64MiB'
     unset SOFTVERBS_FAULTS SOFTVERBS_DEBUG
+
+    # A fatal fault: rank 1's QP fails under an RDMA READ; its requests
+    # and rank 0's with it end with P2P_ERR_PEER_FAILED within seconds, a
+    # third rank's exchange with rank 0 is untouched, all finalize.
+    for np in 2 3; do
+        ib2_gtest "p2p-rc_ib2-qp-fatal-${np}ranks" \
+            "$BUILD/contrib/softverbs/softverbs-run" --shm "$fab_shm-p2pq" \
+            "${fab_mpi[@]}" -np $np "$BUILD/test/gtest/p2p/test_p2p_faults" \
+            --gtest_color=no
+    done
     ib2_check p2p-rc_ib2-recoverable-faults-injected bash -c '
         log=$1
         reads=$(grep -c "injected fault (rule 1): request .*: delay" "$log")
