@@ -51,6 +51,7 @@ EntityParams on(const std::string &dev, const Env::Vars &vars = {})
     EntityParams p = with_env(kFastRetryVars());
 
     p.dev = dev;
+    p.md  = dev.substr(0, dev.find(':'));
     p.env.insert(p.env.end(), vars.begin(), vars.end());
     return p;
 }
