@@ -427,11 +427,6 @@ ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
 }
 
 /*
- * A request is about to wait on an endpoint with nothing in flight (all
- * its credits sit with the peer, say). If the peer is dead no completion
- * or credit would ever wake it: an empty write finds out.
- */
-/*
  * The device moved queue q's QP to the error state on its own (an async
  * event, or a receive flushed that we did not flush): make the send path
  * hear of it, since nothing else may. Sends outstanding on the QP come
@@ -460,6 +455,11 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
     }
 }
 
+/*
+ * A request is about to wait on an endpoint with nothing in flight (all
+ * its credits sit with the peer, say). If the peer is dead no completion
+ * or credit would ever wake it: an empty write finds out.
+ */
 void ib2_ep_probe(ib2_ep_t *ep)
 {
     ib2_iface_t *iface = ep->iface;
