@@ -12,24 +12,41 @@
 # The library is PATH, else $IB2_LIB, else the build tree next to this
 # script (build/src/uct_ib2/.libs), else the installed one.
 #
-# It also sets UCX_RNDV_SEND_NBR_THRESH to 32k unless the caller has set it.
-# UCP sends a blocking standard send (Open MPI's pml ucx MPI_Send, through
-# ucp_tag_send_nbr) as an eager copy up to that threshold, 256 KiB by
-# default whatever the transport reports; at 32 KiB and above a rendezvous
-# (one RDMA READ) is faster on RDMA devices: 64 KiB ping-pong 0.88x of ob1
-# with the openib BTL instead of 3.3x (docs/uct_ib2.md, "MPI ping-pong").
-# It changes only that threshold, for every UCX transport of the process.
+# It also sets UCP's rendezvous thresholds to 32k unless the caller has set
+# them. UCP sends a blocking standard send (Open MPI's pml ucx MPI_Send,
+# through ucp_tag_send_nbr) as an eager copy up to UCX_RNDV_SEND_NBR_THRESH,
+# 256 KiB by default whatever the transport reports, and a nonblocking one
+# (MPI_Isend) in eager zero-copy fragments up to UCX_RNDV_THRESH, which UCP
+# computes from the number of processes per node (89 KiB with 2); from
+# 32 KiB a rendezvous (one RDMA READ) is faster on RDMA devices: 64 KiB
+# ping-pong 0.92x of ob1 with the openib BTL instead of 3.3x with MPI_Send,
+# and about 1.0x instead of 3.6-4.4x with MPI_Isend, over rc_verbs as over
+# rc_ib2 (docs/uct_ib2.md, "MPI ping-pong"). It changes only these
+# thresholds, for every UCX transport of the process.
+#
+# Sourced, it sees the caller's positional parameters: a script that
+# sources it should do so with none (`set --` first), or they are taken as
+# the options and COMMAND above.
 #
 ib2_nbr_thresh=32k
-if [ "${1:-}" = --print-defaults ]; then
-    echo "UCX_RNDV_SEND_NBR_THRESH=$ib2_nbr_thresh"
-    return 0 2>/dev/null || exit 0
-fi
 ib2_lib=${IB2_LIB:-}
-if [ "${1:-}" = --lib ]; then
-    ib2_lib=$2
-    shift 2
-fi
+while [ $# -gt 0 ]; do
+    case $1 in
+    --print-defaults)
+        echo "UCX_RNDV_SEND_NBR_THRESH=$ib2_nbr_thresh"
+        echo "UCX_RNDV_THRESH=$ib2_nbr_thresh"
+        return 0 2>/dev/null || exit 0 ;;
+    --lib)
+        if [ $# -lt 2 ]; then
+            echo "ib2-env.sh: --lib needs a path" >&2
+            return 2 2>/dev/null || exit 2
+        fi
+        ib2_lib=$2
+        shift 2 ;;
+    *)
+        break ;;
+    esac
+done
 if [ -z "$ib2_lib" ]; then
     ib2_here=$(cd "$(dirname "$0")" 2>/dev/null && pwd)
     for ib2_try in "$ib2_here/../build/src/uct_ib2/.libs/libuct_ib2.so" \
@@ -50,6 +67,8 @@ LD_PRELOAD="$ib2_lib${LD_PRELOAD:+ $LD_PRELOAD}"
 export LD_PRELOAD
 UCX_RNDV_SEND_NBR_THRESH=${UCX_RNDV_SEND_NBR_THRESH:-$ib2_nbr_thresh}
 export UCX_RNDV_SEND_NBR_THRESH
+UCX_RNDV_THRESH=${UCX_RNDV_THRESH:-$ib2_nbr_thresh}
+export UCX_RNDV_THRESH
 if [ $# -gt 0 ]; then
     exec "$@"
 fi

@@ -113,7 +113,6 @@ void sv_sq_flush_locked(struct sv_qp *qp)
         sv_complete(qp, w, IBV_WC_WR_FLUSH_ERR, 0);
         qp->sq_head++;
     }
-    qp->qpx.qp_base.state = IBV_QPS_ERR;
 }
 
 /* The responder detected an error: it goes to the error state (flushing

@@ -206,13 +206,16 @@ void sv_qp_set_error_remote(struct sv_qp_shared *q)
 }
 
 /* The owner's view: error state, receive and send queues flushed. The
- * caller holds qp->sq_lock. */
+ * caller holds qp->sq_lock. ibv_qp::state is left alone: libibverbs keeps
+ * there the state last given to ibv_modify_qp or read by ibv_query_qp with
+ * IBV_QP_STATE, and an adapter moving a QP to error does not write it (UCX's
+ * rc_verbs asserts RTS there before every post, also on a QP whose failure
+ * it has seen, and posts its flush to it). */
 void sv_qp_to_error(struct sv_qp *qp)
 {
     sv_qp_lock(qp->sh);
     sv_qp_set_error_remote(qp->sh);
     sv_mutex_unlock(&qp->sh->lock);
-    qp->qpx.qp_base.state = IBV_QPS_ERR;
     sv_sq_flush_locked(qp);
 }
 
@@ -689,7 +692,9 @@ int sv_qp_modify(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask,
                    (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
                    a->en_sqd_async_notify);
     }
-    ibqp->state = next;
+    if (mask & IBV_QP_STATE) {
+        ibqp->state = next; /* what libibverbs does after a modify */
+    }
     sv_mutex_unlock(&sh->lock);
     pthread_mutex_unlock(&qp->rq_lock);
     if (next == IBV_QPS_ERR) {
@@ -733,7 +738,9 @@ SV_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
     attr->cap.max_inline_data = qp->max_inline;
     attr->cap.max_recv_wr     = qp->max_recv_wr;
     attr->cap.max_recv_sge    = qp->max_recv_sge;
-    ibqp->state = st;
+    if (mask & IBV_QP_STATE) {
+        ibqp->state = st; /* as libibverbs: only when the state was asked */
+    }
     if (init != NULL) {
         memset(init, 0, sizeof(*init));
         init->qp_context = ibqp->qp_context;

@@ -125,22 +125,32 @@ once configure "configure ${conf_args[*]}" ./configure "${conf_args[@]}"
 # A make killed outright (the machine stopped, SIGKILL) has no time to
 # delete the file it was writing: an empty or truncated object, newer than
 # its sources, that the next make takes as built (an empty test_rc.o made
-# the link fail). Everything written since the interrupted make started is
-# removed and built again.
+# the link fail). Of the files written since the interrupted make step
+# started (make-started is touched before each step), those that are empty
+# or that nm cannot read are removed and built again; the rest are kept, so
+# that a build interrupted again and again still gets on.
 if [ -f "$OUT/steps/make-started" ]; then
-    log "an earlier build stopped while making: removing what it wrote"
+    log "an earlier build stopped while making: removing what it left broken"
     find "$OUT/ucx" -newer "$OUT/steps/make-started" -type f \
-        \( -name '*.o' -o -name '*.lo' -o -name '*.la' -o -name '*.a' \
-           -o -name '*.so' -o -name '*.so.*' -o -path '*/test/gtest/gtest' \) \
-        -delete
+        \( -name '*.o' -o -name '*.lo' -o -name '*.a' -o -name '*.so' \
+           -o -name '*.so.*' -o -path '*/test/gtest/gtest' \) -print |
+    while read -r f; do
+        if [ ! -s "$f" ] ||
+           { [ "${f%.lo}" = "$f" ] && ! nm "$f" >/dev/null 2>&1; }; then
+            rm -f "$f"
+        fi
+    done
 fi
-touch "$OUT/steps/make-started"
+make_step() {   # make_step DESCRIPTION MAKE-ARGS...: a step that runs make
+    touch "$OUT/steps/make-started"
+    step "$@"
+}
 # Only what the test binary links; the top-level make would also build the
 # examples and stop on gcc 12 warnings inside test/gtest.
 for d in src/ucm src/ucs src/uct src/ucp src/tools/perf; do
-    step "make $d" make -C "$d" -j"$JOBS"
+    make_step "make $d" make -C "$d" -j"$JOBS"
 done
-step "make googletest" make -C test/gtest/common/googletest -j"$JOBS"
+make_step "make googletest" make -C test/gtest/common/googletest -j"$JOBS"
 # The binary is linked from the common and uct parts of UCX's test sources
 # only: the ucs, ucm and ucp tests are not needed here, take more than half
 # of the compile time, and their parameter lists (UCP contexts) would be
@@ -156,7 +166,7 @@ objects=$(make -s --no-print-directory -C test/gtest -f Makefile \
 # (UCX's own flags already carry -O3; a lower -O given here would come last
 # and break its always_inline functions that the tests call through
 # pointers.)
-step "make gtest (common and uct tests)" make -C test/gtest -j"$JOBS" gtest \
+make_step "make gtest (common and uct tests)" make -C test/gtest -j"$JOBS" gtest \
     CXXFLAGS=-Wno-error am_gtest_OBJECTS="$objects"
 [ -x test/gtest/gtest ] || die "make finished but test/gtest/gtest is missing"
 date -u +%FT%TZ >"$OUT/ok"

@@ -113,7 +113,7 @@ run_gtest() {   # run_gtest TIMEOUT ARGS...
         UCX_HANDLE_ERRORS="${UCX_HANDLE_ERRORS:-bt}" \
         UCX_ERROR_SIGNALS="${UCX_ERROR_SIGNALS:-ILL,SEGV,BUS,FPE,ABRT}" \
         ${rq:+UCX_IB2_RECEIVE_QUEUES="$rq"} \
-        ${sv_pin:+SOFTVERBS_PIN="$sv_pin"} \
+        ${sv_pin:+SOFTVERBS_PIN="${SOFTVERBS_PIN:-$sv_pin}"} \
         "$gtest" "$@"
 }
 

@@ -28,6 +28,9 @@ typedef struct ib2_iface_counters {
     uint64_t pending_added;
     uint64_t pending_dispatched; /* callbacks called */
     uint64_t probes;          /* empty writes posted to find a dead peer */
+    /* Not a count of events: destroyed endpoints not yet freed now (their
+     * buffers or sends have not all come back, ib2_ep_conn.c). */
+    uint64_t zombies;
 } ib2_iface_counters_t;
 
 /* Copies the counters of an rc_ib2 interface. UCS_ERR_INVALID_PARAM if

@@ -280,7 +280,9 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
      * come without a memory handle, are left out). */
     hdr = ib2_tx_data(desc);
     ib2_ep_fill_hdr(ep, q, hdr, id);
-    memcpy(hdr + 1, header, header_length);
+    if (header_length != 0) { /* header may be NULL then */
+        memcpy(hdr + 1, header, header_length);
+    }
     sge[0].addr   = (uintptr_t)hdr;
     sge[0].length = sizeof(*hdr) + header_length;
     sge[0].lkey   = desc->lkey;

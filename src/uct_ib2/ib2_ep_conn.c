@@ -241,6 +241,26 @@ static int ib2_ep_zombie_done(ib2_ep_t *ep)
 }
 
 /*
+ * A send that ran without asking for a completion gets no flush completion
+ * when its QP moves to error: only a later signaled request on the QP
+ * reports it. So a zombie makes sure each queue with sends outstanding
+ * ends in a signaled one (an empty write, flushed with an error), or it
+ * would never see its sends back and never be freed. When the queue or the
+ * CQ budget is full, the next call (a completion, the end of a progress
+ * call) tries again.
+ */
+static void ib2_ep_zombie_signal_tails(ib2_ep_t *ep)
+{
+    unsigned q;
+
+    for (q = 0; q < ep->nq; ++q) {
+        if ((ep->txq[q].qp != NULL) && (ep->txq[q].acked != ep->txq[q].sn)) {
+            (void)ib2_ep_signal_tail(ep->iface, ep, q);
+        }
+    }
+}
+
+/*
  * Free a zombie whose buffers and sends have all come back. Inside the
  * interface's progress (a user callback may destroy an endpoint whose
  * completion or message is being handled) that waits for the end of the
@@ -248,10 +268,14 @@ static int ib2_ep_zombie_done(ib2_ep_t *ep)
  */
 void ib2_ep_zombie_progress(ib2_ep_t *ep)
 {
-    if ((ep->iface->in_progress == 0) && ib2_ep_zombie_done(ep)) {
-        ucs_list_del(&ep->list);
-        UCS_CLASS_DELETE(ib2_ep_t, ep);
+    if (ib2_ep_zombie_done(ep)) {
+        if (ep->iface->in_progress == 0) {
+            ucs_list_del(&ep->list);
+            UCS_CLASS_DELETE(ib2_ep_t, ep);
+        }
+        return;
     }
+    ib2_ep_zombie_signal_tails(ep);
 }
 
 void ib2_iface_free_zombies(ib2_iface_t *iface)

@@ -427,16 +427,6 @@ ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
 }
 
 /*
- * A request waits on an endpoint (ib2_ep_tx_state: WAIT_EP). If nothing is
- * in flight on it (all its credits sit with the peer, say) and the peer is
- * dead, no completion or credit would ever wake it: an empty write finds
- * out. Called when a request starts to wait and whenever a completion
- * leaves it waiting, so a wait that begins with sends in flight (their
- * completions arrive, the peer dies before it returns credits) is probed
- * once they are done. One write per wait for credits: the peer that
- * acknowledges it is alive and will give credits back.
- */
-/*
  * The device moved queue q's QP to the error state on its own (an async
  * event, or a receive flushed that we did not flush): make the send path
  * hear of it, since nothing else may. Sends outstanding on the QP come
@@ -465,6 +455,16 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
     }
 }
 
+/*
+ * A request waits on an endpoint (ib2_ep_tx_state: WAIT_EP). If nothing is
+ * in flight on it (all its credits sit with the peer, say) and the peer is
+ * dead, no completion or credit would ever wake it: an empty write finds
+ * out. Called when a request starts to wait and whenever a completion
+ * leaves it waiting, so a wait that begins with sends in flight (their
+ * completions arrive, the peer dies before it returns credits) is probed
+ * once they are done. One write per wait for credits: the peer that
+ * acknowledges it is alive and will give credits back.
+ */
 void ib2_ep_probe(ib2_ep_t *ep)
 {
     ib2_iface_t *iface = ep->iface;

@@ -283,13 +283,16 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     if (status != UCS_OK) {
         return status;
     }
-    /* [ib2_rx_desc_t][8][headroom][ib2_hdr_t][data]: the release pointer
-     * UCT looks for sits right before the headroom; with less than 4 bytes
-     * of headroom it shares bytes with our header (see ib2_rx_deliver). */
-    self->config.rx_data_offset = sizeof(ib2_rx_desc_t) +
-                                  sizeof(uct_recv_desc_t*) +
-                                  self->config.rx_headroom +
-                                  sizeof(ib2_hdr_t);
+    /* [ib2_rx_desc_t][pad][8][headroom][ib2_hdr_t][data]: the release
+     * pointer UCT looks for sits right before the headroom; with less than
+     * 4 bytes of headroom it shares bytes with our header (see
+     * ib2_rx_deliver). The pool aligns the data (a cache line, or what the
+     * user asks); the pad keeps the descriptor itself 8-byte aligned when
+     * the user's alignment offset is a multiple of 8. */
+    self->config.rx_data_offset = ucs_align_up(sizeof(ib2_rx_desc_t) +
+                                               sizeof(uct_recv_desc_t*) +
+                                               self->config.rx_headroom +
+                                               sizeof(ib2_hdr_t), 8);
     self->tx_short.am_wr.opcode     = IBV_WR_SEND;
     self->tx_short.am_wr.sg_list    = self->tx_short.am_sge;
     self->tx_short.am_wr.num_sge    = 2;
@@ -452,6 +455,7 @@ ucs_status_t ib2_iface_get_counters(uct_iface_h tl_iface,
     if ((tl_iface == NULL) || (tl_iface->ops.ep_am_short != ib2_ep_am_short)) {
         return UCS_ERR_INVALID_PARAM;
     }
-    *counters = iface->counters;
+    *counters         = iface->counters;
+    counters->zombies = ucs_list_length(&iface->zombies);
     return UCS_OK;
 }

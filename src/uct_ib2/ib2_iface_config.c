@@ -156,7 +156,9 @@ ucs_config_field_t ib2_iface_config_table[] = {
      ucs_offsetof(ib2_iface_config_t, rnr_timeout), UCS_CONFIG_TYPE_TIME},
 
     {"RX_MAX_POLL", "16",
-     "Most receive completions handled in one progress call.",
+     "Most receive completions handled in one progress call (all of\n"
+     "them, up to the CQ's size, while destroyed endpoints wait for\n"
+     "their buffers).",
      ucs_offsetof(ib2_iface_config_t, rx_poll_batch), UCS_CONFIG_TYPE_UINT},
 
     UCT_IFACE_MPOOL_CONFIG_FIELDS("TX_", -1, 256, "send",

@@ -51,7 +51,7 @@ static ucs_config_field_t ib2_md_config_table[] = {
      * rc_ib2 drives the adapter through plain verbs only. */
     {"MLX5_DEVX", "try",
      "mlx5 DEVX support (UCX's IB_MLX5_DEVX). rc_ib2 uses plain verbs:\n"
-     "no, try and auto change nothing; yes (require DEVX) is refused.",
+     "no and try change nothing; yes (require DEVX) is refused.",
      ucs_offsetof(ib2_md_config_t, mlx5_devx), UCS_CONFIG_TYPE_TERNARY},
 
     {"MLX5_DEVX_OBJECTS", "rcqp,rcsrq,dct,dcsrq,dci",
@@ -156,14 +156,16 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
 
     if (config->mlx5_devx == UCS_YES) {
         ucs_error("%s: UCX_IB2_MLX5_DEVX=yes requires mlx5 DEVX, which "
-                  "rc_ib2 does not use (plain verbs only): set it to try, "
-                  "auto or no", md_name);
+                  "rc_ib2 does not use (plain verbs only): set it to try "
+                  "or no", md_name);
         return UCS_ERR_UNSUPPORTED;
     }
     if ((config->reg_mt_chunk != UCS_MEMUNITS_INF) &&
+        (config->reg_mt_chunk != UCS_MEMUNITS_AUTO) &&
         !ucs_is_pow2(config->reg_mt_chunk)) {
-        ucs_error("%s: UCX_IB2_REG_MT_CHUNK=%zu is not a power of 2",
-                  md_name, config->reg_mt_chunk);
+        ucs_error("%s: UCX_IB2_REG_MT_CHUNK (%zu bytes) is not a power of "
+                  "2: give a size such as 1G or 2G", md_name,
+                  config->reg_mt_chunk);
         return UCS_ERR_INVALID_PARAM;
     }
     list = ibv_get_device_list(&n);

@@ -250,6 +250,11 @@ TEST(CmUd, MigrateListenerWithRequests)
                 SV_CHILD_CHECK(cm_expect(x.ch, RDMA_CM_EVENT_ESTABLISHED),
                                22);
             }
+            /* the connections end with this process: not before the
+             * listener's side has seen both established (one's
+             * DISCONNECTED may otherwise come before the other's
+             * ESTABLISHED, as connections are not ordered) */
+            SV_CHILD_CHECK(c.get(tok), 23);
             return 0;
         });
         int tok;
@@ -275,6 +280,7 @@ TEST(CmUd, MigrateListenerWithRequests)
                            rdma_accept(ev.id, &prm) == 0, 16);
             ++i;
         }
+        active.chan().put(0);
         SV_CHILD_CHECK(cm_quiet(a, 50), 17);
         SV_CHILD_CHECK(active.wait() == 0, 18);
         return 0;

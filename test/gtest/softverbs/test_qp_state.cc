@@ -1,6 +1,8 @@
 /* The QP state machine and its attribute masks, QP and CQ creation. */
 #include "sv_test.h"
 
+#include <poll.h>
+
 using namespace sv;
 
 namespace {
@@ -222,4 +224,85 @@ TEST_F(QpFix, QpTableLimit)
         return 0;
     });
     EXPECT_EQ(rc, 0);
+}
+
+/* ibv_qp::state is libibverbs' copy of the state last given to
+ * ibv_modify_qp or read by ibv_query_qp with IBV_QP_STATE; an adapter that
+ * moves a QP to error does not write it, and a post to that QP is accepted
+ * and completes with WR_FLUSH_ERR. UCX's rc_verbs relies on both: it
+ * asserts RTS in ibv_qp::state before each post and flushes a failed
+ * endpoint by posting to it. */
+TEST_F(QpFix, DeviceErrorLeavesCachedStateAlone)
+{
+    QpOpts o;
+    o.timeout   = 8; /* 1 ms */
+    o.retry_cnt = 1;
+    ibv_qp *a  = make_qp(d, IBV_QPT_RC, cq, cq, o);
+    ibv_qp *b  = make_qp(d, IBV_QPT_RC, cq, cq, o);
+    ibv_qp *c2 = make_qp(d, IBV_QPT_RC, cq, cq, o);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    ASSERT_NE(c2, nullptr);
+    ASSERT_EQ(connect_rc(a, b->qp_num, d.lid, 1, o), 0);
+    ASSERT_EQ(connect_rc(b, a->qp_num, d.lid, 1, o), 0);
+    ASSERT_EQ(connect_rc(c2, b->qp_num, d.lid, 1, o), 0);
+    Buf s(d.pd, 64);
+    Buf ro(d.pd, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    ibv_wc wc;
+
+    /* a remote access error: a and its responder b go to error */
+    ASSERT_EQ(post_send(a, IBV_WR_RDMA_WRITE, s.p, 8, s.lkey(), 1,
+                        IBV_SEND_SIGNALED, ro.addr(), ro.rkey()), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(a->state, IBV_QPS_RTS);
+    EXPECT_EQ(b->state, IBV_QPS_RTS);
+    struct pollfd pf = { d.ctx->async_fd, POLLIN, 0 };
+    ASSERT_EQ(poll(&pf, 1, kTimeoutMs), 1); /* b's QP_ACCESS_ERR */
+    ibv_async_event ev;
+    ASSERT_EQ(ibv_get_async_event(d.ctx, &ev), 0);
+    EXPECT_EQ(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
+    ibv_ack_async_event(&ev);
+
+    /* a query without IBV_QP_STATE (UCX asks for the peer's address after
+     * a failure) leaves the copy alone too */
+    ibv_qp_attr q;
+    ibv_qp_init_attr qi;
+    ASSERT_EQ(ibv_query_qp(a, &q, IBV_QP_AV | IBV_QP_DEST_QPN, &qi), 0);
+    EXPECT_EQ(q.dest_qp_num, b->qp_num);
+    EXPECT_EQ(a->state, IBV_QPS_RTS);
+
+    /* a post to the failed QP (UCX's flush: an empty inline RDMA WRITE
+     * without a gather list) is accepted and flushed */
+    ibv_send_wr fw = {}, *bad = nullptr;
+    fw.wr_id      = 2;
+    fw.opcode     = IBV_WR_RDMA_WRITE;
+    fw.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    ASSERT_EQ(ibv_post_send(a, &fw, &bad), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(wc.wr_id, 2u);
+
+    /* transport retries running out (the responder b is in error) */
+    ASSERT_EQ(post_send(c2, IBV_WR_SEND, s.p, 8, s.lkey(), 3), 0);
+    ASSERT_TRUE(poll_wc(cq, &wc));
+    EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR);
+    EXPECT_EQ(c2->state, IBV_QPS_RTS);
+
+    /* asking for the state updates the copy, as libibverbs does */
+    ASSERT_EQ(ibv_query_qp(a, &q, IBV_QP_STATE, &qi), 0);
+    EXPECT_EQ(q.qp_state, IBV_QPS_ERR);
+    EXPECT_EQ(a->state, IBV_QPS_ERR);
+    EXPECT_EQ(qp_state(c2), IBV_QPS_ERR);
+    EXPECT_EQ(c2->state, IBV_QPS_ERR);
+    /* and so does a modify that names the state, also ERR -> ERR */
+    ibv_qp_attr ea = {};
+    ea.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(b, &ea, IBV_QP_STATE), 0);
+    EXPECT_EQ(b->state, IBV_QPS_ERR);
+    EXPECT_TRUE(cq_stays_empty(cq, 10));
+
+    EXPECT_EQ(ibv_destroy_qp(c2), 0);
+    EXPECT_EQ(ibv_destroy_qp(b), 0);
+    EXPECT_EQ(ibv_destroy_qp(a), 0);
 }

@@ -283,9 +283,7 @@ Entity::Entity(const EntityParams &p) : rx_headroom(p.rx_headroom)
     if (status_ != UCS_OK) {
         return;
     }
-    /* the memory domain is the device: "dev:port" names both */
-    status_ = uct_md_open(comp, p.dev.substr(0, p.dev.find(':')).c_str(),
-                          md_config, &md);
+    status_ = uct_md_open(comp, p.md.c_str(), md_config, &md);
     uct_config_release(md_config);
     if (status_ != UCS_OK) {
         md = nullptr;

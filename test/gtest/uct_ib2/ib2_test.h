@@ -108,6 +108,7 @@ struct EntityParams {
     size_t      rx_headroom = 0;
     bool        err_handler = true;
     std::string dev = kDev;
+    std::string md  = kMd;        /* the memory domain (device) */
 };
 
 /* Parameters with just these variables. */

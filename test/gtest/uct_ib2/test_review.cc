@@ -439,3 +439,36 @@ TEST(Review, TxBuffersHeldByUnsignaledSendsNeverReturn)
         }
     }
 }
+
+/*
+ * An endpoint destroyed after sends that asked for no completion: its QPs
+ * move to error, but a send that already ran gets no flush completion, so
+ * without a signaled tail the endpoint stayed a zombie for the life of the
+ * interface (its CQ share never returned, the receive CQ drained on every
+ * progress call). Each cycle sends fewer AMs than the moderation window.
+ */
+TEST(Review, ZombieWithUnsignaledSendsIsFreed)
+{
+    Pair p;
+    ASSERT_TRUE(p.ok());
+    for (int cycle = 0; cycle < 50; ++cycle) {
+        uct_ep_h xs = p.s.ep_create(), xr = p.r.ep_create();
+        ASSERT_NE(xs, nullptr);
+        ASSERT_NE(xr, nullptr);
+        connect_pair(p.s, xs, p.r, xr);
+        for (int i = 0; i < 5; ++i) {
+            ASSERT_EQ(retry([&] { return uct_ep_am_short(xs, 2, i, nullptr,
+                                                         0); },
+                            [&] { p.progress(); }), UCS_OK);
+        }
+        p.s.ep_destroy(xs);
+        p.r.ep_destroy(xr);
+    }
+    EXPECT_TRUE(wait_for([&] {
+                             return (counters(p.s.iface).zombies == 0) &&
+                                    (counters(p.r.iface).zombies == 0);
+                         },
+                         [&] { p.progress(); }))
+        << "zombies left: sender " << counters(p.s.iface).zombies
+        << ", receiver " << counters(p.r.iface).zombies;
+}
