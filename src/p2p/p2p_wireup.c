@@ -216,7 +216,7 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
         return P2P_ERR_TRANSPORT;
     }
     peer->rma_sw = p2p_ep_rma_emulated(peer->ep);
-    /* arrivals by this endpoint are the peer's (p2p_recv.c) */
+    /* arrivals by this endpoint are the peer's (p2p_arrival.c) */
     k = kh_put(p2p_ep_rank, &ctx->ep_rank, (uint64_t)(uintptr_t)peer->ep,
                &ret);
     if (ret < 0) {
