@@ -21,6 +21,17 @@ p2p_no_bound=--gtest_filter=-P2P.UnexpectedQueueBound
 # A wait that cannot end fails its test after this many seconds.
 export P2PTEST_WAIT_LIMIT=120
 
+# The library is split by role (src/p2p/README.md): each role its own
+# file, and no file much over 500 lines.
+ib2_check p2p-files-by-role bash -c '
+    cd "$1/src/p2p" || exit 1
+    for f in p2p_wire.h p2p_send.c p2p_answer.c p2p_arrival.c p2p_match.c \
+             p2p_unexp.c p2p_held.c p2p_rndv.c p2p_failure.c; do
+        [ -f "$f" ] || { echo "missing $f"; exit 1; }
+    done
+    wc -l *.c *.h | sort -n | tail -n 6
+    ! wc -l *.c *.h | grep -v " total$" | awk "\$1 > 520 { print; bad = 1 }
+        END { exit !bad }"' _ "$SRC"
 ib2_gtest p2p-match "$p2pt/test_p2p_match"
 ib2_gtest p2p-singleton "$p2pt/test_p2p" "${p2p_gt[@]}" "$p2p_no_bound"
 
