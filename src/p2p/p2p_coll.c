@@ -9,10 +9,12 @@
 #include <string.h>
 
 /* Wait for all, giving up at the deadline (timeout < 0: never). On a
- * timeout the receives are cancelled and the rest released. */
+ * timeout the receives are cancelled and the rest released. counts, if
+ * not NULL, gets each request's byte count. */
 static int p2p_wait_bounded(p2p_context_t *ctx, int n, p2p_request_t **reqs,
-                            double timeout)
+                            double timeout, size_t *counts)
 {
+    p2p_status_t st;
     double deadline = p2p_time() + timeout;
     int    i, done, err = P2P_OK, ret;
 
@@ -36,7 +38,11 @@ static int p2p_wait_bounded(p2p_context_t *ctx, int n, p2p_request_t **reqs,
         }
     }
     for (i = 0; i < n; ++i) {
-        ret = p2p_wait(&reqs[i], NULL);
+        st.count = 0;
+        ret      = p2p_wait(&reqs[i], &st);
+        if (counts != NULL) {
+            counts[i] = st.count;
+        }
         if ((ret != P2P_OK) && (err == P2P_OK)) {
             err = ret;
         }
@@ -44,15 +50,20 @@ static int p2p_wait_bounded(p2p_context_t *ctx, int n, p2p_request_t **reqs,
     return err;
 }
 
-/* Everyone's sz bytes, in comm rank order. */
-int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz,
-                         void *out)
+/* Everyone's sz bytes, in comm rank order. A member's contribution of
+ * another length (a peer not speaking this protocol) fails it: what it
+ * sent is not used. */
+int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out)
 {
     p2p_request_t **reqs;
+    size_t        *counts;
     int           i, n = 0, ret = P2P_OK;
 
-    reqs = calloc(2 * comm->size, sizeof(*reqs));
-    if (reqs == NULL) {
+    reqs   = calloc(2 * comm->size, sizeof(*reqs));
+    counts = calloc(2 * comm->size, sizeof(*counts));
+    if ((reqs == NULL) || (counts == NULL)) {
+        free(reqs);
+        free(counts);
         return P2P_ERR_NO_MEMORY;
     }
     memcpy((char*)out + comm->rank * sz, in, sz);
@@ -68,11 +79,21 @@ int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz,
         }
     }
     if (ret == P2P_OK) {
-        ret = p2p_wait_bounded(comm->ctx, n, reqs, -1);
+        ret = p2p_wait_bounded(comm->ctx, n, reqs, -1, counts);
     } else {
-        p2p_wait_bounded(comm->ctx, n, reqs, 0);
+        p2p_wait_bounded(comm->ctx, n, reqs, 0, NULL);
+    }
+    /* the receives are the even entries */
+    for (i = 0; (ret == P2P_OK) && (i < n); i += 2) {
+        if (counts[i] != sz) {
+            p2p_set_error(comm->ctx, "a member's part of a communicator "
+                          "agreement is %zu bytes, not %zu: it does not "
+                          "speak this p2p wire protocol", counts[i], sz);
+            ret = P2P_ERR_TRANSPORT;
+        }
     }
     free(reqs);
+    free(counts);
     return ret;
 }
 
@@ -110,9 +131,9 @@ int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
             ret = p2p_wait_bounded(comm->ctx, 2, reqs,
                                    (timeout < 0) ? -1 :
                                    (deadline - p2p_time() > 0 ?
-                                    deadline - p2p_time() : 0));
+                                    deadline - p2p_time() : 0), NULL);
         } else {
-            p2p_wait_bounded(comm->ctx, 2, reqs, 0);
+            p2p_wait_bounded(comm->ctx, 2, reqs, 0, NULL);
         }
         if ((ret == P2P_ERR_TIMEOUT) || (ret == P2P_ERR_NO_MEMORY)) {
             return ret;

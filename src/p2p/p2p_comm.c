@@ -20,14 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* slots offered per agreement round */
-#define P2P_CID_WINDOW 256
-
-typedef struct p2p_cid_offer {
-    uint32_t epoch;                         /* the sender's ctx->epoch */
-    uint32_t window;                        /* slots [256 window, +256) */
-    uint64_t free[P2P_CID_WINDOW / 64];     /* which of them are free */
-} p2p_cid_offer_t;
+/* slots offered per agreement round (layout: p2p_wire_cid_offer_t) */
+#define P2P_CID_WINDOW P2P_WIRE_CID_WINDOW
 
 int p2p_comm_rank(const p2p_comm_t *comm)
 {
@@ -150,19 +144,23 @@ void p2p_comm_destroy(p2p_comm_t *comm)
     free(comm);
 }
 
+/* This member's offer for one round, in wire byte order. */
 static void p2p_cid_offer(p2p_context_t *ctx, uint32_t window,
-                          p2p_cid_offer_t *o)
+                          p2p_wire_cid_offer_t *o)
 {
+    uint64_t free_bits[P2P_CID_WINDOW / 64] = {0};
     uint32_t i, slot;
 
-    memset(o, 0, sizeof(*o));
-    o->epoch  = ctx->epoch;
-    o->window = window;
     for (i = 0; i < P2P_CID_WINDOW; ++i) {
         slot = window * P2P_CID_WINDOW + i;
         if ((slot >= ctx->ncomms) || (ctx->comms[slot] == NULL)) {
-            o->free[i / 64] |= 1ull << (i % 64);
+            free_bits[i / 64] |= 1ull << (i % 64);
         }
+    }
+    o->epoch  = P2P_LE32(ctx->epoch);
+    o->window = P2P_LE32(window);
+    for (i = 0; i < P2P_CID_WINDOW / 64; ++i) {
+        o->free[i] = P2P_LE64(free_bits[i]);
     }
 }
 
@@ -176,20 +174,20 @@ static int p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
                          void *all, uint32_t *cid_p, uint32_t *epoch_p)
 {
     p2p_context_t   *ctx = comm->ctx;
-    size_t          esz  = sizeof(p2p_cid_offer_t) + extra;
+    size_t          esz  = sizeof(p2p_wire_cid_offer_t) + extra;
     char            *in  = malloc(esz);
     char            *out = malloc(esz * comm->size);
     uint64_t        common[P2P_CID_WINDOW / 64];
     uint32_t        window, epoch = 0, w;
     int             i, ret = P2P_OK, found = 0;
-    p2p_cid_offer_t o;
+    p2p_wire_cid_offer_t o;
 
     if ((in == NULL) || (out == NULL)) {
         ret = P2P_ERR_NO_MEMORY;
         goto out;
     }
     if (extra != 0) {
-        memcpy(in + sizeof(p2p_cid_offer_t), mine, extra);
+        memcpy(in + sizeof(p2p_wire_cid_offer_t), mine, extra);
     }
     /* every member runs the same rounds: a window with a common free slot
      * ends them all at once */
@@ -208,17 +206,28 @@ static int p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
         if ((window == 0) && (extra != 0)) {
             for (i = 0; i < comm->size; ++i) {
                 memcpy((char*)all + i * extra,
-                       out + i * esz + sizeof(p2p_cid_offer_t), extra);
+                       out + i * esz + sizeof(p2p_wire_cid_offer_t),
+                       extra);
             }
         }
         memset(common, 0xff, sizeof(common));
         for (i = 0; i < comm->size; ++i) {
             memcpy(&o, out + i * esz, sizeof(o));
-            if ((i == 0) || ((int32_t)(o.epoch - epoch) > 0)) {
-                epoch = o.epoch;
+            if (P2P_FROM_LE32(o.window) != window) {
+                /* every member runs the same rounds; one that does not
+                 * is not running this protocol */
+                p2p_set_error(ctx, "communicator creation: member %d "
+                              "offered round %u in round %u", i,
+                              P2P_FROM_LE32(o.window), window);
+                ret = P2P_ERR_TRANSPORT;
+                goto out;
+            }
+            if ((i == 0) ||
+                ((int32_t)(P2P_FROM_LE32(o.epoch) - epoch) > 0)) {
+                epoch = P2P_FROM_LE32(o.epoch);
             }
             for (w = 0; w < P2P_CID_WINDOW / 64; ++w) {
-                common[w] &= o.free[w];
+                common[w] &= P2P_FROM_LE64(o.free[w]);
             }
         }
         for (w = 0; (w < P2P_CID_WINDOW / 64) && !found; ++w) {
@@ -280,7 +289,8 @@ static int p2p_split_cmp(const void *a, const void *b)
 int p2p_comm_split(p2p_comm_t *comm, int color, int key,
                    p2p_comm_t **newcomm_p)
 {
-    p2p_split_entry_t mine, *all;
+    p2p_split_entry_t *all;
+    p2p_wire_split_t  mine, *wire;
     uint32_t          *world, cid, epoch;
     int               i, n = 0, myrank = -1, ret;
 
@@ -297,24 +307,29 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
         return P2P_ERR_INVALID;
     }
     all   = malloc(comm->size * sizeof(*all));
+    wire  = malloc(comm->size * sizeof(*wire));
     world = malloc(comm->size * sizeof(*world));
-    if ((all == NULL) || (world == NULL)) {
+    if ((all == NULL) || (wire == NULL) || (world == NULL)) {
         free(all);
+        free(wire);
         free(world);
         return P2P_ERR_NO_MEMORY;
     }
-    mine.color = color;
-    mine.key   = key;
-    mine.rank  = comm->rank;
+    mine.color = (int32_t)P2P_LE32((uint32_t)color);
+    mine.key   = (int32_t)P2P_LE32((uint32_t)key);
     /* one id for every new group: the groups are disjoint, and a slot
      * free at the whole parent is free at each of them */
-    ret = p2p_cid_agree(comm, &mine, sizeof(mine), all, &cid, &epoch);
+    ret = p2p_cid_agree(comm, &mine, sizeof(mine), wire, &cid, &epoch);
     if ((ret != P2P_OK) || (color == P2P_UNDEFINED)) {
         goto out;
     }
+    /* a member's place in the allgather is its parent rank */
     for (i = 0; i < comm->size; ++i) {
-        if (all[i].color == color) {
-            all[n++] = all[i];
+        if ((int32_t)P2P_FROM_LE32((uint32_t)wire[i].color) == color) {
+            all[n].color = color;
+            all[n].key   = (int32_t)P2P_FROM_LE32((uint32_t)wire[i].key);
+            all[n].rank  = i;
+            ++n;
         }
     }
     qsort(all, n, sizeof(*all), p2p_split_cmp);
@@ -328,6 +343,7 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
                           newcomm_p);
 out:
     free(all);
+    free(wire);
     free(world);
     return ret;
 }

@@ -73,7 +73,9 @@
 extern "C" {
 #endif
 
-#define P2P_WIRE_VERSION        1
+/* 2: the PMIx record carries the PID namespace, communicator creation's
+ * contributions are little-endian and a split's carries no rank */
+#define P2P_WIRE_VERSION        2
 
 /* The UCP active message id p2p registers when none is given. */
 #define P2P_WIRE_AM_ID_DEFAULT  0x1b2
@@ -81,13 +83,15 @@ extern "C" {
 /* Largest packed remote key accepted in an RTS */
 #define P2P_WIRE_RKEY_MAX       4096
 
-/* Tags the library's own collectives use (below every user tag). The
- * barrier is a dissemination: in round k = 1, 2, 4, ... < size every rank
- * sends rank + k one byte (nonzero: it knows of a failed member) and
- * receives one from rank - k. Communicator creation is an allgather:
- * every rank sends every other its contribution (p2p_comm.c). */
+/* Tags the library's own collectives use (below every user tag); their
+ * messages are EAGER messages of the communicator they run on. */
 #define P2P_WIRE_TAG_ALLGATHER  (-2)
 #define P2P_WIRE_TAG_BARRIER    (-3)
+
+/* Barrier: a dissemination. In round k = 1, 2, 4, ... < size every rank
+ * sends rank + k (mod size) one byte -- 0, or 1 if it knows a member
+ * failed -- and receives one from rank - k. */
+#define P2P_WIRE_BARRIER_LEN    1
 
 typedef enum p2p_wire_type {
     P2P_WIRE_EAGER      = 1,    /* p2p_wire_match_t + message data */
@@ -123,7 +127,7 @@ typedef struct __attribute__((packed)) p2p_wire_rts {
     uint64_t         length;                /* message length */
     uint64_t         address;               /* sender's buffer */
     uint32_t         rkey_len;              /* = AM data length, 1.. max */
-} p2p_wire_rts_t;                           /* 64 bytes */
+} p2p_wire_rts_t;                           /* 60 bytes */
 
 typedef struct __attribute__((packed)) p2p_wire_ctl {
     uint8_t  type;
@@ -142,6 +146,35 @@ typedef struct __attribute__((packed)) p2p_wire_token {
 } p2p_wire_token_t;                         /* 16 bytes */
 
 /*
+ * Communicator creation (p2p_comm_dup, p2p_comm_split) is an allgather on
+ * the parent: every member sends every other member one message of tag
+ * P2P_WIRE_TAG_ALLGATHER per round, a p2p_wire_cid_offer_t -- in a split's
+ * first round followed by a p2p_wire_split_t. Round r offers the slots
+ * [r * 256, r * 256 + 256); the rounds end, at every member at once, with
+ * the first round in which a slot is free at all members: the new
+ * communicator's id is the lowest such slot, its epoch one above the
+ * highest epoch offered (compared as a signed 32-bit difference). A
+ * contribution of another length fails the creation.
+ */
+#define P2P_WIRE_CID_WINDOW     256
+
+typedef struct __attribute__((packed)) p2p_wire_cid_offer {
+    uint32_t epoch;         /* the highest communicator epoch the member
+                               has seen */
+    uint32_t window;        /* the round: slots [window * 256, +256) */
+    uint64_t free[P2P_WIRE_CID_WINDOW / 64];  /* bit b of free[w]: slot
+                               window * 256 + 64 w + b is free at the
+                               member */
+} p2p_wire_cid_offer_t;                     /* 40 bytes */
+
+typedef struct __attribute__((packed)) p2p_wire_split {
+    int32_t  color;         /* P2P_UNDEFINED: the member joins none */
+    int32_t  key;           /* order in the new communicator (then the
+                               rank in the parent, which is the place of
+                               the contribution in the allgather) */
+} p2p_wire_split_t;                         /* 8 bytes */
+
+/*
  * Wire-up: what each process publishes through PMIx under the key
  * P2P_WIRE_PMIX_KEY (a byte object): this header, then its UCP worker
  * address. pid, start_time, pidns and host let peers on the same host and
@@ -158,6 +191,21 @@ typedef struct __attribute__((packed)) p2p_wire_addr {
     uint64_t pidns;         /* inode of /proc/self/ns/pid, 0: unknown */
     char     host[128];     /* "hostname/boot-id", NUL-terminated */
 } p2p_wire_addr_t;
+
+/* The layouts above, checked where the header is compiled */
+#ifdef __cplusplus
+#define P2P_WIRE_SIZE_CHECK(_t, _n) static_assert(sizeof(_t) == (_n), #_t)
+#else
+#define P2P_WIRE_SIZE_CHECK(_t, _n) _Static_assert(sizeof(_t) == (_n), #_t)
+#endif
+P2P_WIRE_SIZE_CHECK(p2p_wire_match_t, 32);
+P2P_WIRE_SIZE_CHECK(p2p_wire_sync_t, 40);
+P2P_WIRE_SIZE_CHECK(p2p_wire_rts_t, 60);
+P2P_WIRE_SIZE_CHECK(p2p_wire_ctl_t, 16);
+P2P_WIRE_SIZE_CHECK(p2p_wire_token_t, 16);
+P2P_WIRE_SIZE_CHECK(p2p_wire_cid_offer_t, 40);
+P2P_WIRE_SIZE_CHECK(p2p_wire_split_t, 8);
+P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 152);
 
 #ifdef __cplusplus
 }
