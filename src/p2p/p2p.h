@@ -22,7 +22,15 @@
  *
  * Every call returns P2P_OK (0) or a negative P2P_ERR_* code;
  * p2p_strerror() names it, and p2p_last_error() says what exactly was wrong
- * with the last failed call of the context.
+ * with the last failed call of the context. The library writes to stderr
+ * only what P2P_LOG_LEVEL lets through (default: warnings no call can
+ * report, such as a peer sending malformed messages); an error a call
+ * returns is the caller's to report.
+ *
+ * Active messages: p2p registers one UCP active message id on its worker,
+ * p2p_ucp_am_id() (p2p_ucp.h); an application sharing the worker must not
+ * register that one. It is P2P_WIRE_AM_ID_DEFAULT unless P2P_AM_ID or
+ * p2p_init_params_t.am_id moves it.
  *
  * Environment variables: docs/p2p.md.
  */
@@ -81,18 +89,28 @@ typedef struct p2p_status {
 typedef struct p2p_init_params {
     /* P2P_INIT_F_* */
     unsigned flags;
+    /* with P2P_INIT_F_AM_ID: the UCP active message id p2p registers on
+     * its worker (0..P2P_AM_ID_MAX), instead of P2P_AM_ID or the default
+     * P2P_WIRE_AM_ID_DEFAULT (p2p_wire.h). Every process of a job must use
+     * the same id. */
+    unsigned am_id;
 } p2p_init_params_t;
 
 enum {
     /* Also enable UCP's tag API on the context's worker, so a caller can
      * run UCP tag operations on the same endpoints (see p2p_ucp.h). */
-    P2P_INIT_F_UCP_TAG = 1u << 0
+    P2P_INIT_F_UCP_TAG = 1u << 0,
+    /* am_id is set */
+    P2P_INIT_F_AM_ID   = 1u << 1
 };
+
+/* UCP active message ids are 16 bits */
+#define P2P_AM_ID_MAX   65535
 
 /* ---- context ---- */
 
-/* params may be NULL. On failure *ctx_p is NULL and the reason went to
- * stderr (there is no context to ask). */
+/* params may be NULL. On failure *ctx_p is NULL and p2p_last_error(NULL)
+ * says why (nothing is written to stderr unless P2P_LOG_LEVEL asks). */
 P2P_API int  p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p);
 /* Completes nothing: requests still outstanding are dropped (and counted
  * in a warning). Prints statistics if P2P_PRINT_STATS is set. */
@@ -101,6 +119,9 @@ P2P_API p2p_comm_t *p2p_comm_world(p2p_context_t *ctx);
 /* Events handled (>= 0) or a negative error. */
 P2P_API int  p2p_progress(p2p_context_t *ctx);
 P2P_API const char *p2p_strerror(int error);
+/* What exactly was wrong with the last failed call of ctx; with NULL, of
+ * the last failed call of this thread that had no context to keep it in
+ * (p2p_init, a call given a NULL communicator or request pointer). */
 P2P_API const char *p2p_last_error(p2p_context_t *ctx);
 
 /* ---- communicators (collective over the parent's members) ---- */
@@ -238,10 +259,25 @@ typedef struct p2p_stats {
     /* registration cache of rendezvous send buffers */
     uint64_t reg_hits, reg_misses, reg_evictions, reg_invalidations;
     uint64_t reg_regions;           /* registrations alive now */
+    /* times a blocking call gave the core away (P2P_WAIT_SPIN) */
+    uint64_t wait_yields;
 } p2p_stats_t;
 
 P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);
 P2P_API void p2p_print_stats(p2p_context_t *ctx, FILE *stream);
+
+/* ---- configuration ---- */
+
+enum {
+    /* also each variable's help text, default and accepted syntax */
+    P2P_CONFIG_PRINT_DOC = 1u << 0
+};
+
+/* Every P2P_* variable with the value p2p_init would take from this
+ * process's environment, one "P2P_NAME=value" line each (as `ucx_info -c`
+ * prints UCX's); the p2p_info tool calls it. P2P_ERR_INVALID (and
+ * p2p_last_error(NULL)) if a variable's value does not parse. */
+P2P_API int  p2p_config_print(FILE *stream, unsigned flags);
 
 #ifdef __cplusplus
 }

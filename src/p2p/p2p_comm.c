@@ -1,21 +1,27 @@
 /*
- * Communicators: a group (comm rank -> world rank), a context id carried in
- * every message header, matching queues and per-peer sequence numbers.
+ * Communicators: a group (comm rank -> world rank), an id and an epoch
+ * carried in every message header, matching queues and per-peer sequence
+ * numbers.
  *
- * Context ids are agreed collectively: each process proposes the lowest id
- * it never used, and the group takes the maximum. Ids only grow and are
- * never reused, so a new id is free at every member, and a message for an
- * id this process does not know yet belongs to a communicator still being
- * created here (it is held until then), while one for a freed id is an
- * error of the sender.
- *
- * The collectives behind dup, split and barrier are point-to-point
- * exchanges on the parent communicator with reserved (negative) tags.
+ * Ids are slots of this process's communicator table, reused after a
+ * free, so the table is as long as the most communicators alive at once.
+ * A new communicator's members agree (an allgather on the parent) on the
+ * lowest slot free at all of them, and on an epoch above every epoch any
+ * of them has seen (ctx->epoch, which every participant then raises to
+ * it). So at a member, every communicator it has had bears an epoch it has
+ * seen, and one still to be created here a higher one: a message whose
+ * (id, epoch) is not a communicator here is early (held until created) if
+ * its epoch is above ctx->epoch, and stale (a freed communicator's, in
+ * flight) otherwise. Epochs wrap at 2^32 and are compared as signed
+ * differences.
  */
 #include "p2p_int.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* slots offered per agreement round (layout: p2p_wire_cid_offer_t) */
+#define P2P_CID_WINDOW P2P_WIRE_CID_WINDOW
 
 int p2p_comm_rank(const p2p_comm_t *comm)
 {
@@ -32,20 +38,44 @@ p2p_context_t *p2p_comm_context(const p2p_comm_t *comm)
     return comm->ctx;
 }
 
-int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
-                    const uint32_t *world, p2p_comm_t **comm_p)
+/* Room in the table for slot cid. */
+static int p2p_comm_table_grow(p2p_context_t *ctx, uint32_t cid)
 {
-    p2p_comm_t  *comm;
+    size_t     n = (ctx->ncomms == 0) ? 16 : 2 * (size_t)ctx->ncomms;
+    p2p_comm_t **c;
 
-    if (cid >= ctx->ncomms) {
-        uint32_t   n  = (cid + 1 > 2 * ctx->ncomms) ? cid + 1 : 2 * ctx->ncomms;
-        p2p_comm_t **c = realloc(ctx->comms, n * sizeof(*c));
-        if (c == NULL) {
-            return P2P_ERR_NO_MEMORY;
-        }
-        memset(c + ctx->ncomms, 0, (n - ctx->ncomms) * sizeof(*c));
-        ctx->comms  = c;
-        ctx->ncomms = n;
+    if (cid < ctx->ncomms) {
+        return P2P_OK;
+    }
+    while (n <= cid) {
+        n *= 2;
+    }
+    if (n > UINT32_MAX) {
+        n = UINT32_MAX;
+    }
+    if (cid >= n) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    c = realloc(ctx->comms, n * sizeof(*c));
+    if (c == NULL) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    memset(c + ctx->ncomms, 0, (n - ctx->ncomms) * sizeof(*c));
+    ctx->comms  = c;
+    ctx->ncomms = (uint32_t)n;
+    return P2P_OK;
+}
+
+int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
+                    int rank, int size, const uint32_t *world,
+                    p2p_comm_t **comm_p)
+{
+    p2p_comm_t *comm;
+
+    if ((p2p_comm_table_grow(ctx, cid) != P2P_OK) ||
+        (ctx->comms[cid] != NULL)) {
+        p2p_set_error(ctx, "no room for communicator id %u", cid);
+        return P2P_ERR_NO_MEMORY;
     }
     comm = calloc(1, sizeof(*comm));
     if (comm == NULL) {
@@ -53,6 +83,7 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
     }
     comm->ctx      = ctx;
     comm->cid      = cid;
+    comm->cepoch   = cepoch;
     comm->rank     = rank;
     comm->size     = size;
     comm->world    = malloc(size * sizeof(*comm->world));
@@ -69,9 +100,6 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
     }
     memcpy(comm->world, world, size * sizeof(*world));
     ctx->comms[cid] = comm;
-    if (cid >= ctx->next_cid) {
-        ctx->next_cid = cid + 1;
-    }
     *comm_p = comm;
     /* messages that raced ahead of our creating it, in arrival order */
     p2p_early_replay(ctx, comm);
@@ -81,7 +109,7 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
 static void p2p_comm_cancel_cb(void *arg, p2p_mq_recv_t *r)
 {
     p2p_comm_t    *comm = arg;
-    p2p_request_t *req  = p2p_container_of(r, p2p_request_t, recv.mq);
+    p2p_request_t *req  = ucs_container_of(r, p2p_request_t, recv.mq);
 
     p2p_mq_cancel(&comm->mq, r);
     req->status.cancelled = 1;
@@ -93,7 +121,7 @@ static void p2p_comm_drop_cb(void *arg, p2p_mq_msg_t *m)
     p2p_comm_t *comm = arg;
 
     p2p_mq_remove_unexp(&comm->mq, m);
-    p2p_unexp_free(comm->ctx, p2p_container_of(m, struct p2p_unexp, mq));
+    p2p_unexp_free(comm->ctx, ucs_container_of(m, struct p2p_unexp, mq));
 }
 
 void p2p_comm_destroy(p2p_comm_t *comm)
@@ -105,159 +133,146 @@ void p2p_comm_destroy(p2p_comm_t *comm)
     p2p_mq_foreach_unexp(&comm->mq, p2p_comm_drop_cb, comm);
     held = p2p_held_drop_comm(comm);
     if (unexp + held != 0) {
-        p2p_log(ctx, "warning: communicator %u freed with %zu messages "
+        p2p_warn(ctx, "communicator %u freed with %zu messages "
                 "never received; they are dropped", comm->cid, unexp + held);
     }
     p2p_mq_cleanup(&comm->mq);
-    ctx->comms[comm->cid] = P2P_COMM_FREED;
+    ctx->comms[comm->cid] = NULL;
     free(comm->world);
     free(comm->send_seq);
     free(comm->recv_seq);
     free(comm);
 }
 
-/* Wait for all, giving up at the deadline (timeout < 0: never). On a
- * timeout the receives are cancelled and the rest released. */
-static int p2p_wait_bounded(p2p_context_t *ctx, int n, p2p_request_t **reqs,
-                            double timeout)
+/* This member's offer for one round, in wire byte order. */
+static void p2p_cid_offer(p2p_context_t *ctx, uint32_t window,
+                          p2p_wire_cid_offer_t *o)
 {
-    double deadline = p2p_time() + timeout;
-    int    i, done, err = P2P_OK, ret;
+    uint64_t free_bits[P2P_CID_WINDOW / 64] = {0};
+    uint32_t i, slot;
 
-    for (;;) {
-        done = 1;
-        for (i = 0; i < n; ++i) {
-            done &= (reqs[i] == NULL) || reqs[i]->complete;
-        }
-        if (done) {
-            break;
-        }
-        p2p_ctx_progress(ctx);
-        if ((timeout >= 0) && (p2p_time() > deadline)) {
-            for (i = 0; i < n; ++i) {
-                if (reqs[i] != NULL) {
-                    p2p_cancel(reqs[i]);
-                    p2p_request_free(&reqs[i]);
-                }
-            }
-            return P2P_ERR_TIMEOUT;
+    for (i = 0; i < P2P_CID_WINDOW; ++i) {
+        slot = window * P2P_CID_WINDOW + i;
+        if ((slot >= ctx->ncomms) || (ctx->comms[slot] == NULL)) {
+            free_bits[i / 64] |= 1ull << (i % 64);
         }
     }
-    for (i = 0; i < n; ++i) {
-        ret = p2p_wait(&reqs[i], NULL);
-        if ((ret != P2P_OK) && (err == P2P_OK)) {
-            err = ret;
-        }
+    o->epoch  = P2P_LE32(ctx->epoch);
+    o->window = P2P_LE32(window);
+    for (i = 0; i < P2P_CID_WINDOW / 64; ++i) {
+        o->free[i] = P2P_LE64(free_bits[i]);
     }
-    return err;
 }
 
-/* Everyone's sz bytes, in comm rank order. */
-static int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz,
-                         void *out)
+/*
+ * Agree with every member of comm on a slot free at all of them and on an
+ * epoch above all they have seen. `extra` bytes of `mine` travel along in
+ * the first round and arrive in `all` (comm rank order). Every member
+ * raises its ctx->epoch to the new epoch.
+ */
+static int p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
+                         void *all, uint32_t *cid_p, uint32_t *epoch_p)
 {
-    p2p_request_t **reqs;
-    int           i, n = 0, ret = P2P_OK;
+    p2p_context_t   *ctx = comm->ctx;
+    size_t          esz  = sizeof(p2p_wire_cid_offer_t) + extra;
+    char            *in  = malloc(esz);
+    char            *out = malloc(esz * comm->size);
+    uint64_t        common[P2P_CID_WINDOW / 64];
+    uint32_t        window, epoch = 0, w;
+    int             i, ret = P2P_OK, found = 0;
+    p2p_wire_cid_offer_t o;
 
-    reqs = calloc(2 * comm->size, sizeof(*reqs));
-    if (reqs == NULL) {
-        return P2P_ERR_NO_MEMORY;
+    if ((in == NULL) || (out == NULL)) {
+        ret = P2P_ERR_NO_MEMORY;
+        goto out;
     }
-    memcpy((char*)out + comm->rank * sz, in, sz);
-    for (i = 0; (i < comm->size) && (ret == P2P_OK); ++i) {
-        if (i == comm->rank) {
-            continue;
-        }
-        ret = p2p_post_recv(comm, (char*)out + i * sz, sz, i,
-                            P2P_TAG_ALLGATHER, &reqs[n++]);
-        if (ret == P2P_OK) {
-            ret = p2p_send_start(comm, in, sz, i, P2P_TAG_ALLGATHER, 0,
-                                 &reqs[n++]);
-        }
+    if (extra != 0) {
+        memcpy(in + sizeof(p2p_wire_cid_offer_t), mine, extra);
     }
-    if (ret == P2P_OK) {
-        ret = p2p_wait_bounded(comm->ctx, n, reqs, -1);
-    } else {
-        p2p_wait_bounded(comm->ctx, n, reqs, 0);
-    }
-    free(reqs);
-    return ret;
-}
-
-int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
-{
-    double        deadline = p2p_time() + timeout;
-    p2p_request_t *reqs[2];
-    int           k, ret;
-    char          dummy;
-
-    /* dissemination: round k talks to rank +- 2^k; distinct sources per
-     * round, so per-source ordering keeps consecutive barriers apart */
-    for (k = 1; k < comm->size; k <<= 1) {
-        reqs[0] = reqs[1] = NULL;
-        ret = p2p_post_recv(comm, &dummy, 0,
-                            (comm->rank - k + comm->size) % comm->size,
-                            P2P_TAG_BARRIER, &reqs[0]);
-        if (ret == P2P_OK) {
-            ret = p2p_send_start(comm, NULL, 0, (comm->rank + k) % comm->size,
-                                 P2P_TAG_BARRIER, 0, &reqs[1]);
+    /* every member runs the same rounds: a window with a common free slot
+     * ends them all at once */
+    for (window = 0; !found; ++window) {
+        if (window >= UINT32_MAX / P2P_CID_WINDOW) {
+            p2p_set_error(ctx, "no communicator id is free at every member");
+            ret = P2P_ERR_NO_MEMORY;
+            goto out;
         }
-        if (ret == P2P_OK) {
-            ret = p2p_wait_bounded(comm->ctx, 2, reqs,
-                                   (timeout < 0) ? -1 :
-                                   (deadline - p2p_time() > 0 ?
-                                    deadline - p2p_time() : 0));
-        } else {
-            p2p_wait_bounded(comm->ctx, 2, reqs, 0);
-        }
+        p2p_cid_offer(ctx, window, &o);
+        memcpy(in, &o, sizeof(o));
+        ret = p2p_allgather(comm, in, esz, out);
         if (ret != P2P_OK) {
-            return ret;
+            goto out;
+        }
+        if ((window == 0) && (extra != 0)) {
+            for (i = 0; i < comm->size; ++i) {
+                memcpy((char*)all + i * extra,
+                       out + i * esz + sizeof(p2p_wire_cid_offer_t),
+                       extra);
+            }
+        }
+        memset(common, 0xff, sizeof(common));
+        for (i = 0; i < comm->size; ++i) {
+            memcpy(&o, out + i * esz, sizeof(o));
+            if (P2P_FROM_LE32(o.window) != window) {
+                /* every member runs the same rounds; one that does not
+                 * is not running this protocol */
+                p2p_set_error(ctx, "communicator creation: member %d "
+                              "offered round %u in round %u", i,
+                              P2P_FROM_LE32(o.window), window);
+                ret = P2P_ERR_TRANSPORT;
+                goto out;
+            }
+            if ((i == 0) ||
+                ((int32_t)(P2P_FROM_LE32(o.epoch) - epoch) > 0)) {
+                epoch = P2P_FROM_LE32(o.epoch);
+            }
+            for (w = 0; w < P2P_CID_WINDOW / 64; ++w) {
+                common[w] &= P2P_FROM_LE64(o.free[w]);
+            }
+        }
+        for (w = 0; (w < P2P_CID_WINDOW / 64) && !found; ++w) {
+            if (common[w] != 0) {
+                *cid_p = window * P2P_CID_WINDOW + w * 64 +
+                         (uint32_t)__builtin_ctzll(common[w]);
+                found  = 1;
+            }
         }
     }
-    return P2P_OK;
-}
-
-int p2p_barrier(p2p_comm_t *comm)
-{
-    if ((comm == NULL) || (comm == P2P_COMM_FREED)) {
-        fprintf(stderr, "p2p: error: p2p_barrier: no communicator\n");
-        return P2P_ERR_INVALID;
+    /* above what anyone has seen, own one included */
+    if ((int32_t)(ctx->epoch - epoch) > 0) {
+        epoch = ctx->epoch;
     }
-    return p2p_barrier_timeout(comm, -1);
+    *epoch_p   = epoch + 1;
+    ctx->epoch = epoch + 1;
+out:
+    free(in);
+    free(out);
+    return ret;
 }
 
 int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
 {
-    uint32_t *cids, cid = 0;
-    int      i, ret;
+    uint32_t cid, epoch;
+    int      ret;
 
-    if ((comm == NULL) || (comm == P2P_COMM_FREED) || (newcomm_p == NULL)) {
-        fprintf(stderr, "p2p: error: p2p_comm_dup: %s\n",
-                (newcomm_p == NULL) ? "NULL result pointer" :
-                "no communicator");
+    if ((comm == NULL) || (newcomm_p == NULL)) {
+        p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_dup: %s",
+                      (newcomm_p == NULL) ? "NULL result pointer" :
+                      "no communicator (NULL)");
         return P2P_ERR_INVALID;
     }
     *newcomm_p = NULL;
-    cids       = malloc(comm->size * sizeof(*cids));
-    if (cids == NULL) {
-        return P2P_ERR_NO_MEMORY;
+    ret = p2p_cid_agree(comm, NULL, 0, NULL, &cid, &epoch);
+    if (ret != P2P_OK) {
+        return ret;
     }
-    ret = p2p_allgather(comm, &comm->ctx->next_cid, sizeof(uint32_t), cids);
-    if (ret == P2P_OK) {
-        for (i = 0; i < comm->size; ++i) {
-            cid = (cids[i] > cid) ? cids[i] : cid;
-        }
-        ret = p2p_comm_create(comm->ctx, cid, comm->rank, comm->size,
-                              comm->world, newcomm_p);
-    }
-    free(cids);
-    return ret;
+    return p2p_comm_create(comm->ctx, cid, epoch, comm->rank, comm->size,
+                           comm->world, newcomm_p);
 }
 
 typedef struct p2p_split_entry {
     int32_t  color;
     int32_t  key;
-    uint32_t cid;
     int32_t  rank;      /* in the parent */
 } p2p_split_entry_t;
 
@@ -274,14 +289,15 @@ static int p2p_split_cmp(const void *a, const void *b)
 int p2p_comm_split(p2p_comm_t *comm, int color, int key,
                    p2p_comm_t **newcomm_p)
 {
-    p2p_split_entry_t mine, *all;
-    uint32_t          *world, cid = 0;
+    p2p_split_entry_t *all;
+    p2p_wire_split_t  mine, *wire;
+    uint32_t          *world, cid, epoch;
     int               i, n = 0, myrank = -1, ret;
 
-    if ((comm == NULL) || (comm == P2P_COMM_FREED) || (newcomm_p == NULL)) {
-        fprintf(stderr, "p2p: error: p2p_comm_split: %s\n",
-                (newcomm_p == NULL) ? "NULL result pointer" :
-                "no communicator");
+    if ((comm == NULL) || (newcomm_p == NULL)) {
+        p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_split: %s",
+                      (newcomm_p == NULL) ? "NULL result pointer" :
+                      "no communicator (NULL)");
         return P2P_ERR_INVALID;
     }
     *newcomm_p = NULL;
@@ -291,34 +307,30 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
         return P2P_ERR_INVALID;
     }
     all   = malloc(comm->size * sizeof(*all));
+    wire  = malloc(comm->size * sizeof(*wire));
     world = malloc(comm->size * sizeof(*world));
-    if ((all == NULL) || (world == NULL)) {
+    if ((all == NULL) || (wire == NULL) || (world == NULL)) {
         free(all);
+        free(wire);
         free(world);
         return P2P_ERR_NO_MEMORY;
     }
-    mine.color = color;
-    mine.key   = key;
-    mine.cid   = comm->ctx->next_cid;
-    mine.rank  = comm->rank;
-    ret = p2p_allgather(comm, &mine, sizeof(mine), all);
-    if (ret != P2P_OK) {
+    mine.color = (int32_t)P2P_LE32((uint32_t)color);
+    mine.key   = (int32_t)P2P_LE32((uint32_t)key);
+    /* one id for every new group: the groups are disjoint, and a slot
+     * free at the whole parent is free at each of them */
+    ret = p2p_cid_agree(comm, &mine, sizeof(mine), wire, &cid, &epoch);
+    if ((ret != P2P_OK) || (color == P2P_UNDEFINED)) {
         goto out;
     }
-    /* one id for every new group: the groups are disjoint, and taking the
-     * maximum over the whole parent keeps it free at every member */
+    /* a member's place in the allgather is its parent rank */
     for (i = 0; i < comm->size; ++i) {
-        cid = (all[i].cid > cid) ? all[i].cid : cid;
-        if ((color != P2P_UNDEFINED) && (all[i].color == color)) {
-            all[n++] = all[i];
+        if ((int32_t)P2P_FROM_LE32((uint32_t)wire[i].color) == color) {
+            all[n].color = color;
+            all[n].key   = (int32_t)P2P_FROM_LE32((uint32_t)wire[i].key);
+            all[n].rank  = i;
+            ++n;
         }
-    }
-    if (color == P2P_UNDEFINED) {
-        /* stay in step with the others' id counters */
-        if (cid >= comm->ctx->next_cid) {
-            comm->ctx->next_cid = cid + 1;
-        }
-        goto out;
     }
     qsort(all, n, sizeof(*all), p2p_split_cmp);
     for (i = 0; i < n; ++i) {
@@ -327,9 +339,11 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
             myrank = i;
         }
     }
-    ret = p2p_comm_create(comm->ctx, cid, myrank, n, world, newcomm_p);
+    ret = p2p_comm_create(comm->ctx, cid, epoch, myrank, n, world,
+                          newcomm_p);
 out:
     free(all);
+    free(wire);
     free(world);
     return ret;
 }
@@ -338,8 +352,9 @@ int p2p_comm_free(p2p_comm_t **comm_p)
 {
     p2p_comm_t *comm;
 
-    if ((comm_p == NULL) || (*comm_p == NULL) || (*comm_p == P2P_COMM_FREED)) {
-        fprintf(stderr, "p2p: error: p2p_comm_free: no communicator\n");
+    if ((comm_p == NULL) || (*comm_p == NULL)) {
+        p2p_set_error(NULL, "p2p_comm_free: no communicator (NULL, or "
+                      "already freed)");
         return P2P_ERR_INVALID;
     }
     comm = *comm_p;

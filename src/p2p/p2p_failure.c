@@ -22,7 +22,7 @@ static void p2p_fail_posted_cb(void *arg, p2p_mq_recv_t *r)
         return;
     }
     p2p_mq_cancel(&comm->mq, r);
-    req = p2p_container_of(r, p2p_request_t, recv.mq);
+    req = ucs_container_of(r, p2p_request_t, recv.mq);
     p2p_req_fail(req, error);
     p2p_req_event(req);
 }
@@ -44,10 +44,38 @@ static void p2p_peer_close_ep(p2p_peer_t *peer)
     }
 }
 
+/* Make sure a failure of peer is noticed while we wait for it: UCP's
+ * keepalive and the same-host watch only cover peers we have an endpoint
+ * to. A peer that cannot be reached is failed. */
+void p2p_peer_watch(p2p_peer_t *peer)
+{
+    ucp_ep_h ep;
+
+    if (P2P_UNLIKELY((peer->ep == NULL) && !peer->failed) &&
+        (p2p_peer_ep(peer, &ep) != P2P_OK) && !peer->failed) {
+        p2p_peer_failed(peer, UCS_ERR_UNREACHABLE, 0);
+    }
+}
+
+/* A receive or probe from anyone of comm: a failure of any member must be
+ * noticed. Once per communicator (endpoints stay until a peer fails). */
+void p2p_comm_watch_all(p2p_comm_t *comm)
+{
+    int r;
+
+    if (P2P_LIKELY(comm->watched)) {
+        return;
+    }
+    comm->watched = 1;
+    for (r = 0; r < comm->size; ++r) {
+        p2p_peer_watch(p2p_comm_peer(comm, r));
+    }
+}
+
 void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
 {
     p2p_context_t *ctx = peer->ctx;
-    p2p_dlist_t   *e, *t;
+    p2p_request_t *req, *tmp;
     uint32_t      cid;
     int           r;
 
@@ -58,36 +86,37 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
                            (status == UCS_ERR_EXCEEDS_LIMIT) ?
                            P2P_ERR_UNEXP_LIMIT : P2P_ERR_PEER_FAILED;
         if (status == UCS_ERR_NO_MEMORY) {
-            p2p_log(ctx, "error: out of memory: a message from rank %u "
+            p2p_warn(ctx, "out of memory: a message from rank %u "
                     "could not even be remembered, so nothing more is "
                     "taken from it; its pending operations complete with "
                     "P2P_ERR_NO_MEMORY", peer->rank);
         } else if (status == UCS_ERR_EXCEEDS_LIMIT) {
-            p2p_log(ctx, "error: rank %u sent more than "
+            p2p_warn(ctx, "rank %u sent more than "
                     "P2P_UNEXPECTED_LIMIT=%zu and its headroom can hold, "
                     "even without data: nothing more is taken from it; its "
                     "pending operations complete with P2P_ERR_UNEXP_LIMIT. "
                     "Post receives earlier or raise the limit.", peer->rank,
                     ctx->cfg.unexp_limit);
         } else {
-            p2p_log(ctx, "rank %u failed or became unreachable (%s): its "
+            p2p_info(ctx, "rank %u failed or became unreachable (%s): its "
                     "pending operations complete with P2P_ERR_PEER_FAILED",
                     peer->rank, ucs_status_string(status));
         }
-        p2p_dlist_for_each_safe(e, t, &peer->waiting) {
-            p2p_wait_done(p2p_container_of(e, p2p_request_t, wait_link),
-                          peer->fail_error);
+        ucs_list_for_each_safe(req, tmp, &peer->waiting, wait_link) {
+            p2p_wait_done(req, peer->fail_error);
         }
         /* receives that only this peer (or anyone, which now may mean
          * this peer) could satisfy would wait forever */
         for (cid = 0; cid < ctx->ncomms; ++cid) {
             p2p_comm_t *comm = ctx->comms[cid];
-            if ((comm == NULL) || (comm == P2P_COMM_FREED)) {
+            if (comm == NULL) {
                 continue;
             }
             for (r = 0; r < comm->size; ++r) {
                 if (comm->world[r] == peer->rank) {
                     void *arg[3] = { comm, &r, &peer->fail_error };
+                    /* blocking calls on comm waiting for anyone notice */
+                    ++comm->n_failed;
                     p2p_mq_foreach_posted(&comm->mq, p2p_fail_posted_cb,
                                           arg);
                     break;
@@ -98,7 +127,7 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
     if (peer->ep != NULL) {
         if (in_ucp) {
             peer->close_ep = 1;
-            ctx->deferred  = 1;
+            p2p_defer(ctx);
         } else {
             p2p_peer_close_ep(peer);
         }

@@ -1,303 +1,35 @@
 /*
- * p2p internals shared by the library's files. See README.md for the data
- * flow; the invariants that matter are written next to the fields.
+ * p2p internals shared by the library's files: the types (p2p_types.h),
+ * and each file's functions the others call, with the small inline ones
+ * of the hot paths. See README.md for which file does what.
  */
 #ifndef P2P_INT_H
 #define P2P_INT_H
 
-#include "p2p.h"
-#include "p2p_ucp.h"
-#include "p2p_list.h"
-#include "p2p_match.h"
-#include "p2p_wire.h"
-#include "p2p_fault.h"
+#include "p2p_types.h"
 
-#include <rcache.h>
-#include <pmix.h>
-#include <ucp/api/ucp.h>
-
-#include <ucs/datastruct/khash.h>
-
-#include <endian.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <string.h>
-
-#define P2P_LIKELY(x)   __builtin_expect(!!(x), 1)
-#define P2P_UNLIKELY(x) __builtin_expect(!!(x), 0)
-
-/* Reserved tags (below P2P_ANY_TAG) used by the library's own collectives */
-#define P2P_TAG_ALLGATHER P2P_WIRE_TAG_ALLGATHER
-#define P2P_TAG_BARRIER   P2P_WIRE_TAG_BARRIER
-
-/* Wire fields are little-endian (p2p_wire.h) */
-#define P2P_LE16(_x)      htole16(_x)
-#define P2P_LE32(_x)      htole32(_x)
-#define P2P_LE64(_x)      htole64(_x)
-#define P2P_FROM_LE16(_x) le16toh(_x)
-#define P2P_FROM_LE32(_x) le32toh(_x)
-#define P2P_FROM_LE64(_x) le64toh(_x)
-
-/* The matching fields of an arrived message, in host byte order. */
-typedef struct p2p_rx_match {
-    uint32_t cid;
-    uint16_t cepoch;
-    int32_t  src;
-    int32_t  tag;
-    uint32_t seq;
-} p2p_rx_match_t;
-
-/* Everything the arrival path knows about a message of the matching kinds
- * (EAGER, EAGER_SYNC, MID, RTS), in host byte order. */
-typedef struct p2p_rx {
-    unsigned       type;        /* P2P_WIRE_* */
-    unsigned       how;         /* P2P_ARR_*: data copied or a descriptor */
-    p2p_rx_match_t m;
-    uint64_t       token;       /* as sent (opaque), 0: none */
-    uint64_t       sreq;        /* sender's request id, or 0 */
-    uint64_t       length;      /* message length */
-    uint64_t       address;     /* RTS: sender's buffer */
-    ucp_ep_h       ep;          /* the endpoint UCP says it came by */
-    int            dropped;     /* 0, or why the data was not kept
-                                   (P2P_ERR_NO_MEMORY, _UNEXP_LIMIT): the
-                                   receive that matches fails with it */
-    void           *data;       /* payload, packed rkey or UCP descriptor */
-    size_t         data_len;    /* bytes at data (0 for a descriptor) */
-} p2p_rx_t;
-
-/* what an arriving message carries besides its header */
-enum {
-    P2P_ARR_DATA     = 0,   /* data/data_len: the payload (or packed rkey) */
-    P2P_ARR_UCP_DESC = 1    /* data: UCP rendezvous descriptor */
-};
-
-typedef struct p2p_config {
-    size_t     eager_limit;     /* P2P_EAGER_LIMIT */
-    size_t     rndv_thresh;     /* P2P_RNDV_THRESH */
-    int        leave_pinned;    /* P2P_LEAVE_PINNED */
-    size_t     reg_max_regions; /* P2P_REG_MAX_REGIONS */
-    size_t     reg_max_bytes;   /* P2P_REG_MAX_BYTES */
-    size_t     unexp_limit;     /* P2P_UNEXPECTED_LIMIT */
-    int        print_stats;     /* P2P_PRINT_STATS */
-    int        peer_errors;     /* P2P_ERROR_MODE: 1 = peer, 0 = none */
-    double     finalize_timeout;/* P2P_FINALIZE_TIMEOUT, seconds */
-    char       keepalive[32];   /* P2P_KEEPALIVE_INTERVAL (UCX syntax) */
-    double     keepalive_sec;   /* the same in seconds */
-} p2p_config_t;
-
-/* A peer process (by world rank). */
-typedef struct p2p_peer {
-    ucp_ep_h      ep;           /* NULL until first use */
-    p2p_context_t *ctx;
-    uint32_t      rank;
-    uint8_t       failed;
-    uint8_t       close_ep;     /* failed in a UCP callback: close later */
-    uint8_t       local;        /* same host: watched by p2p_liveness.c */
-    uint8_t       rma_sw;       /* UCP emulates RMA to it with active
-                                   messages: large sends use UCP's own
-                                   rendezvous (p2p_wireup.c says why) */
-    uint8_t       token_sent;   /* it has been given rx_token */
-    uint8_t       token_busy;   /* token_msg in flight */
-    int           fail_error;   /* what its requests fail with */
-    p2p_wire_token_t token_msg;
-    /* Authentication (p2p_wire.h): what it must put in its messages to
-     * us (random, never 0), and what we put in ours to it (0: not known
-     * yet, send with UCP's reply flag instead) */
-    uint64_t      rx_token;
-    uint64_t      tx_token;
-    int32_t       pid;
-    uint64_t      start_time;   /* of its process, from /proc (pid reuse) */
-    void          *close_req;   /* forced close of a dead peer's endpoint */
-    /* requests waiting for this peer's answer (FIN, ACK): completed with
-     * P2P_ERR_PEER_FAILED if the peer dies */
-    p2p_dlist_t   waiting;
-} p2p_peer_t;
-
-/* A copy of a message that could not be processed yet: its communicator
- * does not exist here yet, or an earlier message of the same sender is
- * missing (p2p_held.c). */
-typedef struct p2p_held {
-    struct p2p_held *next;      /* early: the next for the same context id */
-    int         reserve;        /* a header-only record of the reserve */
-    size_t      charge;         /* bytes counted against the limit */
-    p2p_rx_t    rx;             /* rx.data points into buf (or is the
-                                   UCP descriptor) */
-    char        buf[];          /* copied data */
-} p2p_held_t;
-
-KHASH_MAP_INIT_INT64(p2p_ep_rank, uint32_t)
-
-/* held out of order, per communicator: (source, seq) -> record */
-KHASH_MAP_INIT_INT64(p2p_held, p2p_held_t*)
-
-/* held early, per context id: records in arrival order */
-typedef struct p2p_early_q {
-    p2p_held_t *first, *last;
-} p2p_early_q_t;
-KHASH_MAP_INIT_INT(p2p_early, p2p_early_q_t)
-
-struct p2p_comm {
-    p2p_context_t *ctx;
-    uint32_t      cid;
-    uint16_t      cepoch;       /* incarnation of the slot cid */
-    int           rank;
-    int           size;
-    uint32_t      *world;       /* comm rank -> world rank */
-    uint32_t      *send_seq;    /* next seq to each comm rank */
-    uint32_t      *recv_seq;    /* next seq expected from each comm rank */
-    khash_t(p2p_held) held;     /* arrived ahead of their seq */
-    p2p_mq_t      mq;
-};
-
-enum {
-    P2P_REQ_SEND = 1,
-    P2P_REQ_RECV = 2
-};
-
-struct p2p_request {
-    p2p_context_t  *ctx;
-    uint8_t        kind;
-    uint8_t        complete;    /* pending reached 0 */
-    uint8_t        released;    /* the user let go: recycle at completion */
-    uint8_t        waiting;     /* linked in a peer's waiting list */
-    int            pending;     /* events still to come before completion */
-    uint64_t       rid;         /* id in the request table (waiting for an
-                                   answer), or 0 */
-    p2p_status_t   status;
-    p2p_peer_t     *peer;
-    p2p_dlist_t    wait_link;
-    p2p_request_t  *next_free;
-    union {
-        struct {
-            union {             /* must live until UCP is done sending it */
-                p2p_wire_match_t eager;
-                p2p_wire_sync_t  sync;
-                p2p_wire_rts_t   rts;
-            } hdr;
-            rcache_region_t *region;  /* rendezvous: held until FIN */
-            const void      *buf;     /* copied by UCP (p2p_rndv.c) */
-        } send;
-        struct {
-            p2p_mq_recv_t  mq;
-            p2p_comm_t     *comm;
-            void           *buf;
-            size_t         len;
-            ucp_rkey_h     rkey;
-            uint64_t       sreq;      /* rendezvous: whom to send FIN */
-            p2p_wire_ctl_t answer;    /* FIN or ACK in flight */
-            size_t         msg_len;   /* truncating UCP protocol: length
-                                         the sender declared */
-        } recv;
-    };
-};
-
-/* Unexpected message (and the handle of a matched probe). */
-enum {
-    P2P_UNEXP_EAGER = 0,
-    P2P_UNEXP_RNDV  = 1,    /* ours: header and packed rkey only */
-    P2P_UNEXP_UCP   = 2     /* UCP's rendezvous: header and descriptor */
-};
-
-struct p2p_unexp {
-    p2p_mq_msg_t  mq;
-    p2p_comm_t    *comm;
-    uint8_t       kind;
-    uint8_t       reserve;      /* a header-only record of the reserve */
-    int16_t       dropped;      /* 0, or why the data was not kept: the
-                                   receive that matches fails with it */
-    size_t        charge;       /* bytes counted against the limit */
-    int32_t       src;
-    int32_t       tag;
-    size_t        length;       /* message length */
-    size_t        data_len;     /* bytes in data[] */
-    uint64_t      sreq;         /* sender's request id, or 0 */
-    uint64_t      address;      /* rendezvous: sender's buffer */
-    void          *desc;        /* UCP descriptor (P2P_UNEXP_UCP) */
-    char          data[];       /* eager payload or packed rkey */
-};
-
-typedef struct p2p_reg {
-    ucp_mem_h memh;
-    void      *rkey_buf;
-    size_t    rkey_len;
-} p2p_reg_t;
-
-/* A slot of the request table: ids on the wire index it (p2p_wire.h). */
-typedef struct p2p_rid_slot {
-    p2p_request_t *req;         /* NULL: free */
-    uint32_t      gen;          /* of the id now (or last) given out */
-    uint32_t      next_free;
-} p2p_rid_slot_t;
-
-
-struct p2p_context {
-    p2p_config_t  cfg;
-    ucp_context_h ucp;
-    ucp_worker_h  worker;
-    ucp_address_t *address;
-    size_t        address_len;
-    unsigned      am_id;        /* the one UCP AM id p2p uses */
-    ucp_datatype_t sink_dt;     /* truncating receives, sends by copy
-                                   (p2p_rndv.c) */
-    int           have_sink_dt;
-    int           rank;         /* world */
-    int           size;
-    int           have_pmix;
-    pmix_proc_t   pmix_proc;
-    p2p_peer_t    *peers;       /* [size] */
-    /* which peer an endpoint leads to: authenticates arrivals */
-    khash_t(p2p_ep_rank) ep_rank;
-    ucp_ep_h      last_rx_ep;   /* one-entry cache in front of ep_rank */
-    p2p_peer_t    *last_rx_peer;
-    p2p_comm_t    *world;
-    /* communicators by context id; P2P_COMM_FREED marks a freed one */
-    p2p_comm_t    **comms;
-    uint32_t      ncomms;       /* capacity of comms[] */
-    uint32_t      next_cid;     /* lowest cid this process never used */
-    khash_t(p2p_early) early;   /* held: for communicators not created yet */
-    rcache_t      *rcache;
-    int           reg_quiet;  /* creating the cache on trial */
-    p2p_request_t *free_reqs;
-    void          *chunks;      /* request memory, freed at finalize */
-    p2p_rid_slot_t *rids;       /* request table */
-    uint32_t      nrids;
-    uint32_t      rid_free;     /* first free slot, UINT32_MAX: none */
-    size_t        live_reqs;
-    unsigned      ticks;        /* progress calls, for the slow path */
-    int           deferred;     /* peer endpoints to close */
-    double        next_check;   /* next liveness check (p2p_time) */
-    size_t        unexp_bytes;
-    int           unexp_warned;
-    unsigned      warned;       /* P2P_WARNED_*: said once already */
-    /* header-only records for messages whose record could not be
-     * allocated (p2p_rec_alloc) */
-    void          *reserve_mem;
-    void          *reserve;
-    unsigned      faults;       /* injected faults pending (p2p_fault.h) */
-    unsigned      fault[P2P_FAULT_LAST];
-    p2p_stats_t   stats;
-    char          last_error[512];
-};
-
-/* warnings given once per context */
-enum {
-    P2P_WARNED_MALFORMED = 1u << 0,
-    P2P_WARNED_SOURCE    = 1u << 1
-};
-
-#define P2P_COMM_FREED ((p2p_comm_t*)(uintptr_t)1)
-
-/* p2p_context.c */
+/* p2p_log.c */
+/* ctx may be NULL (no context to keep it in: p2p_last_error(NULL)). */
 void p2p_set_error(p2p_context_t *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void p2p_log(p2p_context_t *ctx, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Written to stderr if level is within P2P_LOG_LEVEL; ctx may be NULL. */
+void p2p_log(p2p_context_t *ctx, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void p2p_log_set_global_level(int level);
+#define p2p_error(_ctx, ...) p2p_log(_ctx, P2P_LOG_ERROR, __VA_ARGS__)
+#define p2p_warn(_ctx, ...)  p2p_log(_ctx, P2P_LOG_WARN, __VA_ARGS__)
+#define p2p_info(_ctx, ...)  p2p_log(_ctx, P2P_LOG_INFO, __VA_ARGS__)
 int  p2p_status_err(ucs_status_t status);
 uint64_t p2p_random64(void);
-void *p2p_chunk_alloc(p2p_context_t *ctx, size_t size);
+
+/* p2p_ucx.c */
+int  p2p_load_uct_ib2(p2p_context_t *ctx);
+int  p2p_ucp_setup(p2p_context_t *ctx, unsigned flags);
+void p2p_close_eps(p2p_context_t *ctx);
 
 /* p2p_config.c */
 int  p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen);
+void p2p_config_release(p2p_config_t *cfg);
 
 /* p2p_wireup.c */
 int  p2p_wireup_init(p2p_context_t *ctx);
@@ -308,20 +40,50 @@ void p2p_wireup_forget(p2p_context_t *ctx, ucp_ep_h ep);
 void p2p_wireup_finalize(p2p_context_t *ctx);
 
 /* p2p_liveness.c */
-void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, char *host,
-                       size_t hostlen);
+void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, uint64_t *pidns,
+                       char *host, size_t hostlen);
 uint64_t p2p_proc_start_time(int32_t pid);
 void p2p_slow_progress(p2p_context_t *ctx);
+
+/* One progress call in P2P_SLOW_TICKS + 1 takes the slow path; work that
+ * cannot wait for it (p2p_defer) makes the next one take it. */
+#define P2P_SLOW_TICKS 1023u
+
+static inline void p2p_defer(p2p_context_t *ctx)
+{
+    ctx->deferred = 1;
+    ctx->ticks   |= P2P_SLOW_TICKS;
+}
 
 /* Progress UCP; now and then also what p2p watches itself. */
 static inline unsigned p2p_ctx_progress(p2p_context_t *ctx)
 {
     unsigned n = ucp_worker_progress(ctx->worker);
 
-    if (P2P_UNLIKELY(((++ctx->ticks & 1023) == 0) || ctx->deferred)) {
+    if (P2P_UNLIKELY((++ctx->ticks & P2P_SLOW_TICKS) == 0)) {
         p2p_slow_progress(ctx);
     }
     return n;
+}
+
+/* Give the core away: a blocking call found nothing to do for
+ * P2P_WAIT_SPIN polls in a row (p2p_request.c). */
+void p2p_wait_idle(p2p_context_t *ctx);
+
+/* One poll of a blocking call (waits, blocking probes, the library's
+ * collectives). After P2P_WAIT_SPIN polls in a row that found nothing to
+ * do, the call yields the core between polls: with more processes than
+ * cores, the one it waits for may need it. Any event starts the count
+ * again, so a wait that is answered within the spin never yields. The
+ * count lives in the context (one thread per context): it costs a wait
+ * no register. */
+static inline void p2p_wait_poll(p2p_context_t *ctx)
+{
+    if (p2p_ctx_progress(ctx) != 0) {
+        ctx->idle_polls = 0;
+    } else if (P2P_UNLIKELY(++ctx->idle_polls > ctx->cfg.wait_spin)) {
+        p2p_wait_idle(ctx);
+    }
 }
 
 /* p2p_reg.c */
@@ -329,9 +91,13 @@ int  p2p_reg_init(p2p_context_t *ctx);
 void p2p_reg_cleanup(p2p_context_t *ctx);
 
 /* p2p_request.c */
+int  p2p_req_pool_init(p2p_context_t *ctx);
+void p2p_req_pool_cleanup(p2p_context_t *ctx);
 p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind);
 void p2p_req_put(p2p_request_t *req);
 void p2p_req_event(p2p_request_t *req);
+
+/* p2p_rid.c */
 /* Give req an id the peer can answer to: 0 if out of memory. */
 uint64_t p2p_rid_alloc(p2p_request_t *req);
 void p2p_rid_release(p2p_request_t *req);
@@ -351,6 +117,10 @@ static inline void p2p_req_fail(p2p_request_t *req, int error)
 /* p2p_send.c */
 int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, int sync, p2p_request_t **req_p);
+
+/* p2p_answer.c */
+/* A send that waits for an answer: an id, and linked to its peer. */
+int  p2p_wait_link(p2p_request_t *req);
 /* The answer (FIN, ACK) a receive owes the sender: its header lives in
  * the request, which completes once it is sent. */
 void p2p_send_answer(p2p_request_t *req, unsigned type, uint64_t sreq,
@@ -361,7 +131,7 @@ void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                      const p2p_wire_ctl_t *ctl);
 void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer);
 
-/* p2p_recv.c */
+/* p2p_arrival.c */
 int  p2p_recv_init(p2p_context_t *ctx);
 void p2p_arrival(p2p_context_t *ctx, const p2p_rx_t *rx);
 
@@ -443,6 +213,8 @@ void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u);
 
 /* p2p_failure.c */
 void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp);
+void p2p_peer_watch(p2p_peer_t *peer);
+void p2p_comm_watch_all(p2p_comm_t *comm);
 
 static inline p2p_peer_t *p2p_comm_peer(p2p_comm_t *comm, int rank)
 {
@@ -467,9 +239,14 @@ int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
                    p2p_request_t **req_p);
 
 /* p2p_comm.c */
-int  p2p_comm_create(p2p_context_t *ctx, uint32_t cid, int rank, int size,
-                     const uint32_t *world, p2p_comm_t **comm_p);
+int  p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
+                     int rank, int size, const uint32_t *world,
+                     p2p_comm_t **comm_p);
 void p2p_comm_destroy(p2p_comm_t *comm);
+
+/* p2p_coll.c */
+/* Everyone's sz bytes, in comm rank order. */
+int  p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out);
 int  p2p_barrier_timeout(p2p_comm_t *comm, double timeout);
 
 static inline p2p_comm_t *p2p_comm_by_cid(p2p_context_t *ctx, uint32_t cid)
@@ -477,7 +254,7 @@ static inline p2p_comm_t *p2p_comm_by_cid(p2p_context_t *ctx, uint32_t cid)
     return (cid < ctx->ncomms) ? ctx->comms[cid] : NULL;
 }
 
-/* tiny helpers */
+/* p2p_log.c: the monotonic clock, in seconds */
 double p2p_time(void);
 
 #endif

@@ -6,11 +6,13 @@
  * shared-memory keepalive, however, did not report a peer killed while
  * nothing was in flight to it (measured here: a survivor waiting for a
  * rendezvous FIN waited forever). So p2p checks the peers it is connected
- * to on its own host itself: every P2P_KEEPALIVE_INTERVAL it compares each
- * one's process start time (from /proc/<pid>/stat, published with its
- * address at wire-up) with the recorded one; a peer whose process is gone
- * or was replaced is failed exactly as if UCP had reported it. Remote peers
- * are left to UCP's transports.
+ * to on its own host and in its own PID namespace itself: every
+ * P2P_KEEPALIVE_INTERVAL it compares each one's process start time (from
+ * /proc/<pid>/stat, published with its address at wire-up) with the
+ * recorded one; a peer whose process is gone or was replaced is failed
+ * exactly as if UCP had reported it. Remote peers, and those in another
+ * PID namespace (whose pid names another process here, or none), are left
+ * to UCP's transports.
  *
  * The check runs in the slow path of progress (one in 1024 progress calls
  * looks at the clock), so it costs the hot path an increment and a branch.
@@ -18,6 +20,7 @@
 #include "p2p_int.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,14 +62,19 @@ uint64_t p2p_proc_start_time(int32_t pid)
     return start;
 }
 
-void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, char *host,
-                       size_t hostlen)
+void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, uint64_t *pidns,
+                       char *host, size_t hostlen)
 {
-    char boot[40] = "";
-    int  fd;
+    char        boot[40] = "";
+    struct stat st;
+    int         fd;
 
     *pid        = (uint32_t)getpid();
     *start_time = p2p_proc_start_time((int32_t)*pid);
+    /* a pid means the same process only within one PID namespace (two
+     * containers on a host share host name and boot id, not this) */
+    *pidns      = (stat("/proc/self/ns/pid", &st) == 0) ?
+                  (uint64_t)st.st_ino : 0;
     /* the boot id tells two containers with one host name apart */
     fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY);
     if (fd >= 0) {

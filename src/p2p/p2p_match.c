@@ -4,7 +4,7 @@
 #include "p2p_match.h"
 
 #include <errno.h>
-#include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 /* Bin key: kind in the top two bits, then the source (30 bits; sources are
@@ -16,18 +16,19 @@ enum {
 };
 
 struct p2p_mq_bin {
-    uint64_t     key;
-    p2p_dlist_t  list;
-    p2p_mq_bin_t *hnext;
+    uint64_t        key;
+    ucs_list_link_t list;
 };
 
-#define P2P_MQ_HASH_INIT  64
-#define P2P_MQ_BIN_CHUNK  126
+#define P2P_MQ_BINS_PER_CHUNK 32
 
-typedef struct p2p_mq_chunk {
-    struct p2p_mq_chunk *next;
-    p2p_mq_bin_t        bins[P2P_MQ_BIN_CHUNK];
-} p2p_mq_chunk_t;
+static ucs_mpool_ops_t p2p_mq_bin_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+    .obj_init      = NULL,
+    .obj_cleanup   = NULL,
+    .obj_str       = NULL
+};
 
 static inline uint64_t p2p_mq_key(unsigned kind, int32_t src, int32_t tag)
 {
@@ -35,180 +36,145 @@ static inline uint64_t p2p_mq_key(unsigned kind, int32_t src, int32_t tag)
            ((uint64_t)((uint32_t)src & 0x3fffffffu) << 32) | (uint32_t)tag;
 }
 
-static inline uint32_t p2p_mq_hash_fn(uint64_t key)
+static inline p2p_mq_bin_t *p2p_mq_bin_find(p2p_mq_table_t *t, uint64_t key)
 {
-    /* 64-bit finalizer: consecutive tags and sources spread over buckets */
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdull;
-    key ^= key >> 33;
-    key *= 0xc4ceb9fe1a85ec53ull;
-    key ^= key >> 33;
-    return (uint32_t)key;
+    khiter_t k;
+
+    if ((t->last != NULL) && (t->last->key == key)) {
+        return t->last;
+    }
+    k = kh_get(p2p_mq_bins, &t->hash, key);
+    if (k == kh_end(&t->hash)) {
+        return NULL;
+    }
+    t->last = kh_val(&t->hash, k);
+    return t->last;
 }
 
-static int p2p_mq_hash_init(p2p_mq_hash_t *h)
+/* Give the empty bins back to the pool: they are many (see p2p_match.h).
+ * Only called on the way to creating a bin, never while a caller walks
+ * the bins (p2p_mq_foreach_posted). */
+static void p2p_mq_sweep(p2p_mq_table_t *t)
 {
-    h->buckets = calloc(P2P_MQ_HASH_INIT, sizeof(*h->buckets));
-    if (h->buckets == NULL) {
-        return -ENOMEM;
-    }
-    h->mask  = P2P_MQ_HASH_INIT - 1;
-    h->count = 0;
-    return 0;
-}
+    p2p_mq_bin_t *bin;
+    khiter_t     k;
 
-static inline p2p_mq_bin_t *p2p_mq_hash_find(const p2p_mq_hash_t *h,
-                                             uint64_t key)
-{
-    p2p_mq_bin_t *bin = h->buckets[p2p_mq_hash_fn(key) & h->mask];
-
-    while ((bin != NULL) && (bin->key != key)) {
-        bin = bin->hnext;
-    }
-    return bin;
-}
-
-/* Doubling is the only allocation besides bin chunks; if it fails the table
- * keeps working with longer chains. */
-static void p2p_mq_hash_grow(p2p_mq_hash_t *h)
-{
-    uint32_t     nsize = (h->mask + 1) * 2;
-    p2p_mq_bin_t **nb  = calloc(nsize, sizeof(*nb));
-    p2p_mq_bin_t *bin, *next;
-    uint32_t     i, idx;
-
-    if (nb == NULL) {
-        return;
-    }
-    for (i = 0; i <= h->mask; ++i) {
-        for (bin = h->buckets[i]; bin != NULL; bin = next) {
-            next       = bin->hnext;
-            idx        = p2p_mq_hash_fn(bin->key) & (nsize - 1);
-            bin->hnext = nb[idx];
-            nb[idx]    = bin;
+    for (k = kh_begin(&t->hash); k != kh_end(&t->hash); ++k) {
+        if (!kh_exist(&t->hash, k)) {
+            continue;
+        }
+        bin = kh_val(&t->hash, k);
+        if (ucs_list_is_empty(&bin->list)) {
+            kh_del(p2p_mq_bins, &t->hash, k);
+            ucs_mpool_put(bin);
         }
     }
-    free(h->buckets);
-    h->buckets = nb;
-    h->mask    = nsize - 1;
+    t->n_empty = 0;
+    t->last    = NULL;
 }
 
-static void p2p_mq_hash_remove(p2p_mq_hash_t *h, p2p_mq_bin_t *bin)
-{
-    p2p_mq_bin_t **pp = &h->buckets[p2p_mq_hash_fn(bin->key) & h->mask];
-
-    while (*pp != bin) {
-        pp = &(*pp)->hnext;
-    }
-    *pp = bin->hnext;
-    --h->count;
-}
-
-static p2p_mq_bin_t *p2p_mq_bin_alloc(p2p_mq_t *mq)
-{
-    p2p_mq_chunk_t *chunk;
-    p2p_mq_bin_t   *bin;
-    int            i;
-
-    if (mq->free_bins == NULL) {
-        chunk = malloc(sizeof(*chunk));
-        if (chunk == NULL) {
-            return NULL;
-        }
-        chunk->next = mq->chunks;
-        mq->chunks  = chunk;
-        for (i = P2P_MQ_BIN_CHUNK - 1; i >= 0; --i) {
-            chunk->bins[i].hnext = mq->free_bins;
-            mq->free_bins        = &chunk->bins[i];
-        }
-    }
-    bin           = mq->free_bins;
-    mq->free_bins = bin->hnext;
-    return bin;
-}
-
-/* The bin for key, created empty if absent; NULL only when out of memory. */
-static p2p_mq_bin_t *p2p_mq_bin_get(p2p_mq_t *mq, p2p_mq_hash_t *h,
+/* The bin for key, created if absent; NULL only when out of memory. An
+ * empty bin found in the table counts as in use from now on (the caller
+ * adds to it). */
+static p2p_mq_bin_t *p2p_mq_bin_get(p2p_mq_t *mq, p2p_mq_table_t *t,
                                     uint64_t key)
 {
-    p2p_mq_bin_t *bin = p2p_mq_hash_find(h, key);
-    uint32_t     idx;
+    p2p_mq_bin_t *bin = p2p_mq_bin_find(t, key);
+    khiter_t     k;
+    int          ret;
 
     if (bin != NULL) {
+        t->n_empty -= ucs_list_is_empty(&bin->list);
         return bin;
     }
-    bin = p2p_mq_bin_alloc(mq);
+    if ((t->n_empty >= P2P_MQ_EMPTY_MIN) &&
+        (2 * t->n_empty >= kh_size(&t->hash))) {
+        p2p_mq_sweep(t);
+    }
+    bin = ucs_mpool_get(&mq->bin_mp);
     if (bin == NULL) {
         return NULL;
     }
-    bin->key = key;
-    p2p_dlist_init(&bin->list);
-    if (++h->count > h->mask + 1) {
-        p2p_mq_hash_grow(h);
+    k = kh_put(p2p_mq_bins, &t->hash, key, &ret);
+    if (ret < 0) {
+        ucs_mpool_put(bin);
+        return NULL;
     }
-    idx             = p2p_mq_hash_fn(key) & h->mask;
-    bin->hnext      = h->buckets[idx];
-    h->buckets[idx] = bin;
+    bin->key = key;
+    ucs_list_head_init(&bin->list);
+    kh_val(&t->hash, k) = bin;
+    t->last             = bin;
     return bin;
 }
 
-static inline void p2p_mq_bin_release_if_empty(p2p_mq_t *mq,
-                                               p2p_mq_hash_t *h,
-                                               p2p_mq_bin_t *bin)
+/* After an entry left bin: an emptied bin stays in its table. */
+static inline void p2p_mq_bin_left(p2p_mq_table_t *t, p2p_mq_bin_t *bin)
 {
-    if (p2p_dlist_empty(&bin->list)) {
-        p2p_mq_hash_remove(h, bin);
-        bin->hnext    = mq->free_bins;
-        mq->free_bins = bin;
-    }
+    t->n_empty += ucs_list_is_empty(&bin->list);
 }
 
 int p2p_mq_init(p2p_mq_t *mq)
 {
+    ucs_status_t status;
+
     memset(mq, 0, sizeof(*mq));
-    p2p_dlist_init(&mq->posted_any);
-    p2p_dlist_init(&mq->unexp_all);
-    p2p_dlist_init(&mq->unexp_reserved);
-    if (p2p_mq_hash_init(&mq->posted_bins) != 0) {
-        return -ENOMEM;
-    }
-    if (p2p_mq_hash_init(&mq->unexp_bins) != 0) {
-        free(mq->posted_bins.buckets);
-        return -ENOMEM;
-    }
-    return 0;
+    ucs_list_head_init(&mq->posted_any);
+    ucs_list_head_init(&mq->unexp_all);
+    ucs_list_head_init(&mq->unexp_reserved);
+    kh_init_inplace(p2p_mq_bins, &mq->posted_bins.hash);
+    kh_init_inplace(p2p_mq_bins, &mq->unexp_bins.hash);
+    status = ucs_mpool_init(&mq->bin_mp, 0, sizeof(p2p_mq_bin_t), 0,
+                            sizeof(uint64_t), P2P_MQ_BINS_PER_CHUNK,
+                            UINT_MAX, &p2p_mq_bin_ops, "p2p_mq_bins");
+    return (status == UCS_OK) ? 0 : -ENOMEM;
+}
+
+static void p2p_mq_table_cleanup(p2p_mq_table_t *t)
+{
+    p2p_mq_bin_t *bin;
+
+    kh_foreach_value(&t->hash, bin, {
+        ucs_mpool_put(bin);
+    });
+    kh_destroy_inplace(p2p_mq_bins, &t->hash);
 }
 
 void p2p_mq_cleanup(p2p_mq_t *mq)
 {
-    p2p_mq_chunk_t *chunk, *next;
-
-    for (chunk = mq->chunks; chunk != NULL; chunk = next) {
-        next = chunk->next;
-        free(chunk);
-    }
-    free(mq->posted_bins.buckets);
-    free(mq->unexp_bins.buckets);
+    p2p_mq_table_cleanup(&mq->posted_bins);
+    p2p_mq_table_cleanup(&mq->unexp_bins);
+    /* entries still queued are the caller's; the bins all came back */
+    ucs_mpool_cleanup(&mq->bin_mp, 1);
     memset(mq, 0, sizeof(*mq));
+}
+
+size_t p2p_mq_bins_held(const p2p_mq_t *mq)
+{
+    return kh_size(&mq->posted_bins.hash) + kh_size(&mq->unexp_bins.hash);
+}
+
+size_t p2p_mq_bins_in_use(const p2p_mq_t *mq)
+{
+    return p2p_mq_bins_held(mq) - mq->posted_bins.n_empty -
+           mq->unexp_bins.n_empty;
 }
 
 /* ---- posted receives ---- */
 
-static inline p2p_mq_recv_t *p2p_mq_bin_head_recv(const p2p_mq_hash_t *h,
+static inline p2p_mq_recv_t *p2p_mq_bin_head_recv(p2p_mq_table_t *t,
                                                   uint64_t key)
 {
-    p2p_mq_bin_t *bin = p2p_mq_hash_find(h, key);
+    p2p_mq_bin_t *bin = p2p_mq_bin_find(t, key);
 
-    /* a bin in the table is never empty */
-    return (bin == NULL) ? NULL :
-           p2p_container_of(bin->list.next, p2p_mq_recv_t, link);
+    return ((bin == NULL) || ucs_list_is_empty(&bin->list)) ? NULL :
+           ucs_list_head(&bin->list, p2p_mq_recv_t, link);
 }
 
 static void p2p_mq_unlink_recv(p2p_mq_t *mq, p2p_mq_recv_t *recv)
 {
-    p2p_dlist_del(&recv->link);
+    ucs_list_del(&recv->link);
     if (recv->bin != NULL) {
-        p2p_mq_bin_release_if_empty(mq, &mq->posted_bins, recv->bin);
+        p2p_mq_bin_left(&mq->posted_bins, recv->bin);
     }
     if (recv->tag == P2P_MQ_ANY_TAG) {
         mq->n_src_wild -= (recv->src != P2P_MQ_ANY_SOURCE);
@@ -246,9 +212,8 @@ p2p_mq_recv_t *p2p_mq_match_arrival(p2p_mq_t *mq, int32_t src, int32_t tag)
                 best = cand;
             }
         }
-        if (!p2p_dlist_empty(&mq->posted_any)) {
-            cand = p2p_container_of(mq->posted_any.next, p2p_mq_recv_t,
-                                    link);
+        if (!ucs_list_is_empty(&mq->posted_any)) {
+            cand = ucs_list_head(&mq->posted_any, p2p_mq_recv_t, link);
             if ((best == NULL) || (cand->seq < best->seq)) {
                 best = cand;
             }
@@ -263,39 +228,32 @@ p2p_mq_recv_t *p2p_mq_match_arrival(p2p_mq_t *mq, int32_t src, int32_t tag)
 int p2p_mq_post(p2p_mq_t *mq, p2p_mq_recv_t *recv, int32_t src, int32_t tag)
 {
     p2p_mq_bin_t *bin;
+    uint64_t     key;
 
     recv->src = src;
     recv->tag = tag;
-    if (src == P2P_MQ_ANY_SOURCE) {
-        if (tag == P2P_MQ_ANY_TAG) {
-            bin = NULL;
-        } else {
-            bin = p2p_mq_bin_get(mq, &mq->posted_bins,
-                                 p2p_mq_key(P2P_MQ_K_TAG, 0, tag));
-            if (bin == NULL) {
-                return -ENOMEM;
-            }
-            ++mq->n_tag_wild;
-        }
-    } else if (tag == P2P_MQ_ANY_TAG) {
-        bin = p2p_mq_bin_get(mq, &mq->posted_bins,
-                             p2p_mq_key(P2P_MQ_K_SRC, src, 0));
-        if (bin == NULL) {
-            return -ENOMEM;
-        }
-        ++mq->n_src_wild;
+    if ((src == P2P_MQ_ANY_SOURCE) && (tag == P2P_MQ_ANY_TAG)) {
+        bin = NULL;
     } else {
-        bin = p2p_mq_bin_get(mq, &mq->posted_bins,
-                             p2p_mq_key(P2P_MQ_K_SPEC, src, tag));
+        key = (src == P2P_MQ_ANY_SOURCE) ? p2p_mq_key(P2P_MQ_K_TAG, 0, tag) :
+              (tag == P2P_MQ_ANY_TAG)    ? p2p_mq_key(P2P_MQ_K_SRC, src, 0) :
+                                           p2p_mq_key(P2P_MQ_K_SPEC, src,
+                                                      tag);
+        bin = p2p_mq_bin_get(mq, &mq->posted_bins, key);
         if (bin == NULL) {
             return -ENOMEM;
+        }
+        if (src == P2P_MQ_ANY_SOURCE) {
+            ++mq->n_tag_wild;
+        } else if (tag == P2P_MQ_ANY_TAG) {
+            ++mq->n_src_wild;
         }
     }
     recv->bin    = bin;
     recv->seq    = mq->post_seq++;
     recv->queued = 1;
-    p2p_dlist_push_tail((bin == NULL) ? &mq->posted_any : &bin->list,
-                        &recv->link);
+    ucs_list_add_tail((bin == NULL) ? &mq->posted_any : &bin->list,
+                      &recv->link);
     ++mq->n_posted;
     return 0;
 }
@@ -313,32 +271,19 @@ void p2p_mq_foreach_posted(p2p_mq_t *mq,
                            void (*cb)(void *arg, p2p_mq_recv_t *recv),
                            void *arg)
 {
-    p2p_mq_hash_t *h = &mq->posted_bins;
-    p2p_mq_bin_t  *bin, *bnext;
-    p2p_dlist_t   *elem, *tmp;
-    uint32_t      i;
+    p2p_mq_recv_t *r, *tmp;
+    p2p_mq_bin_t  *bin;
 
-    p2p_dlist_for_each_safe(elem, tmp, &mq->posted_any) {
-        cb(arg, p2p_container_of(elem, p2p_mq_recv_t, link));
+    ucs_list_for_each_safe(r, tmp, &mq->posted_any, link) {
+        cb(arg, r);
     }
-    /* a callback that cancels may release the bin being walked and, with
-     * it, only that bin: fetch the chain successor first, and stop walking
-     * a bin once its last entry is visited */
-    for (i = 0; i <= h->mask; ++i) {
-        for (bin = h->buckets[i]; bin != NULL; bin = bnext) {
-            bnext = bin->hnext;
-            elem  = bin->list.next;
-            for (;;) {
-                tmp = elem->next;
-                int last = (tmp == &bin->list);
-                cb(arg, p2p_container_of(elem, p2p_mq_recv_t, link));
-                if (last) {
-                    break;
-                }
-                elem = tmp;
-            }
+    /* a callback that cancels empties bins but never removes one from the
+     * table (only creating a bin sweeps) */
+    kh_foreach_value(&mq->posted_bins.hash, bin, {
+        ucs_list_for_each_safe(r, tmp, &bin->list, link) {
+            cb(arg, r);
         }
-    }
+    });
 }
 
 /* ---- unexpected messages ---- */
@@ -346,35 +291,33 @@ void p2p_mq_foreach_posted(p2p_mq_t *mq,
 int p2p_mq_add_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg, int32_t src,
                      int32_t tag)
 {
-    p2p_mq_bin_t *spec, *tbin, *sbin = NULL;
-    int          l;
+    p2p_mq_table_t *t = &mq->unexp_bins;
+    p2p_mq_bin_t   *spec, *tbin, *sbin = NULL;
+    int            l;
 
-    spec = p2p_mq_bin_get(mq, &mq->unexp_bins,
-                          p2p_mq_key(P2P_MQ_K_SPEC, src, tag));
+    spec = p2p_mq_bin_get(mq, t, p2p_mq_key(P2P_MQ_K_SPEC, src, tag));
     if (spec == NULL) {
         return -ENOMEM;
     }
-    /* keep the bin from being recycled while the others are created */
-    p2p_dlist_push_tail(&spec->list, &msg->link[P2P_MQ_L_SPEC]);
-    tbin = p2p_mq_bin_get(mq, &mq->unexp_bins,
-                          p2p_mq_key(P2P_MQ_K_TAG, 0, tag));
+    /* in use from here: a sweep on the way to the next bin spares it */
+    ucs_list_add_tail(&spec->list, &msg->link[P2P_MQ_L_SPEC]);
+    tbin = p2p_mq_bin_get(mq, t, p2p_mq_key(P2P_MQ_K_TAG, 0, tag));
     if (tbin == NULL) {
         goto err;
     }
-    p2p_dlist_push_tail(&tbin->list, &msg->link[P2P_MQ_L_TAG]);
+    ucs_list_add_tail(&tbin->list, &msg->link[P2P_MQ_L_TAG]);
     if (tag >= 0) {
-        sbin = p2p_mq_bin_get(mq, &mq->unexp_bins,
-                              p2p_mq_key(P2P_MQ_K_SRC, src, 0));
+        sbin = p2p_mq_bin_get(mq, t, p2p_mq_key(P2P_MQ_K_SRC, src, 0));
         if (sbin == NULL) {
-            p2p_dlist_del(&msg->link[P2P_MQ_L_TAG]);
-            p2p_mq_bin_release_if_empty(mq, &mq->unexp_bins, tbin);
+            ucs_list_del(&msg->link[P2P_MQ_L_TAG]);
+            p2p_mq_bin_left(t, tbin);
             goto err;
         }
-        p2p_dlist_push_tail(&sbin->list, &msg->link[P2P_MQ_L_SRC]);
-        p2p_dlist_push_tail(&mq->unexp_all, &msg->link[P2P_MQ_L_ALL]);
+        ucs_list_add_tail(&sbin->list, &msg->link[P2P_MQ_L_SRC]);
+        ucs_list_add_tail(&mq->unexp_all, &msg->link[P2P_MQ_L_ALL]);
     } else {
-        p2p_dlist_init(&msg->link[P2P_MQ_L_SRC]);
-        p2p_dlist_push_tail(&mq->unexp_reserved, &msg->link[P2P_MQ_L_ALL]);
+        ucs_list_head_init(&msg->link[P2P_MQ_L_SRC]);
+        ucs_list_add_tail(&mq->unexp_reserved, &msg->link[P2P_MQ_L_ALL]);
     }
     msg->bin[P2P_MQ_L_SPEC] = spec;
     msg->bin[P2P_MQ_L_SRC]  = sbin;
@@ -386,10 +329,10 @@ int p2p_mq_add_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg, int32_t src,
     return 0;
 
 err:
-    p2p_dlist_del(&msg->link[P2P_MQ_L_SPEC]);
-    p2p_mq_bin_release_if_empty(mq, &mq->unexp_bins, spec);
+    ucs_list_del(&msg->link[P2P_MQ_L_SPEC]);
+    p2p_mq_bin_left(t, spec);
     for (l = 0; l < P2P_MQ_L_NUM; ++l) {
-        p2p_dlist_init(&msg->link[l]);
+        ucs_list_head_init(&msg->link[l]);
     }
     msg->queued = 0;
     return -ENOMEM;
@@ -403,11 +346,12 @@ void p2p_mq_remove_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg)
         return;
     }
     for (l = 0; l < P2P_MQ_L_NUM; ++l) {
-        p2p_dlist_del(&msg->link[l]);
+        /* a reserved tag's source link is its own empty list: no-op */
+        ucs_list_del(&msg->link[l]);
     }
     for (l = 0; l < P2P_MQ_L_ALL; ++l) {
         if (msg->bin[l] != NULL) {
-            p2p_mq_bin_release_if_empty(mq, &mq->unexp_bins, msg->bin[l]);
+            p2p_mq_bin_left(&mq->unexp_bins, msg->bin[l]);
             msg->bin[l] = NULL;
         }
     }
@@ -418,39 +362,47 @@ void p2p_mq_remove_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg)
 p2p_mq_msg_t *p2p_mq_find_unexp(p2p_mq_t *mq, int32_t src, int32_t tag,
                                 int remove)
 {
-    p2p_mq_bin_t *bin;
-    p2p_dlist_t  *head;
-    p2p_mq_msg_t *msg;
-    int          l;
+    ucs_list_link_t *head;
+    p2p_mq_bin_t    *bin;
+    p2p_mq_msg_t    *msg;
 
     if (mq->n_unexp == 0) {
         return NULL;
     }
     if (src == P2P_MQ_ANY_SOURCE) {
         if (tag == P2P_MQ_ANY_TAG) {
-            head = p2p_dlist_head(&mq->unexp_all);
-            l    = P2P_MQ_L_ALL;
-            goto found_head;
+            if (ucs_list_is_empty(&mq->unexp_all)) {
+                return NULL;
+            }
+            msg = ucs_list_head(&mq->unexp_all, p2p_mq_msg_t,
+                                link[P2P_MQ_L_ALL]);
+            goto found;
         }
-        bin = p2p_mq_hash_find(&mq->unexp_bins,
-                               p2p_mq_key(P2P_MQ_K_TAG, 0, tag));
-        l   = P2P_MQ_L_TAG;
+        bin = p2p_mq_bin_find(&mq->unexp_bins,
+                              p2p_mq_key(P2P_MQ_K_TAG, 0, tag));
+        if ((bin == NULL) || ucs_list_is_empty(&bin->list)) {
+            return NULL;
+        }
+        head = bin->list.next;
+        msg  = ucs_container_of(head, p2p_mq_msg_t, link[P2P_MQ_L_TAG]);
     } else if (tag == P2P_MQ_ANY_TAG) {
-        bin = p2p_mq_hash_find(&mq->unexp_bins,
-                               p2p_mq_key(P2P_MQ_K_SRC, src, 0));
-        l   = P2P_MQ_L_SRC;
+        bin = p2p_mq_bin_find(&mq->unexp_bins,
+                              p2p_mq_key(P2P_MQ_K_SRC, src, 0));
+        if ((bin == NULL) || ucs_list_is_empty(&bin->list)) {
+            return NULL;
+        }
+        head = bin->list.next;
+        msg  = ucs_container_of(head, p2p_mq_msg_t, link[P2P_MQ_L_SRC]);
     } else {
-        bin = p2p_mq_hash_find(&mq->unexp_bins,
-                               p2p_mq_key(P2P_MQ_K_SPEC, src, tag));
-        l   = P2P_MQ_L_SPEC;
+        bin = p2p_mq_bin_find(&mq->unexp_bins,
+                              p2p_mq_key(P2P_MQ_K_SPEC, src, tag));
+        if ((bin == NULL) || ucs_list_is_empty(&bin->list)) {
+            return NULL;
+        }
+        head = bin->list.next;
+        msg  = ucs_container_of(head, p2p_mq_msg_t, link[P2P_MQ_L_SPEC]);
     }
-    head = (bin == NULL) ? NULL : bin->list.next;
-
-found_head:
-    if (head == NULL) {
-        return NULL;
-    }
-    msg = p2p_container_of(head, p2p_mq_msg_t, link[l]);
+found:
     if (remove) {
         p2p_mq_remove_unexp(mq, msg);
     }
@@ -461,12 +413,13 @@ void p2p_mq_foreach_unexp(p2p_mq_t *mq,
                           void (*cb)(void *arg, p2p_mq_msg_t *msg),
                           void *arg)
 {
-    p2p_dlist_t *elem, *tmp;
+    p2p_mq_msg_t *m, *tmp;
 
-    p2p_dlist_for_each_safe(elem, tmp, &mq->unexp_all) {
-        cb(arg, p2p_container_of(elem, p2p_mq_msg_t, link[P2P_MQ_L_ALL]));
+    ucs_list_for_each_safe(m, tmp, &mq->unexp_all, link[P2P_MQ_L_ALL]) {
+        cb(arg, m);
     }
-    p2p_dlist_for_each_safe(elem, tmp, &mq->unexp_reserved) {
-        cb(arg, p2p_container_of(elem, p2p_mq_msg_t, link[P2P_MQ_L_ALL]));
+    ucs_list_for_each_safe(m, tmp, &mq->unexp_reserved,
+                           link[P2P_MQ_L_ALL]) {
+        cb(arg, m);
     }
 }

@@ -1,8 +1,9 @@
 /*
  * p2p matching engine: the posted-receive queue and the unexpected-message
  * queue of one communicator, with MPI matching rules. It knows nothing about
- * UCP or the wire; the protocol layer embeds the entries below in its
- * requests and unexpected-message descriptors.
+ * the wire; the protocol layer embeds the entries below in its requests and
+ * unexpected-message descriptors. It is built on UCS (lists, khash, a
+ * memory pool) and nothing else of UCX.
  *
  * Rules implemented (MPI 4.0 section 3.5):
  *  - an arriving message matches the earliest-posted receive whose source
@@ -31,16 +32,21 @@
  * the head of a single list, and taking a message out unlinks it from all
  * four in O(1).
  *
- * Bins live in a chained hash table (one per queue) that doubles when it
- * holds more bins than buckets; an emptied bin is unhashed and recycled.
- * Worst case: keys that collide in the hash make a lookup walk a chain as
- * long as the number of distinct bins that collide (never the number of
- * queued entries). Memory: a bin per distinct key in use.
+ * Bins live in a khash table per queue (open addressing, keys mixed by a
+ * 64-bit finalizer) and come from a memory pool. A bin that empties stays
+ * in its table, so a key used over and over -- a ping-pong's (source, tag)
+ * -- costs one lookup and no allocation per message; empty bins are
+ * reclaimed in one sweep when a new key needs a bin and they are at least
+ * as many as the bins in use (and at least P2P_MQ_EMPTY_MIN), which keeps
+ * their memory within a factor of two of what is in use, at O(1) amortized
+ * per bin. Memory: a bin per distinct key in use, plus those empty ones.
  */
 #ifndef P2P_MATCH_H
 #define P2P_MATCH_H
 
-#include "p2p_list.h"
+#include <ucs/datastruct/khash.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -52,16 +58,19 @@ extern "C" {
 #define P2P_MQ_ANY_SOURCE (-1)
 #define P2P_MQ_ANY_TAG    (-1)
 
+/* empty bins kept at least before a sweep reclaims them */
+#define P2P_MQ_EMPTY_MIN  64
+
 typedef struct p2p_mq_bin p2p_mq_bin_t;
 
 /* A posted receive; embedded in the caller's request. */
 typedef struct p2p_mq_recv {
-    p2p_dlist_t  link;
-    p2p_mq_bin_t *bin;     /* NULL: in the (ANY, ANY) list; or not queued */
-    int32_t      src;      /* or P2P_MQ_ANY_SOURCE */
-    int32_t      tag;      /* or P2P_MQ_ANY_TAG */
-    uint64_t     seq;      /* posting order */
-    uint8_t      queued;
+    ucs_list_link_t link;
+    p2p_mq_bin_t    *bin;  /* NULL: in the (ANY, ANY) list; or not queued */
+    int32_t         src;   /* or P2P_MQ_ANY_SOURCE */
+    int32_t         tag;   /* or P2P_MQ_ANY_TAG */
+    uint64_t        seq;   /* posting order */
+    uint8_t         queued;
 } p2p_mq_recv_t;
 
 enum {
@@ -74,40 +83,61 @@ enum {
 
 /* An unexpected message; embedded in the caller's descriptor. */
 typedef struct p2p_mq_msg {
-    p2p_dlist_t  link[P2P_MQ_L_NUM];
-    p2p_mq_bin_t *bin[P2P_MQ_L_ALL];
-    int32_t      src;
-    int32_t      tag;
-    uint8_t      queued;
+    ucs_list_link_t link[P2P_MQ_L_NUM];
+    p2p_mq_bin_t    *bin[P2P_MQ_L_ALL];
+    int32_t         src;
+    int32_t         tag;
+    uint8_t         queued;
 } p2p_mq_msg_t;
 
-typedef struct p2p_mq_hash {
-    p2p_mq_bin_t **buckets;
-    uint32_t     mask;
-    uint32_t     count;
-} p2p_mq_hash_t;
+/* Spreads consecutive tags and sources over the table (khash's own
+ * 64-bit hash keeps too many of our key's bits apart). */
+static inline khint32_t p2p_mq_key_hash(uint64_t key)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    key *= 0xc4ceb9fe1a85ec53ull;
+    key ^= key >> 33;
+    return (khint32_t)key;
+}
+
+KHASH_INIT(p2p_mq_bins, uint64_t, p2p_mq_bin_t*, 1, p2p_mq_key_hash,
+           kh_int64_hash_equal)
+
+typedef struct p2p_mq_table {
+    khash_t(p2p_mq_bins) hash;
+    size_t               n_empty;   /* bins in it with an empty list */
+    /* the bin found last: a stream of one (source, tag), as a ping-pong
+     * is, finds its bin without hashing (bins only go in a sweep) */
+    p2p_mq_bin_t         *last;
+} p2p_mq_table_t;
 
 typedef struct p2p_mq {
-    p2p_mq_hash_t posted_bins;
-    p2p_mq_hash_t unexp_bins;
-    p2p_dlist_t   posted_any;       /* (ANY, ANY) receives */
-    p2p_dlist_t   unexp_all;        /* every unexpected message, user tags */
-    p2p_dlist_t   unexp_reserved;   /* every unexpected message, tags < -1 */
-    uint64_t      post_seq;
-    size_t        n_posted;
-    size_t        n_unexp;
+    p2p_mq_table_t  posted_bins;
+    p2p_mq_table_t  unexp_bins;
+    ucs_list_link_t posted_any;     /* (ANY, ANY) receives */
+    ucs_list_link_t unexp_all;      /* every unexpected message, user tags */
+    ucs_list_link_t unexp_reserved; /* every unexpected message, tags < -1 */
+    uint64_t        post_seq;
+    size_t          n_posted;
+    size_t          n_unexp;
     /* receives posted per shape: a wildcard shape with none posted is not
      * looked up at all */
-    size_t        n_src_wild;       /* (source, ANY) */
-    size_t        n_tag_wild;       /* (ANY, tag) */
-    p2p_mq_bin_t  *free_bins;
-    void          *chunks;          /* bin memory, freed at cleanup */
+    size_t          n_src_wild;     /* (source, ANY) */
+    size_t          n_tag_wild;     /* (ANY, tag) */
+    ucs_mpool_t     bin_mp;
 } p2p_mq_t;
 
 /* 0 or -ENOMEM. */
 int  p2p_mq_init(p2p_mq_t *mq);
 /* Frees the engine's own memory; queued entries belong to the caller. */
 void p2p_mq_cleanup(p2p_mq_t *mq);
+
+/* Bins with at least one entry, for tests and statistics. */
+size_t p2p_mq_bins_in_use(const p2p_mq_t *mq);
+/* Bins held, in use or empty. */
+size_t p2p_mq_bins_held(const p2p_mq_t *mq);
 
 /*
  * A message (src, tag) arrived (src >= 0): the earliest-posted receive that
@@ -128,7 +158,8 @@ int  p2p_mq_add_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg, int32_t src,
 p2p_mq_msg_t *p2p_mq_find_unexp(p2p_mq_t *mq, int32_t src, int32_t tag,
                                 int remove);
 
-/* Take a found message off the queue (after find without remove). */
+/* Take a found message off the queue (after find without remove); a
+ * message not queued is left alone. */
 void p2p_mq_remove_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg);
 
 /* Append a receive to the posted queue (after find_unexp found nothing).

@@ -8,9 +8,9 @@
 
 static int p2p_check_comm(const p2p_comm_t *comm, const char *fn)
 {
-    if (P2P_UNLIKELY((comm == NULL) || (comm == P2P_COMM_FREED))) {
-        fprintf(stderr, "p2p: error: %s: no communicator (NULL or freed); "
-                "pass p2p_comm_world(ctx) or one made from it\n", fn);
+    if (P2P_UNLIKELY(comm == NULL)) {
+        p2p_set_error(NULL, "%s: no communicator (NULL or freed); "
+                      "pass p2p_comm_world(ctx) or one made from it", fn);
         return P2P_ERR_INVALID;
     }
     return P2P_OK;
@@ -159,12 +159,17 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
         p2p_recv_from_unexp(req, u);
         return P2P_OK;
     }
-    if ((src != P2P_ANY_SOURCE) &&
-        P2P_UNLIKELY(p2p_comm_peer(comm, src)->failed)) {
-        /* nothing more will come from it */
-        p2p_req_fail(req, p2p_comm_peer(comm, src)->fail_error);
-        p2p_req_event(req);
-        return P2P_OK;
+    if (src == P2P_ANY_SOURCE) {
+        p2p_comm_watch_all(comm);
+    } else {
+        p2p_peer_t *peer = p2p_comm_peer(comm, src);
+        p2p_peer_watch(peer);
+        if (P2P_UNLIKELY(peer->failed)) {
+            /* nothing more will come from it */
+            p2p_req_fail(req, peer->fail_error);
+            p2p_req_event(req);
+            return P2P_OK;
+        }
     }
     if (P2P_UNLIKELY(p2p_mq_post(&comm->mq, &req->recv.mq, src, tag) != 0)) {
         p2p_req_put(req);
@@ -218,6 +223,7 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
                             const char *fn)
 {
     struct p2p_unexp *u;
+    unsigned         n_failed;
     int              ret = p2p_check_src_tag(comm, src, tag, fn);
 
     if (ret != P2P_OK) {
@@ -229,18 +235,38 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
                       (flag == NULL && !blocking) ? "flag" : "message");
         return P2P_ERR_INVALID;
     }
-    for (;;) {
+    u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
+                                             msg_p != NULL);
+    if ((u == NULL) && !blocking) {
+        /* MPI: a probe that finds nothing makes progress */
+        p2p_ctx_progress(comm->ctx);
         u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
                                                  msg_p != NULL);
-        if (u == NULL) {
-            /* MPI: a probe that finds nothing makes progress */
-            p2p_ctx_progress(comm->ctx);
+    } else if (u == NULL) {
+        /* a failure of whom we wait for must end the wait */
+        if (src != P2P_ANY_SOURCE) {
+            p2p_peer_watch(p2p_comm_peer(comm, src));
+        } else {
+            p2p_comm_watch_all(comm);
+        }
+        n_failed = comm->n_failed;
+        do {
+            /* as a posted receive would: a specific source that failed,
+             * or for ANY_SOURCE any member that failed meanwhile */
+            if ((src != P2P_ANY_SOURCE) ?
+                p2p_comm_peer(comm, src)->failed :
+                (comm->n_failed != n_failed)) {
+                ret = (src != P2P_ANY_SOURCE) ?
+                      p2p_comm_peer(comm, src)->fail_error :
+                      P2P_ERR_PEER_FAILED;
+                p2p_set_error(comm->ctx, "%s: the awaited rank failed (%s)",
+                              fn, p2p_strerror(ret));
+                return ret;
+            }
+            p2p_wait_poll(comm->ctx);
             u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
                                                      msg_p != NULL);
-        }
-        if ((u != NULL) || !blocking) {
-            break;
-        }
+        } while (u == NULL);
     }
     if (flag != NULL) {
         *flag = (u != NULL);
@@ -288,9 +314,10 @@ int p2p_imrecv(void *buf, size_t len, p2p_message_t **msg_p,
     p2p_request_t    *req;
 
     if ((msg_p == NULL) || (*msg_p == NULL) || (req_p == NULL)) {
-        fprintf(stderr, "p2p: error: p2p_imrecv: %s\n",
-                (req_p == NULL) ? "NULL request pointer" :
-                "no message handle (NULL, or already received)");
+        p2p_set_error((msg_p != NULL && *msg_p != NULL) ?
+                      (*msg_p)->comm->ctx : NULL, "p2p_imrecv: %s",
+                      (req_p == NULL) ? "NULL request pointer" :
+                      "no message handle (NULL, or already received)");
         return P2P_ERR_INVALID;
     }
     u = *msg_p;

@@ -60,8 +60,10 @@ static void p2p_reg_log(void *arg, int is_error, const char *msg)
     if (((p2p_context_t*)arg)->reg_quiet) {
         return;
     }
-    p2p_log((p2p_context_t*)arg, "registration cache %s: %s",
-            is_error ? "error" : "warning", msg);
+    /* its errors reach the caller (the send fails, p2p_last_error says
+     * why); its warnings no call reports */
+    p2p_log((p2p_context_t*)arg, is_error ? P2P_LOG_DEBUG : P2P_LOG_WARN,
+            "registration cache: %s", msg);
 }
 
 static int p2p_reg_create(p2p_context_t *ctx, int leave_pinned, int quiet)
@@ -91,17 +93,17 @@ static int p2p_reg_create(p2p_context_t *ctx, int leave_pinned, int quiet)
 
 int p2p_reg_init(p2p_context_t *ctx)
 {
-    const char *lp = getenv("P2P_LEAVE_PINNED");
-    int        asked = (lp != NULL) && (*lp != '\0');
+    const char *lp    = getenv("P2P_LEAVE_PINNED");
+    int        asked  = (ctx->cfg.leave_pinned_mode == UCS_YES);
     int        ret;
 
     /* Leave-pinned needs memory hooks (libucm). They can be missing --
      * e.g. under valgrind, or with UCX_MEM_MALLOC_HOOKS=n -- and then the
-     * default falls back to registering per send; only an explicit
-     * P2P_LEAVE_PINNED=1 makes that an error. */
+     * default (try) falls back to registering per send; only
+     * P2P_LEAVE_PINNED=yes makes that an error. */
     ret = p2p_reg_create(ctx, ctx->cfg.leave_pinned, ctx->cfg.leave_pinned);
     if ((ret == -ENOTSUP) && ctx->cfg.leave_pinned && !asked) {
-        p2p_log(ctx, "warning: memory hooks (libucm) are not available, so "
+        p2p_warn(ctx, "memory hooks (libucm) are not available, so "
                 "a freed buffer's registration could not be dropped: "
                 "leave-pinned is off (set P2P_LEAVE_PINNED=0 to silence "
                 "this)");
@@ -113,7 +115,8 @@ int p2p_reg_init(p2p_context_t *ctx)
         p2p_set_error(ctx, "P2P_LEAVE_PINNED=%s needs memory hooks (libucm), "
                       "which are not available here (UCX_MEM_MMAP_HOOK_MODE, "
                       "UCX_MEM_MALLOC_HOOKS, or a tool such as valgrind): "
-                      "unset it to register per send instead", lp);
+                      "unset it (or set try) to register per send instead",
+                      (lp != NULL) ? lp : "yes");
         return P2P_ERR_INIT;
     }
     if (ret != 0) {

@@ -9,30 +9,64 @@
  */
 #include "p2p_int.h"
 
+#include <ucs/arch/cpu.h>
+#include <ucs/datastruct/mpool.inl>
+
+#include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define P2P_REQ_CHUNK 128
+#define P2P_REQS_PER_CHUNK 128
+
+/* Requests are never given back to the system before finalize, so a stale
+ * pointer a caller passes still names a request object (with kind 0). */
+static void p2p_req_obj_init(ucs_mpool_t *mp, void *obj, void *chunk)
+{
+    memset(obj, 0, sizeof(p2p_request_t));
+}
+
+static ucs_mpool_ops_t p2p_req_mpool_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+    .obj_init      = p2p_req_obj_init,
+    .obj_cleanup   = NULL,
+    .obj_str       = NULL
+};
+
+int p2p_req_pool_init(p2p_context_t *ctx)
+{
+    ucs_status_t status;
+
+    status = ucs_mpool_init(&ctx->req_mp, 0, sizeof(p2p_request_t), 0,
+                            UCS_SYS_CACHE_LINE_SIZE, P2P_REQS_PER_CHUNK,
+                            UINT_MAX, &p2p_req_mpool_ops, "p2p_requests");
+    if (status != UCS_OK) {
+        p2p_set_error(ctx, "creating the request pool failed: %s",
+                      ucs_status_string(status));
+        return P2P_ERR_NO_MEMORY;
+    }
+    ctx->have_req_mp = 1;
+    return P2P_OK;
+}
+
+void p2p_req_pool_cleanup(p2p_context_t *ctx)
+{
+    if (ctx->have_req_mp) {
+        /* requests still out were counted in finalize's warning */
+        ucs_mpool_cleanup(&ctx->req_mp, ctx->live_reqs == 0);
+        ctx->have_req_mp = 0;
+    }
+}
 
 p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind)
 {
-    p2p_request_t *req;
-    int           i;
+    p2p_request_t *req = ucs_mpool_get_inline(&ctx->req_mp);
 
-    if (P2P_UNLIKELY(ctx->free_reqs == NULL)) {
-        req = p2p_chunk_alloc(ctx, P2P_REQ_CHUNK * sizeof(*req));
-        if (req == NULL) {
-            return NULL;
-        }
-        memset(req, 0, P2P_REQ_CHUNK * sizeof(*req));
-        for (i = 0; i < P2P_REQ_CHUNK; ++i) {
-            req[i].next_free = ctx->free_reqs;
-            ctx->free_reqs   = &req[i];
-        }
+    if (P2P_UNLIKELY(req == NULL)) {
+        return NULL;
     }
-    req            = ctx->free_reqs;
-    ctx->free_reqs = req->next_free;
     req->ctx       = ctx;
     req->kind      = kind;
     req->complete  = 0;
@@ -50,104 +84,11 @@ void p2p_req_put(p2p_request_t *req)
 {
     p2p_context_t *ctx = req->ctx;
 
-    req->kind      = 0;
-    req->next_free = ctx->free_reqs;
-    ctx->free_reqs = req;
+    req->kind = 0;
+    ucs_mpool_put_inline(req);
     --ctx->live_reqs;
 }
 
-/*
- * Request ids on the wire (p2p_wire.h): slot index in the low 32 bits, the
- * slot's generation in the high 32. A slot's generation changes every time
- * it is released, starting from a random value per context, so an answer
- * to a completed request (late, replayed) or an invented id finds no
- * request, and the table is the only thing an id is ever used to index.
- */
-#define P2P_RID_NONE UINT32_MAX
-
-static uint32_t p2p_rid_seed(void)
-{
-    uint64_t x = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^
-                 (uint64_t)(p2p_time() * 1e9);
-
-    x ^= x >> 31;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 29;
-    return (uint32_t)x;
-}
-
-uint64_t p2p_rid_alloc(p2p_request_t *req)
-{
-    p2p_context_t  *ctx = req->ctx;
-    p2p_rid_slot_t *slot, *n;
-    uint32_t       i, size, seed;
-
-    if (P2P_UNLIKELY(ctx->rid_free == P2P_RID_NONE)) {
-        size = (ctx->nrids == 0) ? 256 : 2 * ctx->nrids;
-        if (size <= ctx->nrids) {
-            return 0;
-        }
-        n = realloc(ctx->rids, size * sizeof(*n));
-        if (n == NULL) {
-            return 0;
-        }
-        seed = p2p_rid_seed();
-        for (i = ctx->nrids; i < size; ++i) {
-            n[i].req       = NULL;
-            n[i].gen       = seed + i;
-            n[i].next_free = (i + 1 < size) ? i + 1 : P2P_RID_NONE;
-        }
-        ctx->rid_free = ctx->nrids;
-        ctx->rids     = n;
-        ctx->nrids    = size;
-    }
-    i             = ctx->rid_free;
-    slot          = &ctx->rids[i];
-    ctx->rid_free = slot->next_free;
-    if (++slot->gen == 0) {
-        slot->gen = 1;
-    }
-    slot->req = req;
-    req->rid  = ((uint64_t)slot->gen << 32) | i;
-    return req->rid;
-}
-
-void p2p_rid_release(p2p_request_t *req)
-{
-    p2p_context_t  *ctx = req->ctx;
-    p2p_rid_slot_t *slot;
-    uint32_t       i;
-
-    if (req->rid == 0) {
-        return;
-    }
-    i               = (uint32_t)req->rid;
-    slot            = &ctx->rids[i];
-    slot->req       = NULL;
-    slot->next_free = ctx->rid_free;
-    ctx->rid_free   = i;
-    req->rid        = 0;
-}
-
-p2p_request_t *p2p_rid_lookup(p2p_context_t *ctx, uint64_t rid)
-{
-    uint32_t       i = (uint32_t)rid;
-    p2p_rid_slot_t *slot;
-
-    if (i >= ctx->nrids) {
-        return NULL;
-    }
-    slot = &ctx->rids[i];
-    return (slot->gen == (uint32_t)(rid >> 32)) ? slot->req : NULL;
-}
-
-void p2p_rid_cleanup(p2p_context_t *ctx)
-{
-    free(ctx->rids);
-    ctx->rids     = NULL;
-    ctx->nrids    = 0;
-    ctx->rid_free = P2P_RID_NONE;
-}
 
 void p2p_req_event(p2p_request_t *req)
 {
@@ -186,7 +127,24 @@ static void p2p_empty_status(p2p_status_t *status)
 
 static inline int p2p_req_valid(p2p_request_t *req)
 {
-    return (req->kind == P2P_REQ_SEND) || (req->kind == P2P_REQ_RECV);
+    return ((req->kind == P2P_REQ_SEND) || (req->kind == P2P_REQ_RECV)) &&
+           !req->released;
+}
+
+/* A NULL argument: there is no context to keep the error in. */
+static int p2p_args_bad(const char *fn, const char *what)
+{
+    p2p_set_error(NULL, "%s: %s", fn, what);
+    return P2P_ERR_INVALID;
+}
+
+/* The pool's memory is never returned, so a stale request still names its
+ * context. */
+static int p2p_req_bad(p2p_request_t *req, const char *fn)
+{
+    p2p_set_error(req->ctx, "%s: not a live request (already completed and"
+                  " released, or freed)", fn);
+    return P2P_ERR_INVALID;
 }
 
 int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
@@ -194,7 +152,7 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
     p2p_request_t *req;
 
     if ((req_p == NULL) || (flag == NULL)) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_test", "NULL request or flag pointer");
     }
     req = *req_p;
     if (req == NULL) {
@@ -202,8 +160,8 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
         p2p_empty_status(status);
         return P2P_OK;
     }
-    if (!p2p_req_valid(req) || req->released) {
-        return P2P_ERR_INVALID;
+    if (!p2p_req_valid(req)) {
+        return p2p_req_bad(req, "p2p_test");
     }
     if (!req->complete) {
         p2p_ctx_progress(req->ctx);
@@ -216,23 +174,29 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
     return p2p_req_finish(req_p, status);
 }
 
+void p2p_wait_idle(p2p_context_t *ctx)
+{
+    ++ctx->stats.wait_yields;
+    sched_yield();
+}
+
 int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
 {
     p2p_request_t *req;
 
     if (req_p == NULL) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_wait", "NULL request pointer");
     }
     req = *req_p;
     if (req == NULL) {
         p2p_empty_status(status);
         return P2P_OK;
     }
-    if (!p2p_req_valid(req) || req->released) {
-        return P2P_ERR_INVALID;
+    if (!p2p_req_valid(req)) {
+        return p2p_req_bad(req, "p2p_wait");
     }
     while (!req->complete) {
-        p2p_ctx_progress(req->ctx);
+        p2p_wait_poll(req->ctx);
     }
     return p2p_req_finish(req_p, status);
 }
@@ -256,16 +220,16 @@ int p2p_testall(int count, p2p_request_t **reqs, int *flag,
     int           i, failed = 0, err;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL)) || (flag == NULL)) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_testall", "negative count, or NULL "
+                            "requests or flag pointer");
     }
     ctx = p2p_reqs_context(count, reqs);
     if (ctx != NULL) {
         p2p_ctx_progress(ctx);
     }
     for (i = 0; i < count; ++i) {
-        if ((reqs[i] != NULL) &&
-            (!p2p_req_valid(reqs[i]) || reqs[i]->released)) {
-            return P2P_ERR_INVALID;
+        if ((reqs[i] != NULL) && !p2p_req_valid(reqs[i])) {
+            return p2p_req_bad(reqs[i], "p2p_testall");
         }
         if ((reqs[i] != NULL) && !reqs[i]->complete) {
             *flag = 0;
@@ -292,7 +256,8 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
     int           i, failed = 0, err;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL))) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_waitall", "negative count, or NULL "
+                            "requests pointer");
     }
     ctx = p2p_reqs_context(count, reqs);
     for (i = 0; i < count; ++i) {
@@ -301,11 +266,11 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
             p2p_empty_status(st);
             continue;
         }
-        if (!p2p_req_valid(reqs[i]) || reqs[i]->released) {
-            return P2P_ERR_INVALID;
+        if (!p2p_req_valid(reqs[i])) {
+            return p2p_req_bad(reqs[i], "p2p_waitall");
         }
         while (!reqs[i]->complete) {
-            p2p_ctx_progress(ctx);
+            p2p_wait_poll(ctx);
         }
         err     = p2p_req_finish(&reqs[i], st);
         failed |= (err != P2P_OK);
@@ -313,30 +278,18 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
     return failed ? P2P_ERR_IN_STATUS : P2P_OK;
 }
 
-int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
-                p2p_status_t *status)
+/* The first complete request of reqs, finished; *flag 0 if none. */
+static int p2p_any_done(int count, p2p_request_t **reqs, int *index,
+                        int *flag, p2p_status_t *status, const char *fn)
 {
-    p2p_context_t *ctx;
-    int           i;
+    int i;
 
-    if ((count < 0) || ((count > 0) && (reqs == NULL)) || (index == NULL) ||
-        (flag == NULL)) {
-        return P2P_ERR_INVALID;
-    }
-    ctx = p2p_reqs_context(count, reqs);
-    if (ctx == NULL) {
-        *index = -1;
-        *flag  = 1;
-        p2p_empty_status(status);
-        return P2P_OK;
-    }
-    p2p_ctx_progress(ctx);
     for (i = 0; i < count; ++i) {
         if (reqs[i] == NULL) {
             continue;
         }
-        if (!p2p_req_valid(reqs[i]) || reqs[i]->released) {
-            return P2P_ERR_INVALID;
+        if (!p2p_req_valid(reqs[i])) {
+            return p2p_req_bad(reqs[i], fn);
         }
         if (reqs[i]->complete) {
             *index = i;
@@ -349,15 +302,60 @@ int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
     return P2P_OK;
 }
 
+static int p2p_any_args(int count, p2p_request_t **reqs, int *index,
+                        p2p_status_t *status, const char *fn,
+                        p2p_context_t **ctx_p)
+{
+    if ((count < 0) || ((count > 0) && (reqs == NULL)) || (index == NULL)) {
+        return p2p_args_bad(fn, "negative count, or NULL requests or index "
+                            "pointer");
+    }
+    *ctx_p = p2p_reqs_context(count, reqs);
+    if (*ctx_p == NULL) {
+        *index = -1;
+        p2p_empty_status(status);
+    }
+    return P2P_OK;
+}
+
+int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
+                p2p_status_t *status)
+{
+    p2p_context_t *ctx;
+    int           ret;
+
+    if (flag == NULL) {
+        return p2p_args_bad("p2p_testany", "NULL flag pointer");
+    }
+    ret = p2p_any_args(count, reqs, index, status, "p2p_testany", &ctx);
+    if (ret != P2P_OK) {
+        return ret;
+    }
+    if (ctx == NULL) {
+        *flag = 1;
+        return P2P_OK;
+    }
+    p2p_ctx_progress(ctx);
+    return p2p_any_done(count, reqs, index, flag, status, "p2p_testany");
+}
+
 int p2p_waitany(int count, p2p_request_t **reqs, int *index,
                 p2p_status_t *status)
 {
-    int flag = 0, ret;
+    p2p_context_t *ctx;
+    int           flag, ret;
 
-    do {
-        ret = p2p_testany(count, reqs, index, &flag, status);
-    } while ((ret == P2P_OK) && !flag);
-    return ret;
+    ret = p2p_any_args(count, reqs, index, status, "p2p_waitany", &ctx);
+    if ((ret != P2P_OK) || (ctx == NULL)) {
+        return ret;
+    }
+    for (;;) {
+        ret = p2p_any_done(count, reqs, index, &flag, status, "p2p_waitany");
+        if ((ret != P2P_OK) || flag) {
+            return ret;
+        }
+        p2p_wait_poll(ctx);
+    }
 }
 
 int p2p_request_free(p2p_request_t **req_p)
@@ -365,14 +363,14 @@ int p2p_request_free(p2p_request_t **req_p)
     p2p_request_t *req;
 
     if (req_p == NULL) {
-        return P2P_ERR_INVALID;
+        return p2p_args_bad("p2p_request_free", "NULL request pointer");
     }
     req = *req_p;
     if (req == NULL) {
         return P2P_OK;
     }
-    if (!p2p_req_valid(req) || req->released) {
-        return P2P_ERR_INVALID;
+    if (!p2p_req_valid(req)) {
+        return p2p_req_bad(req, "p2p_request_free");
     }
     *req_p = NULL;
     if (req->complete) {
@@ -385,8 +383,11 @@ int p2p_request_free(p2p_request_t **req_p)
 
 int p2p_cancel(p2p_request_t *req)
 {
-    if ((req == NULL) || !p2p_req_valid(req) || req->released) {
-        return P2P_ERR_INVALID;
+    if (req == NULL) {
+        return p2p_args_bad("p2p_cancel", "NULL request");
+    }
+    if (!p2p_req_valid(req)) {
+        return p2p_req_bad(req, "p2p_cancel");
     }
     if ((req->kind == P2P_REQ_RECV) && !req->complete &&
         p2p_mq_cancel(&req->recv.comm->mq, &req->recv.mq)) {
@@ -396,3 +397,4 @@ int p2p_cancel(p2p_request_t *req)
     }
     return P2P_OK;
 }
+

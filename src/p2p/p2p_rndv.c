@@ -125,7 +125,7 @@ void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
     status = ucp_ep_rkey_unpack(ep, rkey_copy, &req->recv.rkey);
     if (status != UCS_OK) {
         req->recv.rkey = NULL;
-        p2p_log(req->ctx, "unpacking the remote key of rank %u failed: %s",
+        p2p_warn(req->ctx, "unpacking the remote key of rank %u failed: %s",
                 peer->rank, ucs_status_string(status));
         p2p_rndv_finish(req, status);
         return;

@@ -1,6 +1,5 @@
 /*
- * Send side: the three protocols, and the answers (FIN, ACK) that
- * complete sends.
+ * Send side: the three protocols.
  *
  *   size <= eager limit          EAGER (or EAGER_SYNC): header and data in
  *                                one active message, forced eager; copied
@@ -12,160 +11,17 @@
  *                                (cached) registration; on match the
  *                                receiver gets the data straight into the
  *                                user buffer and answers FIN. To a peer UCP
- *                                has no RMA lane for, MID instead
- *                                (p2p_wireup.c says why).
+ *                                has no RMA lane for, or a buffer that
+ *                                cannot be registered, MID instead
+ *                                (p2p_wireup.c, p2p_rndv.c say why).
  *
  * Synchronous sends: eager and mid ones ask for an ACK at match; a
- * rendezvous send completes at FIN, which already implies a match. A send
- * waiting for an answer has an id in the request table (p2p_request.c);
- * the answer is accepted only from the peer the send went to.
+ * rendezvous send completes at FIN, which already implies a match. Sends
+ * that wait for an answer: p2p_answer.c.
  */
 #include "p2p_int.h"
 
 #include <string.h>
-
-/* ---- small control messages (FIN, ACK, TOKEN) ----
- *
- * Their headers live in what they belong to -- an answer in the receive
- * request that answers, a token in its peer -- so sending one never
- * allocates: an answer cannot be lost to a failed allocation, which would
- * leave its send waiting forever. */
-
-static void p2p_answer_cb(void *ucp_req, ucs_status_t status,
-                          void *user_data)
-{
-    ucp_request_free(ucp_req);
-    p2p_req_event((p2p_request_t*)user_data);
-}
-
-/* The answer a receive owes the sender of what it matched. The request
- * completes only once UCP is done with the header in it. Best effort: if
- * the peer is gone, its request is gone too. */
-void p2p_send_answer(p2p_request_t *req, unsigned type, uint64_t sreq,
-                     int status)
-{
-    p2p_context_t       *ctx  = req->ctx;
-    p2p_peer_t          *peer = req->peer;
-    ucp_request_param_t param;
-    ucs_status_ptr_t    sp;
-    ucp_ep_h            ep;
-
-    if (peer->failed || (p2p_peer_ep(peer, &ep) != P2P_OK)) {
-        return;
-    }
-    req->recv.answer.type     = (uint8_t)type;
-    req->recv.answer.version  = P2P_WIRE_VERSION;
-    req->recv.answer.reserved = 0;
-    req->recv.answer.status   = (int32_t)P2P_LE32((uint32_t)status);
-    req->recv.answer.sreq     = P2P_LE64(sreq);
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                         UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send      = p2p_answer_cb;
-    param.user_data    = req;
-    sp = ucp_am_send_nbx(ep, ctx->am_id, &req->recv.answer,
-                         sizeof(req->recv.answer), NULL, 0, &param);
-    if (UCS_PTR_IS_PTR(sp)) {
-        ++req->pending;
-    }
-}
-
-static void p2p_token_cb(void *ucp_req, ucs_status_t status,
-                         void *user_data)
-{
-    ucp_request_free(ucp_req);
-    ((p2p_peer_t*)user_data)->token_busy = 0;
-}
-
-/* Our token for peer, over the endpoint to it (the only channel that
- * reaches it alone). Best effort: without it the peer keeps sending with
- * the reply flag, which works too. */
-void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer)
-{
-    ucp_request_param_t param;
-    ucs_status_ptr_t    sp;
-    ucp_ep_h            ep;
-
-    if (peer->failed || peer->token_busy ||
-        (p2p_peer_ep(peer, &ep) != P2P_OK)) {
-        return;
-    }
-    peer->token_sent          = 1;
-    peer->token_msg.type      = P2P_WIRE_TOKEN;
-    peer->token_msg.version   = P2P_WIRE_VERSION;
-    peer->token_msg.reserved  = 0;
-    peer->token_msg.reserved2 = 0;
-    peer->token_msg.token     = peer->rx_token;
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                         UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags        = UCP_AM_SEND_FLAG_EAGER | UCP_AM_SEND_FLAG_REPLY;
-    param.cb.send      = p2p_token_cb;
-    param.user_data    = peer;
-    sp = ucp_am_send_nbx(ep, ctx->am_id, &peer->token_msg,
-                         sizeof(peer->token_msg), NULL, 0, &param);
-    if (UCS_PTR_IS_PTR(sp)) {
-        peer->token_busy = 1;
-    }
-}
-
-/* ---- sends waiting for an answer ---- */
-
-static int p2p_wait_link(p2p_request_t *req)
-{
-    if (P2P_UNLIKELY(p2p_rid_alloc(req) == 0)) {
-        return P2P_ERR_NO_MEMORY;
-    }
-    req->waiting = 1;
-    p2p_dlist_push_tail(&req->peer->waiting, &req->wait_link);
-    return P2P_OK;
-}
-
-/* The answer (FIN/ACK) this request waits for will not come, or came. */
-void p2p_wait_done(p2p_request_t *req, int error)
-{
-    if (!req->waiting) {
-        return;
-    }
-    req->waiting = 0;
-    p2p_dlist_del(&req->wait_link);
-    p2p_rid_release(req);
-    if (error != P2P_OK) {
-        p2p_req_fail(req, error);
-    }
-    if (req->send.region != NULL) {
-        rcache_put(req->ctx->rcache, req->send.region);
-        req->send.region = NULL;
-    }
-    p2p_req_event(req);
-}
-
-static int p2p_wire_error(int32_t status)
-{
-    /* a peer's error code is only taken if it is one of ours */
-    return ((status <= P2P_OK) && (status >= P2P_ERR_TIMEOUT)) ? status :
-           P2P_ERR_TRANSPORT;
-}
-
-void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
-                     const p2p_wire_ctl_t *ctl)
-{
-    uint64_t      sreq = P2P_FROM_LE64(ctl->sreq);
-    p2p_request_t *req = p2p_rid_lookup(ctx, sreq);
-
-    /* the id must name a send to this very peer that waits for exactly
-     * this kind of answer: a rendezvous for FIN, a synchronous send for
-     * ACK */
-    if ((req == NULL) || (req->kind != P2P_REQ_SEND) || !req->waiting ||
-        (req->peer != peer) ||
-        ((ctl->type == P2P_WIRE_FIN) != (req->send.region != NULL))) {
-        ++ctx->stats.rx_stale_id;
-        return;
-    }
-    p2p_wait_done(req, p2p_wire_error((int32_t)P2P_FROM_LE32(
-                                          (uint32_t)ctl->status)));
-}
 
 /* ---- send side ---- */
 
@@ -224,9 +80,10 @@ static inline void p2p_fill_match(p2p_wire_match_t *hdr, unsigned type,
                                   const p2p_peer_t *peer, int tag,
                                   uint32_t seq)
 {
-    hdr->type    = (uint8_t)type;
-    hdr->version = P2P_WIRE_VERSION;
-    hdr->cepoch  = P2P_LE16(comm->cepoch);
+    hdr->type     = (uint8_t)type;
+    hdr->version  = P2P_WIRE_VERSION;
+    hdr->reserved = 0;
+    hdr->cepoch   = P2P_LE32(comm->cepoch);
     hdr->cid     = P2P_LE32(comm->cid);
     hdr->token   = peer->tx_token;
     hdr->src     = (int32_t)P2P_LE32((uint32_t)comm->rank);
@@ -372,3 +229,4 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     p2p_send_posted(req, sp, &comm->send_seq[dest]);
     return P2P_OK;
 }
+

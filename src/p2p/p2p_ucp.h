@@ -19,6 +19,10 @@ P2P_API ucp_context_h p2p_ucp_context(p2p_context_t *ctx);
 P2P_API ucp_worker_h  p2p_ucp_worker(p2p_context_t *ctx);
 /* The endpoint to a rank of comm, connected on first use. */
 P2P_API int p2p_ucp_ep(p2p_comm_t *comm, int rank, ucp_ep_h *ep_p);
+/* The one active message id p2p has registered on the worker: the caller
+ * may register any other (ucp_worker_set_am_recv_handler replaces a
+ * handler silently, so registering this one would take p2p's messages). */
+P2P_API unsigned p2p_ucp_am_id(p2p_context_t *ctx);
 
 #ifdef __cplusplus
 }

@@ -27,64 +27,76 @@
 #define P2P_REC_RESERVE 256
 
 typedef union p2p_rec_slot {
-    union p2p_rec_slot *next;
-    struct p2p_unexp   u;
-    p2p_held_t         h;
+    struct p2p_unexp u;
+    p2p_held_t       h;
 } p2p_rec_slot_t;
 
+static ucs_mpool_ops_t p2p_rec_reserve_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+    .obj_init      = NULL,
+    .obj_cleanup   = NULL,
+    .obj_str       = NULL
+};
+
+/* The reserve is allocated whole now, and never grows: when it is needed,
+ * allocation has just failed. */
 int p2p_rec_init(p2p_context_t *ctx)
 {
-    p2p_rec_slot_t *slots = calloc(P2P_REC_RESERVE, sizeof(*slots));
-    int            i;
+    ucs_status_t status;
 
-    if (slots == NULL) {
+    status = ucs_mpool_init(&ctx->reserve_mp, 0, sizeof(p2p_rec_slot_t), 0,
+                            sizeof(uint64_t), P2P_REC_RESERVE,
+                            P2P_REC_RESERVE, &p2p_rec_reserve_ops,
+                            "p2p_record_reserve");
+    if (status != UCS_OK) {
+        p2p_set_error(ctx, "creating the reserve of message records "
+                      "failed: %s", ucs_status_string(status));
         return P2P_ERR_NO_MEMORY;
     }
-    for (i = 0; i < P2P_REC_RESERVE; ++i) {
-        slots[i].next = ctx->reserve;
-        ctx->reserve  = &slots[i];
+    ctx->have_reserve_mp = 1;
+    ucs_mpool_grow(&ctx->reserve_mp, P2P_REC_RESERVE);
+    if (ucs_mpool_is_empty(&ctx->reserve_mp)) {
+        p2p_set_error(ctx, "out of memory for the reserve of %d message "
+                      "records", P2P_REC_RESERVE);
+        return P2P_ERR_NO_MEMORY;
     }
-    ctx->reserve_mem = slots;
     return P2P_OK;
 }
 
 void p2p_rec_cleanup(p2p_context_t *ctx)
 {
-    free(ctx->reserve_mem);
-    ctx->reserve_mem = NULL;
-    ctx->reserve     = NULL;
+    if (ctx->have_reserve_mp) {
+        /* records still held were dropped with their communicators */
+        ucs_mpool_cleanup(&ctx->reserve_mp, 1);
+        ctx->have_reserve_mp = 0;
+    }
 }
 
 void *p2p_rec_alloc(p2p_context_t *ctx, size_t size, int *reserve)
 {
-    p2p_rec_slot_t *slot;
-    void           *rec = p2p_fault(ctx, P2P_FAULT_ALLOC) ? NULL :
-                          malloc(size);
+    void *rec = p2p_fault(ctx, P2P_FAULT_ALLOC) ? NULL : malloc(size);
 
     *reserve = 0;
     if (P2P_LIKELY(rec != NULL)) {
         return rec;
     }
-    slot = ctx->reserve;
-    if (slot == NULL) {
+    rec = ucs_mpool_get(&ctx->reserve_mp);
+    if (rec == NULL) {
         return NULL;
     }
-    ctx->reserve = slot->next;
-    *reserve     = 1;
-    memset(slot, 0, sizeof(*slot));
-    return slot;
+    *reserve = 1;
+    memset(rec, 0, sizeof(p2p_rec_slot_t));
+    return rec;
 }
 
 void p2p_rec_free(p2p_context_t *ctx, void *rec, int reserve)
 {
-    p2p_rec_slot_t *slot = rec;
-
     if (!reserve) {
         free(rec);
-        return;
+    } else {
+        ucs_mpool_put(rec);
     }
-    slot->next   = ctx->reserve;
-    ctx->reserve = slot;
 }
 
 size_t p2p_unexp_hard_limit(const p2p_context_t *ctx)
@@ -118,7 +130,7 @@ int p2p_charge(p2p_context_t *ctx, size_t rec, size_t data, int droppable)
         ++ctx->stats.unexp_dropped;
         if (!ctx->unexp_warned) {
             ctx->unexp_warned = 1;
-            p2p_log(ctx, "error: messages no receive has taken yet hold "
+            p2p_warn(ctx, "messages no receive has taken yet hold "
                     "%zu bytes, P2P_UNEXPECTED_LIMIT=%zu reached: the data "
                     "of further ones is dropped and the receives matching "
                     "them fail with P2P_ERR_UNEXP_LIMIT. Post receives "

@@ -4,8 +4,9 @@
  * hostile-peer test is such a peer).
  *
  * Transport. Every message is one UCP active message on a single AM id
- * (P2P_WIRE_AM_ID_DEFAULT unless the application chose another, see
- * p2p_ucp.h). The AM user header is one of the headers below; the AM data
+ * (P2P_WIRE_AM_ID_DEFAULT unless moved by P2P_AM_ID or
+ * p2p_init_params_t.am_id, the same in every process of a job; see
+ * p2p_ucp_am_id() in p2p_ucp.h). The AM user header is one of the headers below; the AM data
  * is the payload named per type.
  *
  * Senders are authenticated, never believed. A message names its sender
@@ -30,9 +31,15 @@
  * type, of an unknown type or of another version is dropped and counted.
  *
  * Matching. EAGER, EAGER_SYNC, MID and RTS carry p2p_wire_match_t:
- *   cid, cepoch  the communicator: its slot (reused after a free) and the
- *                incarnation of the slot (16 bits, wrapping), both agreed
- *                when the communicator was created (p2p_comm.c);
+ *   cid, cepoch  the communicator: its id, a slot reused after a free,
+ *                and its epoch, which tells incarnations of a slot apart;
+ *                both agreed by its members when it was created: the
+ *                lowest slot free at all of them, and an epoch above all
+ *                they have seen (wrapping, compared as a signed
+ *                difference). A receiver holds a message whose epoch is
+ *                above the last it has seen (its communicator is about to
+ *                be created here) and drops one for an epoch it has seen
+ *                but no longer has (freed);
  *   src          the sender's rank in the communicator;
  *   tag          user tags 0..2^31-1; negative ones are the library's
  *                (P2P_WIRE_TAG_*);
@@ -66,7 +73,9 @@
 extern "C" {
 #endif
 
-#define P2P_WIRE_VERSION        1
+/* 2: the PMIx record carries the PID namespace, communicator creation's
+ * contributions are little-endian and a split's carries no rank */
+#define P2P_WIRE_VERSION        2
 
 /* The UCP active message id p2p registers when none is given. */
 #define P2P_WIRE_AM_ID_DEFAULT  0x1b2
@@ -74,9 +83,15 @@ extern "C" {
 /* Largest packed remote key accepted in an RTS */
 #define P2P_WIRE_RKEY_MAX       4096
 
-/* Tags the library's own collectives use (below every user tag) */
+/* Tags the library's own collectives use (below every user tag); their
+ * messages are EAGER messages of the communicator they run on. */
 #define P2P_WIRE_TAG_ALLGATHER  (-2)
 #define P2P_WIRE_TAG_BARRIER    (-3)
+
+/* Barrier: a dissemination. In round k = 1, 2, 4, ... < size every rank
+ * sends rank + k (mod size) one byte -- 0, or 1 if it knows a member
+ * failed -- and receives one from rank - k. */
+#define P2P_WIRE_BARRIER_LEN    1
 
 typedef enum p2p_wire_type {
     P2P_WIRE_EAGER      = 1,    /* p2p_wire_match_t + message data */
@@ -92,18 +107,19 @@ typedef enum p2p_wire_type {
 typedef struct __attribute__((packed)) p2p_wire_match {
     uint8_t  type;
     uint8_t  version;
-    uint16_t cepoch;
+    uint16_t reserved;                      /* 0 */
     uint32_t cid;
-    uint64_t token;                         /* 0: authenticate by endpoint */
+    uint32_t cepoch;
     int32_t  src;
+    uint64_t token;                         /* 0: authenticate by endpoint */
     int32_t  tag;
     uint32_t seq;
-} p2p_wire_match_t;                         /* 28 bytes */
+} p2p_wire_match_t;                         /* 32 bytes */
 
 typedef struct __attribute__((packed)) p2p_wire_sync {
     p2p_wire_match_t m;
     uint64_t         sreq;                  /* 0: no answer wanted (MID) */
-} p2p_wire_sync_t;                          /* 36 bytes */
+} p2p_wire_sync_t;                          /* 40 bytes */
 
 typedef struct __attribute__((packed)) p2p_wire_rts {
     p2p_wire_match_t m;
@@ -130,20 +146,66 @@ typedef struct __attribute__((packed)) p2p_wire_token {
 } p2p_wire_token_t;                         /* 16 bytes */
 
 /*
+ * Communicator creation (p2p_comm_dup, p2p_comm_split) is an allgather on
+ * the parent: every member sends every other member one message of tag
+ * P2P_WIRE_TAG_ALLGATHER per round, a p2p_wire_cid_offer_t -- in a split's
+ * first round followed by a p2p_wire_split_t. Round r offers the slots
+ * [r * 256, r * 256 + 256); the rounds end, at every member at once, with
+ * the first round in which a slot is free at all members: the new
+ * communicator's id is the lowest such slot, its epoch one above the
+ * highest epoch offered (compared as a signed 32-bit difference). A
+ * contribution of another length fails the creation.
+ */
+#define P2P_WIRE_CID_WINDOW     256
+
+typedef struct __attribute__((packed)) p2p_wire_cid_offer {
+    uint32_t epoch;         /* the highest communicator epoch the member
+                               has seen */
+    uint32_t window;        /* the round: slots [window * 256, +256) */
+    uint64_t free[P2P_WIRE_CID_WINDOW / 64];  /* bit b of free[w]: slot
+                               window * 256 + 64 w + b is free at the
+                               member */
+} p2p_wire_cid_offer_t;                     /* 40 bytes */
+
+typedef struct __attribute__((packed)) p2p_wire_split {
+    int32_t  color;         /* P2P_UNDEFINED: the member joins none */
+    int32_t  key;           /* order in the new communicator (then the
+                               rank in the parent, which is the place of
+                               the contribution in the allgather) */
+} p2p_wire_split_t;                         /* 8 bytes */
+
+/*
  * Wire-up: what each process publishes through PMIx under the key
  * P2P_WIRE_PMIX_KEY (a byte object): this header, then its UCP worker
- * address. pid, start_time and host/pidns let peers on the same host and
- * in the same PID namespace watch each other's process (p2p_liveness.c).
+ * address. pid, start_time, pidns and host let peers on the same host and
+ * in the same PID namespace watch each other's process (p2p_liveness.c):
+ * a pid means another process, or none, in another namespace.
  */
 #define P2P_WIRE_PMIX_KEY       "ib2.p2p.ucp.addr"
-#define P2P_WIRE_ADDR_MAGIC     0x69623270u     /* "ib2p" */
+#define P2P_WIRE_ADDR_MAGIC     0x69623271u     /* "ib2q" */
 
 typedef struct __attribute__((packed)) p2p_wire_addr {
     uint32_t magic;
-    uint32_t pid;
+    uint32_t pid;           /* in its own PID namespace */
     uint64_t start_time;    /* field 22 of /proc/<pid>/stat */
+    uint64_t pidns;         /* inode of /proc/self/ns/pid, 0: unknown */
     char     host[128];     /* "hostname/boot-id", NUL-terminated */
 } p2p_wire_addr_t;
+
+/* The layouts above, checked where the header is compiled */
+#ifdef __cplusplus
+#define P2P_WIRE_SIZE_CHECK(_t, _n) static_assert(sizeof(_t) == (_n), #_t)
+#else
+#define P2P_WIRE_SIZE_CHECK(_t, _n) _Static_assert(sizeof(_t) == (_n), #_t)
+#endif
+P2P_WIRE_SIZE_CHECK(p2p_wire_match_t, 32);
+P2P_WIRE_SIZE_CHECK(p2p_wire_sync_t, 40);
+P2P_WIRE_SIZE_CHECK(p2p_wire_rts_t, 60);
+P2P_WIRE_SIZE_CHECK(p2p_wire_ctl_t, 16);
+P2P_WIRE_SIZE_CHECK(p2p_wire_token_t, 16);
+P2P_WIRE_SIZE_CHECK(p2p_wire_cid_offer_t, 40);
+P2P_WIRE_SIZE_CHECK(p2p_wire_split_t, 8);
+P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 152);
 
 #ifdef __cplusplus
 }

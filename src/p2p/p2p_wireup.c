@@ -74,11 +74,13 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
     hdr = (p2p_wire_hdr_t*)blob;
     {
         uint32_t pid;
-        uint64_t start;
-        p2p_liveness_self(&pid, &start, hdr->host, sizeof(hdr->host));
+        uint64_t start, pidns;
+        p2p_liveness_self(&pid, &start, &pidns, hdr->host,
+                          sizeof(hdr->host));
         hdr->magic      = P2P_LE32(P2P_WIRE_MAGIC);
         hdr->pid        = P2P_LE32(pid);
         hdr->start_time = P2P_LE64(start);
+        hdr->pidns      = P2P_LE64(pidns);
     }
     memcpy(blob + sizeof(*hdr), ctx->address, ctx->address_len);
     PMIX_VALUE_CONSTRUCT(&value);
@@ -150,7 +152,7 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
     const p2p_wire_hdr_t *hdr;
     char            myhost[sizeof(hdr->host)];
     uint32_t        mypid;
-    uint64_t        mystart;
+    uint64_t        mystart, mypidns;
     ucp_ep_params_t params;
     pmix_proc_t     proc;
     pmix_value_t    *val = NULL;
@@ -183,8 +185,11 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
             return P2P_ERR_INIT;
         }
         hdr = (const p2p_wire_hdr_t*)val->data.bo.bytes;
-        p2p_liveness_self(&mypid, &mystart, myhost, sizeof(myhost));
-        peer->local      = (strncmp(hdr->host, myhost, sizeof(myhost)) == 0);
+        p2p_liveness_self(&mypid, &mystart, &mypidns, myhost,
+                          sizeof(myhost));
+        peer->local      = (strncmp(hdr->host, myhost, sizeof(myhost)) == 0) &&
+                           (mypidns != 0) &&
+                           (P2P_FROM_LE64(hdr->pidns) == mypidns);
         peer->pid        = (int32_t)P2P_FROM_LE32(hdr->pid);
         peer->start_time = P2P_FROM_LE64(hdr->start_time);
         addr = val->data.bo.bytes + sizeof(*hdr);
@@ -211,7 +216,7 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
         return P2P_ERR_TRANSPORT;
     }
     peer->rma_sw = p2p_ep_rma_emulated(peer->ep);
-    /* arrivals by this endpoint are the peer's (p2p_recv.c) */
+    /* arrivals by this endpoint are the peer's (p2p_arrival.c) */
     k = kh_put(p2p_ep_rank, &ctx->ep_rank, (uint64_t)(uintptr_t)peer->ep,
                &ret);
     if (ret < 0) {

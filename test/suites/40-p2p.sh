@@ -21,11 +21,29 @@ p2p_no_bound=--gtest_filter=-P2P.UnexpectedQueueBound
 # A wait that cannot end fails its test after this many seconds.
 export P2PTEST_WAIT_LIMIT=120
 
+# The library is split by role (src/p2p/README.md): each role its own
+# file, and no file much over 500 lines.
+ib2_check p2p-files-by-role bash -c '
+    cd "$1/src/p2p" || exit 1
+    for f in p2p_wire.h p2p_send.c p2p_answer.c p2p_arrival.c p2p_match.c \
+             p2p_unexp.c p2p_held.c p2p_rndv.c p2p_failure.c; do
+        [ -f "$f" ] || { echo "missing $f"; exit 1; }
+    done
+    wc -l *.c *.h | sort -n | tail -n 6
+    ! wc -l *.c *.h | grep -v " total$" | awk "\$1 > 520 { print; bad = 1 }
+        END { exit !bad }"' _ "$SRC"
 ib2_gtest p2p-match "$p2pt/test_p2p_match"
 ib2_gtest p2p-singleton "$p2pt/test_p2p" "${p2p_gt[@]}" "$p2p_no_bound"
 
+# A million communicators duplicated and freed (MillionCommunicators...)
+# alone and over shm; elsewhere fewer, the memory check is the same.
 for tl in shm tcp; do
     export UCX_TLS=$tl
+    if [ "$tl" = shm ] && [ -z "${IB2_PREFIX:-}" ]; then
+        unset P2PTEST_COMM_LOOPS
+    else
+        export P2PTEST_COMM_LOOPS=20000
+    fi
     ib2_gtest "p2p-$tl" "$p2p_mpirun" "${p2p_mpi[@]}" -np 2 \
         "$p2pt/test_p2p" "${p2p_gt[@]}" "$p2p_no_bound"
     # the wildcard ordering stress with two senders
@@ -47,9 +65,89 @@ for tl in shm tcp; do
         --gtest_filter=-P2PHostile.Forged*
     # without --enable-recovery mpirun would kill the survivor as well
     ib2_gtest "p2p-$tl-killed" "$p2p_mpirun" "${p2p_mpi[@]}" \
-        --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}"
+        --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
+        --gtest_filter='P2PKilled.Survivor*'
+    # every blocking call returns when the rank it waits for dies
+    P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest "p2p-$tl-killed-blocking" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
+        -x P2P_KEEPALIVE_INTERVAL -np 7 "$p2pt/test_p2p_killed" \
+        "${p2p_gt[@]}" --gtest_filter='P2PKilled.Blocking*'
     unset UCX_TLS
 done
+
+# A peer in another PID namespace on the same host (a container): alive it
+# is not taken for dead, killed it is found (by UCP: its pid means nothing
+# here). Over TCP: UCX's shared memory finds its peers by pid as well.
+if unshare --pid --fork --mount-proc true 2>/dev/null; then
+    p2p_pidns=("$SRC/test/gtest/p2p/in_new_pidns.sh")
+    UCX_TLS=tcp P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest p2p-tcp-pidns-alive \
+        "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS -x P2P_KEEPALIVE_INTERVAL \
+        -np 2 "${p2p_pidns[@]}" "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
+        --gtest_filter='P2PKilled.PeerInAnotherPidNamespace*'
+    UCX_TLS=tcp P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest p2p-tcp-pidns-killed \
+        "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery -x UCX_TLS \
+        -x P2P_KEEPALIVE_INTERVAL -np 2 "${p2p_pidns[@]}" \
+        "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
+        --gtest_filter='P2PKilled.Survivor*'
+else
+    ib2_result SKIP "p2p-tcp-pidns (unshare --pid is not permitted here: run as root or where user namespaces are allowed)"
+fi
+export P2PTEST_COMM_LOOPS=20000
+
+# More ranks than cores: 4 ranks on this machine's cores race receives
+# against cancels (every wait a blocking call) within a bound; the same
+# test ran with 2 ranks in p2p-shm above. Both times are in the logs.
+UCX_TLS=shm P2PTEST_RACE_LIMIT=1.5 ib2_gtest p2p-shm-oversubscribed \
+    "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS -x P2PTEST_RACE_LIMIT -np 4 \
+    "$p2pt/test_p2p" "${p2p_gt[@]}" --gtest_filter='P2P.ReceiveCancelRaces'
+
+# p2p moved to another active message id: the caller's handlers around it
+# and p2p's own traffic still work.
+UCX_TLS=shm P2P_AM_ID=7 ib2_gtest p2p-shm-am-id "$p2p_mpirun" \
+    "${p2p_mpi[@]}" -x UCX_TLS -x P2P_AM_ID -np 2 "$p2pt/test_p2p" \
+    "${p2p_gt[@]}" \
+    --gtest_filter='P2P.CallersActive*:P2P.SendRecvAcrossProtocols'
+# What p2p writes to stderr is P2P_LOG_LEVEL's to say: returned errors at
+# debug (by default only p2p_last_error has them), nothing at none, and a
+# bad level is refused at init, saying which levels there are.
+ib2_check p2p-log-level-debug-shows-returned-errors bash -c '
+    out=$(P2P_LOG_LEVEL=debug "$1" --gtest_filter=P2P.InvalidArguments 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "p2p\[0\]: debug: returned error: p2p_isend: destination"' \
+    _ "$p2pt/test_p2p"
+ib2_check p2p-log-level-none-is-silent bash -c '
+    out=$(P2P_LOG_LEVEL=none P2P_NO_SUCH_VARIABLE=1 "$1" \
+          --gtest_filter=P2P.InvalidArguments 2>&1 >/dev/null)
+    echo "stderr: [$out]"
+    [ -z "$out" ]' _ "$p2pt/test_p2p"
+ib2_check p2p-log-level-unknown-variable-warns bash -c '
+    out=$(P2P_NO_SUCH_VARIABLE=1 "$1" --gtest_filter=P2P.InvalidArguments \
+          2>&1 >/dev/null)
+    echo "$out"
+    echo "$out" | grep -q "warning: unknown variable P2P_NO_SUCH_VARIABLE"' \
+    _ "$p2pt/test_p2p"
+# p2p_info -c lists every P2P_* variable as ucx_info -c lists UCX's; a bad
+# value is refused naming the variable and its syntax.
+ib2_check p2p-info-lists-configuration bash -c '
+    out=$(P2P_EAGER_LIMIT=4k "$1" -c) || exit 1
+    echo "$out"
+    [ "$(echo "$out" | grep -c "^P2P_[A-Z0-9_]*=")" -ge 13 ] &&
+    echo "$out" | grep -q "^P2P_EAGER_LIMIT=4K$" &&
+    "$1" -c -f | grep -q "Largest message sent eagerly"' \
+    _ "$BUILD/src/p2p/p2p_info"
+ib2_check p2p-info-refuses-bad-value bash -c '
+    out=$(P2P_UNEXPECTED_LIMIT=12q "$1" -c 2>&1)
+    rc=$?
+    echo "$out"
+    [ $rc -ne 0 ] &&
+    echo "$out" | grep -q "P2P_UNEXPECTED_LIMIT=.12q. is not valid: expected memory units"' \
+    _ "$BUILD/src/p2p/p2p_info"
+ib2_check p2p-log-level-bad-value-refused bash -c '
+    out=$(P2P_LOG_LEVEL=loud "$1" 2>&1)
+    rc=$?
+    echo "$out"
+    [ $rc -ne 0 ] && echo "$out" | grep -q "P2P_LOG_LEVEL=.loud.*debug"' \
+    _ "$p2pt/test_p2p"
 
 # Without memory hooks leave-pinned cannot be kept safe: by default p2p says
 # so and registers per send (the tests then check that mode's accounting);
@@ -121,12 +219,17 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     # off -- by UCP's keepalive and the transports alone.
     ib2_gtest p2p-rc_ib2-killed "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" --enable-recovery -np 2 "$p2pt/test_p2p_killed" \
-        "${p2p_gt[@]}"
+        "${p2p_gt[@]}" --gtest_filter='P2PKilled.Survivor*'
     P2P_KEEPALIVE_INTERVAL=0 UCX_KEEPALIVE_INTERVAL=500ms UCX_UD_TIMEOUT=2s \
         ib2_gtest p2p-rc_ib2-killed-transport-detects "${p2p_sv[@]}" \
         "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
         -x P2P_KEEPALIVE_INTERVAL -x UCX_KEEPALIVE_INTERVAL -x UCX_UD_TIMEOUT \
-        -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}"
+        -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
+        --gtest_filter='P2PKilled.Survivor*'
+    P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest p2p-rc_ib2-killed-blocking \
+        "${p2p_sv[@]}" "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
+        -x P2P_KEEPALIVE_INTERVAL -np 7 "$p2pt/test_p2p_killed" \
+        "${p2p_gt[@]}" --gtest_filter='P2PKilled.Blocking*'
     unset UCX_TLS P2P_UCT_IB2
 fi
 

@@ -230,7 +230,9 @@ int main(int argc, char **argv)
     }
     ret = p2p_init(&params, &b.ctx);
     if (ret != P2P_OK) {
-        die("p2p_init", ret);
+        fprintf(stderr, "p2p_bench: p2p_init failed: %s\n",
+                p2p_last_error(NULL));
+        return 1;
     }
     b.world  = p2p_comm_world(b.ctx);
     b.rank   = p2p_comm_rank(b.world);

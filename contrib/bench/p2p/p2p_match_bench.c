@@ -33,12 +33,12 @@
 /* ---- the baseline: two linear lists in posting / arrival order ---- */
 
 typedef struct lin_entry {
-    p2p_dlist_t link;
-    int32_t     src, tag;
+    ucs_list_link_t link;
+    int32_t         src, tag;
 } lin_entry_t;
 
 typedef struct lin {
-    p2p_dlist_t posted, unexp;
+    ucs_list_link_t posted, unexp;
 } lin_t;
 
 static inline int lin_accepts(int32_t rsrc, int32_t rtag, int32_t src,
@@ -50,12 +50,11 @@ static inline int lin_accepts(int32_t rsrc, int32_t rtag, int32_t src,
 
 static lin_entry_t *lin_match_arrival(lin_t *l, int32_t src, int32_t tag)
 {
-    p2p_dlist_t *e;
+    lin_entry_t *r;
 
-    for (e = l->posted.next; e != &l->posted; e = e->next) {
-        lin_entry_t *r = p2p_container_of(e, lin_entry_t, link);
+    ucs_list_for_each(r, &l->posted, link) {
         if (lin_accepts(r->src, r->tag, src, tag)) {
-            p2p_dlist_del(e);
+            ucs_list_del(&r->link);
             return r;
         }
     }
@@ -64,12 +63,11 @@ static lin_entry_t *lin_match_arrival(lin_t *l, int32_t src, int32_t tag)
 
 static lin_entry_t *lin_find_unexp(lin_t *l, int32_t src, int32_t tag)
 {
-    p2p_dlist_t *e;
+    lin_entry_t *m;
 
-    for (e = l->unexp.next; e != &l->unexp; e = e->next) {
-        lin_entry_t *m = p2p_container_of(e, lin_entry_t, link);
+    ucs_list_for_each(m, &l->unexp, link) {
         if (lin_accepts(src, tag, m->src, m->tag)) {
-            p2p_dlist_del(e);
+            ucs_list_del(&m->link);
             return m;
         }
     }
@@ -123,8 +121,8 @@ static double run(int w, size_t depth, size_t ops, int lin,
     if ((ent == NULL) || (p2p_mq_init(&mq) != 0)) {
         die("out of memory");
     }
-    p2p_dlist_init(&l.posted);
-    p2p_dlist_init(&l.unexp);
+    ucs_list_head_init(&l.posted);
+    ucs_list_head_init(&l.unexp);
     /* distinct (src, tag) per entry; wildcard workloads make every other
      * receive ANY_SOURCE */
     for (i = 0; i < depth; ++i) {
@@ -136,7 +134,7 @@ static double run(int w, size_t depth, size_t ops, int lin,
         ent[i].lin.tag = ent[i].tag;
         if (w <= W_POSTED_WILD) {
             if (lin) {
-                p2p_dlist_push_tail(&l.posted, &ent[i].lin.link);
+                ucs_list_add_tail(&l.posted, &ent[i].lin.link);
             } else if (p2p_mq_post(&mq, &ent[i].e.r, ent[i].lin.src,
                                    ent[i].tag) != 0) {
                 die("out of memory");
@@ -144,7 +142,7 @@ static double run(int w, size_t depth, size_t ops, int lin,
         } else {
             ent[i].lin.src = ent[i].src;
             if (lin) {
-                p2p_dlist_push_tail(&l.unexp, &ent[i].lin.link);
+                ucs_list_add_tail(&l.unexp, &ent[i].lin.link);
             } else if (p2p_mq_add_unexp(&mq, &ent[i].e.m, ent[i].src,
                                         ent[i].tag) != 0) {
                 die("out of memory");
@@ -160,7 +158,7 @@ static double run(int w, size_t depth, size_t ops, int lin,
             if (lin) {
                 lin_entry_t *r = lin_match_arrival(&l, x->src, x->tag);
                 sink += (uintptr_t)r;
-                p2p_dlist_push_tail(&l.posted, &r->link);
+                ucs_list_add_tail(&l.posted, &r->link);
             } else {
                 p2p_mq_recv_t *r = p2p_mq_match_arrival(&mq, x->src, x->tag);
                 sink += (uintptr_t)r;
@@ -170,7 +168,7 @@ static double run(int w, size_t depth, size_t ops, int lin,
             if (lin) {
                 lin_entry_t *m = lin_find_unexp(&l, rs, x->tag);
                 sink += (uintptr_t)m;
-                p2p_dlist_push_tail(&l.unexp, &m->link);
+                ucs_list_add_tail(&l.unexp, &m->link);
             } else {
                 p2p_mq_msg_t *m = p2p_mq_find_unexp(&mq, rs, x->tag, 1);
                 sink += (uintptr_t)m;

@@ -28,6 +28,8 @@ extern p2p_context_t *ctx;
 extern p2p_comm_t    *world;
 extern p2p_comm_t    *ctrl;      /* the harness's own communicator */
 extern int           wrank, wsize;
+/* the process environment as it was before p2p_init */
+extern std::vector<std::string> env_before_init;
 
 /* seconds any single wait may take before the process gives up */
 double wait_limit();
@@ -37,6 +39,19 @@ double wait_limit();
 int wait_all(std::vector<p2p_request_t*> &reqs,
              std::vector<p2p_status_t> *statuses, const char *what);
 int wait_one(p2p_request_t **req, p2p_status_t *status, const char *what);
+/* For a test that calls p2p's blocking calls (which wait without end):
+ * if it is still alive after wait_limit() seconds, the process prints
+ * `what` and exits(3). */
+class Watchdog {
+public:
+    explicit Watchdog(const char *what);
+    ~Watchdog();
+
+private:
+    struct State;
+    State *st_;
+};
+
 /* Barrier on comm, bounded like the waits. */
 void barrier(p2p_comm_t *comm);
 /* The same between two ranks (or a rank and itself): afterwards every

@@ -3,8 +3,12 @@
  */
 #include "p2p_test.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +18,7 @@ p2p_context_t *ctx;
 p2p_comm_t    *world;
 p2p_comm_t    *ctrl;
 int           wrank, wsize;
+std::vector<std::string> env_before_init;
 
 static double now()
 {
@@ -75,6 +80,36 @@ int wait_one(p2p_request_t **req, p2p_status_t *status, const char *what)
             give_up(what);
         }
     }
+}
+
+struct Watchdog::State {
+    std::mutex              m;
+    std::condition_variable cv;
+    bool                    done = false;
+    std::thread             t;
+};
+
+Watchdog::Watchdog(const char *what) : st_(new State)
+{
+    State *st = st_;
+    st->t = std::thread([st, what] {
+        std::unique_lock<std::mutex> l(st->m);
+        if (!st->cv.wait_for(l, std::chrono::duration<double>(wait_limit()),
+                             [st] { return st->done; })) {
+            give_up(what);
+        }
+    });
+}
+
+Watchdog::~Watchdog()
+{
+    {
+        std::lock_guard<std::mutex> l(st_->m);
+        st_->done = true;
+    }
+    st_->cv.notify_one();
+    st_->t.join();
+    delete st_;
 }
 
 void barrier(p2p_comm_t *comm)
@@ -190,9 +225,14 @@ using namespace p2ptest;
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
+    for (char **e = environ; *e != nullptr; ++e) {
+        env_before_init.push_back(*e);
+    }
     int ret = p2p_init(nullptr, &ctx);
     if (ret != P2P_OK) {
-        fprintf(stderr, "p2p_init failed: %s\n", p2p_strerror(ret));
+        /* p2p prints nothing itself unless P2P_LOG_LEVEL asks */
+        fprintf(stderr, "p2p_init failed: %s: %s\n", p2p_strerror(ret),
+                p2p_last_error(nullptr));
         return 2;
     }
     world = p2p_comm_world(ctx);

@@ -82,12 +82,24 @@ bool RawPeer::init()
      * of a connection pick different lanes) */
     ucp_config_t *config;
     const char   *tls = getenv("UCX_TLS");
-    bool         mm   = (tls == nullptr) || (strstr(tls, "tcp") == nullptr);
-    if (mm && (getenv("UCX_POSIX_ERROR_HANDLING") == nullptr) &&
-        (getenv("UCX_MM_ERROR_HANDLING") == nullptr)) {
-        setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    bool         mm   = (tls == nullptr) || (*tls == '\0') || (*tls == '^');
+    for (const char *n : { "shm", "sm", "posix", "sysv", "mm", "all" }) {
+        mm = mm || (strstr(tls, n) != nullptr);
+    }
+    bool user_set = false;
+    for (char **e = environ; *e != nullptr; ++e) {
+        const char *eq = strchr(*e, '=');
+        size_t     n   = eq ? (size_t)(eq - *e) : strlen(*e);
+        user_set = user_set ||
+                   ((strncmp(*e, "UCX_", 4) == 0) && (n >= 14) &&
+                    (strncmp(*e + n - 14, "ERROR_HANDLING", 14) == 0));
     }
     if (ucp_config_read(NULL, NULL, &config) != UCS_OK) {
+        return false;
+    }
+    if (mm && !user_set &&
+        (ucp_config_modify(config, "MM_ERROR_HANDLING", "y") != UCS_OK)) {
+        ucp_config_release(config);
         return false;
     }
     ucp_params_t params;
@@ -127,6 +139,7 @@ bool RawPeer::init()
     p2p_wire_addr_t  *wa = (p2p_wire_addr_t*)blob.data();
     wa->magic = P2P_WIRE_ADDR_MAGIC;
     wa->pid   = (uint32_t)getpid();
+    wa->pidns = 0;
     snprintf(wa->host, sizeof(wa->host), "raw-peer-not-watched");
     memcpy(blob.data() + sizeof(*wa), addr, addr_len);
     ucp_worker_release_address(worker_, addr);
@@ -354,8 +367,9 @@ RawMsg RawPeer::wait_tag(int from, int32_t tag, const char *what)
 void RawPeer::barrier()
 {
     /* dissemination, as p2p_barrier: round k talks to rank +- k */
+    uint8_t failed = 0;
     for (int k = 1; k < size; k <<= 1) {
-        eager((rank + k) % size, P2P_WIRE_TAG_BARRIER, nullptr, 0);
+        eager((rank + k) % size, P2P_WIRE_TAG_BARRIER, &failed, 1);
         wait_tag((rank - k + size) % size, P2P_WIRE_TAG_BARRIER,
                  "a barrier message");
     }

@@ -7,8 +7,13 @@
 
 #include <p2p_fault.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/allocator_interface.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
+#include <malloc.h>
 #include <map>
 #include <random>
 #include <unistd.h>
@@ -704,7 +709,13 @@ TEST_F(P2P, FailedSendKeepsSequence)
 
 TEST_F(P2P, AllocationFailureFailsTheReceive)
 {
+    /* nothing but the pair's messages may reach rank 0 while its
+     * allocations are made to fail: the others have sent what they send
+     * at the barrier, and then wait for rank 0 */
+    barrier(comm);
     if (!in_pair()) {
+        char done;
+        ASSERT_EQ(P2P_OK, p2p_recv(&done, 1, 0, 11, comm, nullptr));
         return;
     }
     /* rank 1 sends four messages that arrive unexpected at rank 0, where
@@ -766,6 +777,9 @@ TEST_F(P2P, AllocationFailureFailsTheReceive)
         EXPECT_EQ("last", std::string((char*)in.data(), 4));
         EXPECT_EQ(s0.rx_data_no_memory + failed, stats().rx_data_no_memory);
         EXPECT_EQ(s0.rx_no_memory, stats().rx_no_memory);
+        for (int r = 2; r < size; ++r) {
+            ASSERT_EQ(P2P_OK, p2p_send("d", 1, r, 11, comm));
+        }
     }
     if (!sends.empty()) {
         std::vector<p2p_status_t> st;
@@ -777,4 +791,82 @@ TEST_F(P2P, AllocationFailureFailsTheReceive)
         EXPECT_EQ(rma_emulated() ? P2P_OK : P2P_ERR_NO_MEMORY, st[2].error);
         EXPECT_EQ(P2P_OK, st[3].error);
     }
+}
+
+namespace {
+
+/* bytes the allocator has handed out and not got back */
+size_t heap_in_use()
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return __sanitizer_get_current_allocated_bytes();
+#else
+    /* in the arenas, and in blocks of their own (large ones are mmapped) */
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+#endif
+}
+
+}
+
+TEST_F(P2P, MillionCommunicatorsFlatMemory)
+{
+    /* ids are reused after a free: a program that dups and frees in a
+     * loop runs in the memory of one communicator (before, the id table
+     * grew by one entry per communicator ever created) */
+    const char *v     = getenv("P2PTEST_COMM_LOOPS");
+    const long loops  = (v != nullptr) ? atol(v) : 1000000;
+    const long warm   = std::min(loops / 2, 1000L);
+    size_t     before = 0;
+    for (long i = 0; i < loops; ++i) {
+        if (i == warm) {
+            before = heap_in_use();
+        }
+        p2p_comm_t *c;
+        ASSERT_EQ(P2P_OK, p2p_comm_dup(comm, &c)) << "dup " << i;
+        if (((i % 100000) == 0) && in_pair()) {
+            /* each really works */
+            exchange(c, rank, peer(), 8, 3, false);
+        }
+        ASSERT_EQ(P2P_OK, p2p_comm_free(&c));
+    }
+    size_t after = heap_in_use();
+    printf("%ld communicators duplicated and freed; heap in use after %ld:"
+           " %zu bytes, at the end: %zu\n", loops, warm, before, after);
+    EXPECT_LT(after, before + 256 * 1024)
+        << "memory grew with the number of communicators ever created";
+}
+
+TEST_F(P2P, ReusedIdTakesNoMessageOfItsPredecessor)
+{
+    if ((size < 2) || !in_pair()) {
+        return;
+    }
+    /* rank 0 frees A; then rank 1 sends on its A: the message arrives for
+     * a communicator rank 0 no longer has, and must be dropped -- also
+     * once the id is reused by B, which both create next */
+    p2p_comm_t  *a, *b;
+    p2p_stats_t s0 = stats();
+    ASSERT_EQ(P2P_OK, p2p_comm_dup(comm, &a));
+    if (rank == 0) {
+        ASSERT_EQ(P2P_OK, p2p_comm_free(&a));
+    }
+    pair_sync(comm, peer());
+    if (rank == 1) {
+        ASSERT_EQ(P2P_OK, p2p_send("old", 3, 0, 7, a));
+        ASSERT_EQ(P2P_OK, p2p_comm_free(&a));
+    }
+    /* everything rank 1 sent before is here */
+    pair_sync(comm, peer());
+    ASSERT_EQ(P2P_OK, p2p_comm_dup(comm, &b));
+    if (rank == 1) {
+        ASSERT_EQ(P2P_OK, p2p_send("new", 3, 0, 7, b));
+    } else {
+        char         buf[8] = {0};
+        p2p_status_t st;
+        ASSERT_EQ(P2P_OK, p2p_recv(buf, sizeof(buf), 1, 7, b, &st));
+        EXPECT_EQ("new", std::string(buf, st.count));
+        EXPECT_EQ(s0.rx_stale_comm + 1, stats().rx_stale_comm);
+    }
+    ASSERT_EQ(P2P_OK, p2p_comm_free(&b));
 }

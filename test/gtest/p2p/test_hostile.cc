@@ -419,7 +419,8 @@ void hostile()
     std::vector<uint8_t> payload(EARLY_SIZE, 0x33);
     for (uint32_t i = 0; i < count; ++i) {
         p2p_wire_match_t e = RawPeer::match_hdr(P2P_WIRE_EAGER, 1, 5, i);
-        e.cid   = EARLY_CID;
+        e.cid    = EARLY_CID;
+        e.cepoch = 1000;    /* above any rank 0 has seen: early */
         e.token = raw.token(0);
         ASSERT_EQ(UCS_OK, raw.send_raw(0, &e, sizeof(e), payload.data(),
                                        payload.size(), false));
@@ -741,6 +742,8 @@ int main(int argc, char **argv)
         size = raw.size;
     } else {
         if (p2p_init(nullptr, &ctx) != P2P_OK) {
+            fprintf(stderr, "p2p_init failed: %s\n",
+                    p2p_last_error(nullptr));
             return 2;
         }
         world = p2p_comm_world(ctx);

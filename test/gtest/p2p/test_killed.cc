@@ -1,21 +1,33 @@
 /*
- * A peer killed mid-transfer: rank 1 receives part of a stream of
- * rendezvous, synchronous and eager messages from rank 0 and then kills
- * itself with SIGKILL. Every request rank 0 still has outstanding with it
- * -- sends waiting for FIN or ACK, a receive from it, an ANY_SOURCE
- * receive -- must complete, with P2P_ERR_PEER_FAILED, within a few
- * seconds; new sends to it fail at once; rank 0 then finalizes normally.
+ * Peers that die, and peers that only look dead.
  *
- * Run: mpirun --enable-recovery -np 2 test_p2p_killed (without
- * --enable-recovery mpirun kills the survivor too).
+ * SurvivorRequestsFailInBoundedTime (-np 2): rank 1 receives part of a
+ * stream of rendezvous, synchronous and eager messages from rank 0 and
+ * then kills itself with SIGKILL. Every request rank 0 still has
+ * outstanding with it -- sends waiting for FIN or ACK, a receive from it,
+ * an ANY_SOURCE receive -- must complete, with P2P_ERR_PEER_FAILED, within
+ * a few seconds; new sends to it fail at once; rank 0 then finalizes
+ * normally.
+ *
+ * BlockingCallsReturnWhenTheirPeerDies (-np 7): each blocking call waits
+ * for a rank that dies while it waits.
+ *
+ * PeerInAnotherPidNamespaceIsNotTakenForDead (-np 2, rank 1 started by
+ * in_new_pidns.sh): a live peer in another PID namespace on the same host.
+ *
+ * Each test needs its own job (the dead stay dead): run one at a time with
+ * --gtest_filter, under mpirun --enable-recovery (without it mpirun kills
+ * the survivors too). test/suites/40-p2p.sh shows the command lines.
  */
 #include <gtest/gtest.h>
 
 #include <p2p.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <time.h>
 #include <unistd.h>
 #include <vector>
@@ -107,10 +119,129 @@ TEST(P2PKilled, SurvivorRequestsFailInBoundedTime)
     EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_send(buf.data(), big, 1, 5, world));
 }
 
+/*
+ * Every blocking call returns when the peer it waits for dies -- not only
+ * requests outstanding at the time. Run with -np 7 and a short
+ * P2P_KEEPALIVE_INTERVAL: ranks 1 to 5 kill themselves one after the
+ * other, two seconds apart, while rank 0 is blocked in a call that waits
+ * for exactly that rank: a probe, a matched probe, a synchronous send
+ * nobody receives, a receive, and a barrier of a communicator {0, 5, 6}.
+ * Rank 6 is in that barrier too, and must get out as well: its partner
+ * in the barrier's first round is the dead rank 5, in the second rank 0.
+ * Before, the probes and the barrier never returned.
+ */
+TEST(P2PKilled, BlockingCallsReturnWhenTheirPeerDies)
+{
+    ASSERT_EQ(7, size) << "run with mpirun --enable-recovery -np 7";
+    const double gap = 2.0;
+    p2p_comm_t   *trio;
+    int          in_trio = (rank == 0) || (rank >= 5);
+    ASSERT_EQ(P2P_OK, p2p_comm_split(world, in_trio ? 1 : P2P_UNDEFINED, 0,
+                                     &trio));
+    /* one clock for all: rank 0's start time, on the monotonic clock the
+     * ranks share (they run on one host) */
+    double t0 = now();
+    if (rank == 0) {
+        for (int r = 1; r < size; ++r) {
+            ASSERT_EQ(P2P_OK, p2p_send(&t0, sizeof(t0), r, 8, world));
+        }
+    } else {
+        ASSERT_EQ(P2P_OK, p2p_recv(&t0, sizeof(t0), 0, 8, world, nullptr));
+    }
+    if ((rank >= 1) && (rank <= 5)) {
+        while (now() < t0 + rank * gap) {
+            usleep(10000);
+        }
+        raise(SIGKILL);
+    }
+    /* a call that does not return fails the test instead of hanging it */
+    static std::atomic<const char*> in_call{"nothing"};
+    std::thread([] {
+        sleep(60);
+        fprintf(stderr, "[rank %d] %s did not return after its peer died\n",
+                rank, in_call.load());
+        _exit(3);
+    }).detach();
+    if (rank == 6) {
+        in_call = "the barrier";
+        EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_barrier(trio));
+        EXPECT_GE(now(), t0 + 5 * gap);
+        EXPECT_EQ(P2P_OK, p2p_comm_free(&trio));
+        return;
+    }
+    p2p_status_t  st;
+    p2p_message_t *msg = nullptr;
+    char          c = 1;
+    double        done[5];
+    in_call = "probe";
+    EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_probe(1, 9, world, &st));
+    done[0] = now();
+    in_call = "mprobe";
+    EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_mprobe(2, 9, world, &msg, &st));
+    done[1] = now();
+    in_call = "ssend";
+    EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_ssend(&c, 1, 3, 9, world));
+    done[2] = now();
+    in_call = "recv";
+    EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_recv(&c, 1, 4, 9, world, &st));
+    done[3] = now();
+    in_call = "barrier";
+    EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_barrier(trio));
+    done[4] = now();
+    in_call = "nothing";
+    const char *what[5] = { "probe", "mprobe", "ssend", "recv", "barrier" };
+    for (int i = 0; i < 5; ++i) {
+        printf("%s returned %.2f s after its peer was killed\n", what[i],
+               done[i] - (t0 + (i + 1) * gap));
+        /* it was still blocked when the peer died, and got out soon */
+        EXPECT_GE(done[i], t0 + (i + 1) * gap) << what[i];
+        EXPECT_LT(done[i], t0 + (i + 1) * gap + 5.0) << what[i];
+    }
+    EXPECT_EQ(P2P_OK, p2p_comm_free(&trio));
+}
+
+/*
+ * A live peer in another PID namespace on the same host (a container):
+ * the pid it published names another process here, or none, so the
+ * same-host watch must leave it to UCP rather than declare it dead. Run
+ * with -np 2, rank 1 started in a new PID namespace (in_new_pidns.sh),
+ * over TCP (UCX's shared memory finds peers by pid too), and a short
+ * P2P_KEEPALIVE_INTERVAL: ranks exchange messages for two seconds and
+ * nothing fails. Before, each rank declared the other dead at the first
+ * check.
+ */
+TEST(P2PKilled, PeerInAnotherPidNamespaceIsNotTakenForDead)
+{
+    ASSERT_EQ(2, size) << "run with -np 2, rank 1 in a new PID namespace";
+    int    peer = 1 - rank, n = 0, more = 1;
+    double t0   = now();
+    /* rank 0 says in each message whether another round follows, so both
+     * stop after the same round */
+    while (more) {
+        int          out[2] = { n, (rank == 0) && (now() < t0 + 2.0) };
+        int          in[2]  = { -1, -1 };
+        p2p_status_t st;
+        p2p_request_t *r;
+        ASSERT_EQ(P2P_OK, p2p_irecv(in, sizeof(in), peer, 1, world, &r));
+        ASSERT_EQ(P2P_OK, p2p_send(out, sizeof(out), peer, 1, world))
+            << "message " << n << ": " << p2p_last_error(ctx);
+        ASSERT_EQ(P2P_OK, p2p_wait(&r, &st)) << "message " << n;
+        ASSERT_EQ(n, in[0]);
+        more = (rank == 0) ? out[1] : in[1];
+        ++n;
+        usleep(1000);
+    }
+    p2p_stats_t s;
+    p2p_get_stats(ctx, &s);
+    EXPECT_EQ(0u, s.rx_failed_peer);
+    printf("%d round trips in 2 s\n", n);
+}
+
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
     if (p2p_init(nullptr, &ctx) != P2P_OK) {
+        fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
         return 2;
     }
     world = p2p_comm_world(ctx);

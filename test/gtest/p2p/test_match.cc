@@ -9,6 +9,7 @@ extern "C" {
 #include "p2p_match.h"
 }
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <memory>
@@ -265,8 +266,33 @@ TEST_F(MatchTest, DeepQueues)
         ASSERT_EQ(-(i + 1), post(i % 64, i / 64));
     }
     EXPECT_EQ(0u, mq.n_unexp);
-    EXPECT_EQ(0u, mq.unexp_bins.count);
-    EXPECT_EQ(0u, mq.posted_bins.count);
+    EXPECT_EQ(0u, p2p_mq_bins_in_use(&mq));
+}
+
+/* A bin that empties stays for its key's next use; empty bins are
+ * reclaimed once they are as many as those in use. A stream of ever new
+ * keys, one live at a time, holds few bins however long it runs. */
+TEST_F(MatchTest, EmptyBinsAreReclaimed)
+{
+    /* the same key over and over: one bin, kept */
+    for (int i = 0; i < 1000; ++i) {
+        int r = post(1, 5);
+        ASSERT_EQ(r, arrive(1, 5));
+    }
+    EXPECT_EQ(0u, p2p_mq_bins_in_use(&mq));
+    EXPECT_EQ(1u, p2p_mq_bins_held(&mq));
+    size_t most = 0;
+    for (int i = 0; i < 100000; ++i) {
+        int r = post(i % 7, 1000 + i);
+        ASSERT_EQ(r, arrive(i % 7, 1000 + i));
+        /* and as an unexpected message: three bins per message */
+        arrive(i % 7, 1000 + i);
+        ASSERT_EQ(-((int)msgs.size() - 1) - 1, post(i % 7, 1000 + i));
+        most = std::max(most, p2p_mq_bins_held(&mq));
+    }
+    EXPECT_EQ(0u, p2p_mq_bins_in_use(&mq));
+    /* at most the floor and as many empty as in use (a message holds 3) */
+    EXPECT_LE(most, (size_t)(2 * (P2P_MQ_EMPTY_MIN + 8))) << "bins held";
 }
 
 /* ---- randomized model check ---- */

@@ -33,7 +33,7 @@ static void p2p_rx_malformed(p2p_context_t *ctx, const char *what,
     ++ctx->stats.rx_malformed;
     if (!(ctx->warned & P2P_WARNED_MALFORMED)) {
         ctx->warned |= P2P_WARNED_MALFORMED;
-        p2p_log(ctx, "warning: dropped a malformed message (%s, %zu-byte "
+        p2p_warn(ctx, "dropped a malformed message (%s, %zu-byte "
                 "header); a peer runs another p2p wire version, or is not "
                 "a p2p process. Further ones are only counted "
                 "(rx_malformed).", what, hdr_len);
@@ -45,7 +45,7 @@ static void p2p_rx_unauthenticated(p2p_context_t *ctx, const p2p_rx_t *rx)
     ++ctx->stats.rx_unauthenticated;
     if (!(ctx->warned & P2P_WARNED_SOURCE)) {
         ctx->warned |= P2P_WARNED_SOURCE;
-        p2p_log(ctx, "warning: dropped a message that claims to come from "
+        p2p_warn(ctx, "dropped a message that claims to come from "
                 "rank %d of communicator %u but did not come by the "
                 "endpoint to that rank%s. Further ones are only counted "
                 "(rx_unauthenticated).", rx->m.src, rx->m.cid,
@@ -131,7 +131,7 @@ static inline int p2p_deliver(p2p_comm_t *comm, p2p_peer_t *peer,
     if (r == NULL) {
         return p2p_unexp_queue(comm, peer, rx);
     }
-    req                = p2p_container_of(r, p2p_request_t, recv.mq);
+    req                = ucs_container_of(r, p2p_request_t, recv.mq);
     req->status.source = rx->m.src;
     req->status.tag    = rx->m.tag;
     req->peer          = peer;
@@ -204,11 +204,10 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
     int32_t    ahead;
     int        keep;
 
-    if (P2P_UNLIKELY((comm == NULL) || (comm == P2P_COMM_FREED) ||
-                     (comm->cepoch != rx->m.cepoch))) {
-        if ((comm == NULL) ||
-            ((comm != P2P_COMM_FREED) &&
-             ((int16_t)(rx->m.cepoch - comm->cepoch) > 0))) {
+    if (P2P_UNLIKELY((comm == NULL) || (comm->cepoch != rx->m.cepoch))) {
+        /* Every communicator this process has had bears an epoch it has
+         * seen; one it will create bears a higher one (p2p_comm.c). */
+        if ((int32_t)(rx->m.cepoch - ctx->epoch) > 0) {
             /* its communicator is being created here: keep it for then */
             return p2p_hold_early(ctx, rx);
         }
@@ -329,7 +328,7 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
                   param->reply_ep : NULL;
     rx.token    = h.m.token;
     rx.m.cid    = P2P_FROM_LE32(h.m.cid);
-    rx.m.cepoch = P2P_FROM_LE16(h.m.cepoch);
+    rx.m.cepoch = P2P_FROM_LE32(h.m.cepoch);
     rx.m.src    = (int32_t)P2P_FROM_LE32((uint32_t)h.m.src);
     rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.m.tag);
     rx.m.seq    = P2P_FROM_LE32(h.m.seq);
@@ -392,7 +391,7 @@ static ucs_status_t p2p_am_cb(void *arg, const void *header,
                   param->reply_ep : NULL;
     rx.token    = h.token;
     rx.m.cid    = P2P_FROM_LE32(h.cid);
-    rx.m.cepoch = P2P_FROM_LE16(h.cepoch);
+    rx.m.cepoch = P2P_FROM_LE32(h.cepoch);
     rx.m.src    = (int32_t)P2P_FROM_LE32((uint32_t)h.src);
     rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.tag);
     rx.m.seq    = P2P_FROM_LE32(h.seq);

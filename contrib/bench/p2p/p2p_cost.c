@@ -1,0 +1,180 @@
+/*
+ * p2p_cost: the instructions p2p spends per message, for callgrind.
+ *
+ * A singleton (started alone) sends small messages to itself through UCP's
+ * self transport, so nothing depends on timing: every iteration takes the
+ * same path, and callgrind's count for the measured loop divided by the
+ * iterations is the cost of one message -- send, arrival, matching,
+ * completion, and UCP's part of them. Two loops:
+ *
+ *   expected     the receive is posted before the message arrives
+ *   unexpected   the message arrives first and waits in the unexpected
+ *                queue; the receive finds it there
+ *
+ * Run it under callgrind with collection limited to the loops:
+ *
+ *   valgrind --tool=callgrind --collect-atstart=no \
+ *       --toggle-collect=p2p_cost_expected --toggle-collect=p2p_cost_unexp \
+ *       p2p_cost -n 10000
+ *
+ * and divide each loop's inclusive count by -n (callgrind_annotate
+ * --inclusive=yes); p2p_cost_callgrind.sh does it. The same binary
+ * without valgrind prints ns per message and the allocations per message
+ * it counted (of the whole process: p2p, UCP, the C library).
+ */
+#include <p2p.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COST_TAG 7
+
+/*
+ * Every allocation in the process while a loop runs -- p2p's, UCP's, the
+ * C library's -- is counted: the glibc allocator is called through these.
+ */
+extern void *__libc_malloc(size_t size);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *ptr, size_t size);
+extern void *__libc_memalign(size_t align, size_t size);
+
+static unsigned long cost_allocs;
+static int           cost_counting;
+
+void *malloc(size_t size)
+{
+    cost_allocs += cost_counting;
+    return __libc_malloc(size);
+}
+
+void *calloc(size_t n, size_t size)
+{
+    cost_allocs += cost_counting;
+    return __libc_calloc(n, size);
+}
+
+void *realloc(void *ptr, size_t size)
+{
+    cost_allocs += cost_counting;
+    return __libc_realloc(ptr, size);
+}
+
+int posix_memalign(void **ptr, size_t align, size_t size)
+{
+    cost_allocs += cost_counting;
+    *ptr = __libc_memalign(align, size);
+    return (*ptr == NULL) ? 12 /* ENOMEM */ : 0;
+}
+
+static double cost_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void cost_check(int ret, const char *what)
+{
+    if (ret != P2P_OK) {
+        fprintf(stderr, "p2p_cost: %s failed: %s\n", what,
+                p2p_strerror(ret));
+        exit(1);
+    }
+}
+
+/* Not inlined, so that callgrind can name them. */
+__attribute__((noinline)) void p2p_cost_expected(p2p_comm_t *comm,
+                                                 size_t len, int n)
+{
+    char          sbuf[len + 1], rbuf[len + 1];
+    p2p_request_t *req;
+    int           i;
+
+    memset(sbuf, 1, len);
+    for (i = 0; i < n; ++i) {
+        cost_check(p2p_irecv(rbuf, len, 0, COST_TAG, comm, &req), "irecv");
+        cost_check(p2p_send(sbuf, len, 0, COST_TAG, comm), "send");
+        cost_check(p2p_wait(&req, NULL), "wait");
+    }
+}
+
+__attribute__((noinline)) void p2p_cost_unexp(p2p_comm_t *comm, size_t len,
+                                              int n)
+{
+    char          sbuf[len + 1], rbuf[len + 1];
+    p2p_request_t *req;
+    int           i, flag;
+
+    memset(sbuf, 1, len);
+    for (i = 0; i < n; ++i) {
+        cost_check(p2p_isend(sbuf, len, 0, COST_TAG, comm, &req), "isend");
+        cost_check(p2p_wait(&req, NULL), "wait");
+        /* progress until it is in the unexpected queue */
+        do {
+            cost_check(p2p_iprobe(0, COST_TAG, comm, &flag, NULL), "iprobe");
+        } while (!flag);
+        cost_check(p2p_recv(rbuf, len, 0, COST_TAG, comm, NULL), "recv");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    p2p_context_t *ctx;
+    p2p_comm_t    *world;
+    size_t        len = 8;
+    int           n = 10000, opt;
+    double        t0, t1, t2;
+    unsigned long a_exp, a_unexp;
+
+    while ((opt = getopt(argc, argv, "n:s:h")) != -1) {
+        switch (opt) {
+        case 'n':
+            n = atoi(optarg);
+            break;
+        case 's':
+            len = strtoul(optarg, NULL, 0);
+            break;
+        default:
+            fprintf(stderr, "usage: %s [-n iterations] [-s size]\n",
+                    argv[0]);
+            return (opt == 'h') ? 0 : 1;
+        }
+    }
+    if ((n < 1) || (len > 4096)) {
+        fprintf(stderr, "p2p_cost: -n must be positive, -s at most 4096\n");
+        return 1;
+    }
+    if (p2p_init(NULL, &ctx) != P2P_OK) {
+        fprintf(stderr, "p2p_cost: p2p_init failed: %s\n",
+                p2p_last_error(NULL));
+        return 1;
+    }
+    world = p2p_comm_world(ctx);
+    if (p2p_comm_size(world) != 1) {
+        fprintf(stderr, "p2p_cost: run it alone, not under mpirun\n");
+        return 1;
+    }
+    /* warm up: pools, bins, the endpoint to ourselves */
+    p2p_cost_expected(world, len, 100);
+    p2p_cost_unexp(world, len, 100);
+    cost_counting = 1;
+    t0 = cost_now();
+    p2p_cost_expected(world, len, n);
+    t1 = cost_now();
+    a_exp       = cost_allocs;
+    cost_allocs = 0;
+    p2p_cost_unexp(world, len, n);
+    t2 = cost_now();
+    a_unexp       = cost_allocs;
+    cost_counting = 0;
+    printf("%zu-byte messages to self, %d each:\n"
+           "  expected    %8.1f ns  %.3f allocations per message\n"
+           "  unexpected  %8.1f ns  %.3f allocations per message\n",
+           len, n, (t1 - t0) / n * 1e9, (double)a_exp / n,
+           (t2 - t1) / n * 1e9, (double)a_unexp / n);
+    return (p2p_finalize(ctx) == P2P_OK) ? 0 : 1;
+}

@@ -1,0 +1,72 @@
+/*
+ * Statistics: what p2p counted (protocols, the unexpected queue and its
+ * bound, messages dropped on arrival and why, the registration cache,
+ * yields), for p2p_get_stats and P2P_PRINT_STATS.
+ */
+#include "p2p_int.h"
+
+#include <stdio.h>
+
+void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats)
+{
+    rcache_stats_t rs;
+
+    *stats             = ctx->stats;
+    stats->unexp_bytes = ctx->unexp_bytes;
+    if (ctx->rcache != NULL) {
+        rcache_get_stats(ctx->rcache, &rs);
+        stats->reg_hits          = rs.hits;
+        stats->reg_misses        = rs.misses;
+        stats->reg_evictions     = rs.evictions;
+        stats->reg_invalidations = rs.invalidations;
+        stats->reg_regions       = rs.regions;
+    }
+}
+
+void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
+{
+    p2p_stats_t s;
+
+    p2p_get_stats(ctx, &s);
+    fprintf(stream,
+            "p2p[%d] stats: eager sends %llu, UCP-protocol sends %llu, "
+            "rendezvous sends %llu (by UCP's rendezvous %llu), "
+            "sync acks %llu\n"
+            "p2p[%d] stats: unexpected messages %llu, bytes now %zu, "
+            "peak %zu, limit %zu, dropped %llu\n"
+            "p2p[%d] stats: dropped on arrival: malformed %llu, "
+            "unauthenticated %llu, stale request id %llu, stale "
+            "communicator %llu, duplicate %llu, from a failed peer %llu, "
+            "out of memory %llu (data only %llu), over the limit's "
+            "headroom %llu\n"
+            "p2p[%d] stats: registration cache (leave pinned %s): hits %llu,"
+            " misses %llu, evictions %llu, invalidations %llu, "
+            "regions %llu\n"
+            "p2p[%d] stats: blocking calls yielded the core %llu times "
+            "(P2P_WAIT_SPIN=%lu)\n",
+            ctx->rank, (unsigned long long)s.eager_sent,
+            (unsigned long long)s.mid_sent,
+            (unsigned long long)(s.rndv_sent + s.rndv_ucp_sent),
+            (unsigned long long)s.rndv_ucp_sent,
+            (unsigned long long)s.sync_acks,
+            ctx->rank, (unsigned long long)s.unexp_msgs, s.unexp_bytes,
+            s.unexp_bytes_peak, s.unexp_limit,
+            (unsigned long long)s.unexp_dropped,
+            ctx->rank, (unsigned long long)s.rx_malformed,
+            (unsigned long long)s.rx_unauthenticated,
+            (unsigned long long)s.rx_stale_id,
+            (unsigned long long)s.rx_stale_comm,
+            (unsigned long long)s.rx_duplicate,
+            (unsigned long long)s.rx_failed_peer,
+            (unsigned long long)s.rx_no_memory,
+            (unsigned long long)s.rx_data_no_memory,
+            (unsigned long long)s.rx_over_limit,
+            ctx->rank, ctx->cfg.leave_pinned ? "on" : "off",
+            (unsigned long long)s.reg_hits,
+            (unsigned long long)s.reg_misses,
+            (unsigned long long)s.reg_evictions,
+            (unsigned long long)s.reg_invalidations,
+            (unsigned long long)s.reg_regions,
+            ctx->rank, (unsigned long long)s.wait_yields,
+            ctx->cfg.wait_spin);
+}

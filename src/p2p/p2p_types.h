@@ -1,0 +1,321 @@
+/*
+ * p2p's internal types: configuration, peers, communicators, requests,
+ * arrived messages, the context. The invariants that matter are written
+ * next to the fields. p2p_int.h adds the functions the files share.
+ */
+#ifndef P2P_TYPES_H
+#define P2P_TYPES_H
+
+#include "p2p.h"
+#include "p2p_ucp.h"
+#include "p2p_match.h"
+#include "p2p_wire.h"
+#include "p2p_fault.h"
+
+#include <rcache.h>
+#include <pmix.h>
+#include <ucp/api/ucp.h>
+
+#include <ucs/datastruct/khash.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
+
+#include <endian.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+
+#define P2P_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define P2P_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Reserved tags (below P2P_ANY_TAG) used by the library's own collectives */
+#define P2P_TAG_ALLGATHER P2P_WIRE_TAG_ALLGATHER
+#define P2P_TAG_BARRIER   P2P_WIRE_TAG_BARRIER
+
+/* Wire fields are little-endian (p2p_wire.h) */
+#define P2P_LE16(_x)      htole16(_x)
+#define P2P_LE32(_x)      htole32(_x)
+#define P2P_LE64(_x)      htole64(_x)
+#define P2P_FROM_LE16(_x) le16toh(_x)
+#define P2P_FROM_LE32(_x) le32toh(_x)
+#define P2P_FROM_LE64(_x) le64toh(_x)
+
+/* The matching fields of an arrived message, in host byte order. */
+typedef struct p2p_rx_match {
+    uint32_t cid;
+    uint32_t cepoch;
+    int32_t  src;
+    int32_t  tag;
+    uint32_t seq;
+} p2p_rx_match_t;
+
+/* Everything the arrival path knows about a message of the matching kinds
+ * (EAGER, EAGER_SYNC, MID, RTS), in host byte order. */
+typedef struct p2p_rx {
+    unsigned       type;        /* P2P_WIRE_* */
+    unsigned       how;         /* P2P_ARR_*: data copied or a descriptor */
+    p2p_rx_match_t m;
+    uint64_t       token;       /* as sent (opaque), 0: none */
+    uint64_t       sreq;        /* sender's request id, or 0 */
+    uint64_t       length;      /* message length */
+    uint64_t       address;     /* RTS: sender's buffer */
+    ucp_ep_h       ep;          /* the endpoint UCP says it came by */
+    int            dropped;     /* 0, or why the data was not kept
+                                   (P2P_ERR_NO_MEMORY, _UNEXP_LIMIT): the
+                                   receive that matches fails with it */
+    void           *data;       /* payload, packed rkey or UCP descriptor */
+    size_t         data_len;    /* bytes at data (0 for a descriptor) */
+} p2p_rx_t;
+
+/* what an arriving message carries besides its header */
+enum {
+    P2P_ARR_DATA     = 0,   /* data/data_len: the payload (or packed rkey) */
+    P2P_ARR_UCP_DESC = 1    /* data: UCP rendezvous descriptor */
+};
+
+enum {
+    P2P_ERROR_MODE_NONE = 0,
+    P2P_ERROR_MODE_PEER = 1
+};
+
+/* P2P_* variables (p2p_config.c has each one's type, default and help):
+ * the fields UCS's parser fills, then what is derived from them. */
+typedef struct p2p_config {
+    size_t        eager_limit;      /* EAGER_LIMIT (auto resolved) */
+    size_t        rndv_thresh;      /* RNDV_THRESH (auto resolved) */
+    int           leave_pinned_mode;/* LEAVE_PINNED: UCS_YES/NO/TRY */
+    unsigned long reg_max_regions;  /* REG_MAX_REGIONS, 0: no limit */
+    size_t        reg_max_bytes;    /* REG_MAX_BYTES, 0: no limit */
+    size_t        unexp_limit;      /* UNEXPECTED_LIMIT */
+    int           print_stats;      /* PRINT_STATS */
+    int           error_mode;       /* ERROR_MODE: P2P_ERROR_MODE_* */
+    double        keepalive_sec;    /* KEEPALIVE_INTERVAL, seconds */
+    double        finalize_timeout; /* FINALIZE_TIMEOUT, seconds */
+    char          *uct_ib2;         /* UCT_IB2 */
+    int           log_level;        /* LOG_LEVEL: P2P_LOG_* */
+    unsigned      am_id;            /* AM_ID (p2p_init_params_t wins) */
+    unsigned long wait_spin;        /* WAIT_SPIN: idle polls before a
+                                       blocking call yields */
+    /* derived */
+    int           parsed;           /* UCS's parser filled it: release */
+    int           leave_pinned;     /* in effect (p2p_reg.c) */
+    int           peer_errors;      /* error_mode is peer */
+    char          keepalive[32];    /* keepalive_sec as a UCX time value */
+} p2p_config_t;
+
+/* A peer process (by world rank). */
+typedef struct p2p_peer {
+    ucp_ep_h      ep;           /* NULL until first use */
+    p2p_context_t *ctx;
+    uint32_t      rank;
+    uint8_t       failed;
+    uint8_t       close_ep;     /* failed in a UCP callback: close later */
+    uint8_t       local;        /* same host and PID namespace: watched by
+                                   p2p_liveness.c */
+    uint8_t       rma_sw;       /* UCP emulates RMA to it with active
+                                   messages: large sends use UCP's own
+                                   rendezvous (p2p_wireup.c says why) */
+    uint8_t       token_sent;   /* it has been given rx_token */
+    uint8_t       token_busy;   /* token_msg in flight */
+    int           fail_error;   /* what its requests fail with */
+    p2p_wire_token_t token_msg;
+    /* Authentication (p2p_wire.h): what it must put in its messages to
+     * us (random, never 0), and what we put in ours to it (0: not known
+     * yet, send with UCP's reply flag instead) */
+    uint64_t      rx_token;
+    uint64_t      tx_token;
+    int32_t       pid;
+    uint64_t      start_time;   /* of its process, from /proc (pid reuse) */
+    void          *close_req;   /* forced close of a dead peer's endpoint */
+    /* requests waiting for this peer's answer (FIN, ACK): completed with
+     * P2P_ERR_PEER_FAILED if the peer dies */
+    ucs_list_link_t waiting;
+} p2p_peer_t;
+
+/* A copy of a message that could not be processed yet: its communicator
+ * does not exist here yet, or an earlier message of the same sender is
+ * missing (p2p_held.c). */
+typedef struct p2p_held {
+    struct p2p_held *next;      /* early: the next for the same context id */
+    int         reserve;        /* a header-only record of the reserve */
+    size_t      charge;         /* bytes counted against the limit */
+    p2p_rx_t    rx;             /* rx.data points into buf (or is the
+                                   UCP descriptor) */
+    char        buf[];          /* copied data */
+} p2p_held_t;
+
+KHASH_MAP_INIT_INT64(p2p_ep_rank, uint32_t)
+
+/* held out of order, per communicator: (source, seq) -> record */
+KHASH_MAP_INIT_INT64(p2p_held, p2p_held_t*)
+
+/* held early, per context id: records in arrival order */
+typedef struct p2p_early_q {
+    p2p_held_t *first, *last;
+} p2p_early_q_t;
+KHASH_MAP_INIT_INT(p2p_early, p2p_early_q_t)
+
+struct p2p_comm {
+    p2p_context_t *ctx;
+    uint32_t      cid;
+    uint32_t      cepoch;       /* agreed at creation (p2p_comm.c) */
+    int           rank;
+    int           size;
+    uint32_t      *world;       /* comm rank -> world rank */
+    uint32_t      *send_seq;    /* next seq to each comm rank */
+    uint32_t      *recv_seq;    /* next seq expected from each comm rank */
+    khash_t(p2p_held) held;     /* arrived ahead of their seq */
+    unsigned      n_failed;     /* failures among the members so far */
+    int           watched;      /* every member watched (p2p_failure.c) */
+    p2p_mq_t      mq;
+};
+
+enum {
+    P2P_REQ_SEND = 1,
+    P2P_REQ_RECV = 2
+};
+
+struct p2p_request {
+    p2p_context_t  *ctx;
+    uint8_t        kind;
+    uint8_t        complete;    /* pending reached 0 */
+    uint8_t        released;    /* the user let go: recycle at completion */
+    uint8_t        waiting;     /* linked in a peer's waiting list */
+    int            pending;     /* events still to come before completion */
+    uint64_t       rid;         /* id in the request table (waiting for an
+                                   answer), or 0 */
+    p2p_status_t   status;
+    p2p_peer_t     *peer;
+    ucs_list_link_t wait_link;
+    union {
+        struct {
+            union {             /* must live until UCP is done sending it */
+                p2p_wire_match_t eager;
+                p2p_wire_sync_t  sync;
+                p2p_wire_rts_t   rts;
+            } hdr;
+            rcache_region_t *region;  /* rendezvous: held until FIN */
+            const void      *buf;     /* copied by UCP (p2p_rndv.c) */
+        } send;
+        struct {
+            p2p_mq_recv_t  mq;
+            p2p_comm_t     *comm;
+            void           *buf;
+            size_t         len;
+            ucp_rkey_h     rkey;
+            uint64_t       sreq;      /* rendezvous: whom to send FIN */
+            p2p_wire_ctl_t answer;    /* FIN or ACK in flight */
+            size_t         msg_len;   /* truncating UCP protocol: length
+                                         the sender declared */
+        } recv;
+    };
+};
+
+/* Unexpected message (and the handle of a matched probe). */
+enum {
+    P2P_UNEXP_EAGER = 0,
+    P2P_UNEXP_RNDV  = 1,    /* ours: header and packed rkey only */
+    P2P_UNEXP_UCP   = 2     /* UCP's rendezvous: header and descriptor */
+};
+
+struct p2p_unexp {
+    p2p_mq_msg_t  mq;
+    p2p_comm_t    *comm;
+    uint8_t       kind;
+    uint8_t       reserve;      /* a header-only record of the reserve */
+    int16_t       dropped;      /* 0, or why the data was not kept: the
+                                   receive that matches fails with it */
+    size_t        charge;       /* bytes counted against the limit */
+    int32_t       src;
+    int32_t       tag;
+    size_t        length;       /* message length */
+    size_t        data_len;     /* bytes in data[] */
+    uint64_t      sreq;         /* sender's request id, or 0 */
+    uint64_t      address;      /* rendezvous: sender's buffer */
+    void          *desc;        /* UCP descriptor (P2P_UNEXP_UCP) */
+    char          data[];       /* eager payload or packed rkey */
+};
+
+typedef struct p2p_reg {
+    ucp_mem_h memh;
+    void      *rkey_buf;
+    size_t    rkey_len;
+} p2p_reg_t;
+
+/* A slot of the request table: ids on the wire index it (p2p_wire.h). */
+typedef struct p2p_rid_slot {
+    p2p_request_t *req;         /* NULL: free */
+    uint32_t      gen;          /* of the id now (or last) given out */
+    uint32_t      next_free;
+} p2p_rid_slot_t;
+
+
+struct p2p_context {
+    p2p_config_t  cfg;
+    ucp_context_h ucp;
+    ucp_worker_h  worker;
+    ucp_address_t *address;
+    size_t        address_len;
+    unsigned      am_id;        /* the one UCP AM id p2p uses */
+    ucp_datatype_t sink_dt;     /* truncating receives, sends by copy
+                                   (p2p_rndv.c) */
+    int           have_sink_dt;
+    int           rank;         /* world */
+    int           size;
+    int           have_pmix;
+    pmix_proc_t   pmix_proc;
+    p2p_peer_t    *peers;       /* [size] */
+    /* which peer an endpoint leads to: authenticates arrivals */
+    khash_t(p2p_ep_rank) ep_rank;
+    ucp_ep_h      last_rx_ep;   /* one-entry cache in front of ep_rank */
+    p2p_peer_t    *last_rx_peer;
+    p2p_comm_t    *world;
+    /* communicators by context id (a slot, reused after a free) */
+    p2p_comm_t    **comms;
+    uint32_t      ncomms;       /* capacity of comms[] */
+    uint32_t      epoch;        /* the highest communicator epoch seen */
+    khash_t(p2p_early) early;   /* held: for communicators not created yet */
+    rcache_t      *rcache;
+    int           reg_quiet;  /* creating the cache on trial */
+    ucs_mpool_t   req_mp;       /* requests */
+    int           have_req_mp;
+    p2p_rid_slot_t *rids;       /* request table */
+    uint32_t      nrids;
+    uint32_t      rid_free;     /* first free slot, UINT32_MAX: none */
+    size_t        live_reqs;
+    unsigned      ticks;        /* progress calls, for the slow path */
+    unsigned long idle_polls;   /* blocking polls in a row that found
+                                   nothing to do (p2p_wait_poll) */
+    int           deferred;     /* peer endpoints to close */
+    double        next_check;   /* next liveness check (p2p_time) */
+    size_t        unexp_bytes;
+    int           unexp_warned;
+    unsigned      warned;       /* P2P_WARNED_*: said once already */
+    /* header-only records for messages whose record could not be
+     * allocated (p2p_rec_alloc) */
+    ucs_mpool_t   reserve_mp;
+    int           have_reserve_mp;
+    unsigned      faults;       /* injected faults pending (p2p_fault.h) */
+    unsigned      fault[P2P_FAULT_LAST];
+    p2p_stats_t   stats;
+    char          last_error[512];
+};
+
+/* warnings given once per context */
+enum {
+    P2P_WARNED_MALFORMED = 1u << 0,
+    P2P_WARNED_SOURCE    = 1u << 1
+};
+
+
+/* P2P_LOG_LEVEL: what the library writes to stderr */
+enum {
+    P2P_LOG_NONE  = 0,
+    P2P_LOG_ERROR = 1,  /* the library failed in a way no call reports */
+    P2P_LOG_WARN  = 2,  /* something to fix that no call reports */
+    P2P_LOG_INFO  = 3,  /* events the calls report as well (a peer failed) */
+    P2P_LOG_DEBUG = 4,  /* and every error returned to a caller */
+    P2P_LOG_LAST
+};
+
+#endif
