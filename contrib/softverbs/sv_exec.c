@@ -794,6 +794,13 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
         a->res    = SV_ERR;
         a->status = IBV_WC_REM_ACCESS_ERR;
         return;
+    } else if (SV_UNLIKELY(sv_proc_gone(rp.proc))) {
+        /* the SRQ's process is gone and its SRQ with it, once reclaimed
+         * (then the number is unknown); nothing may land there meanwhile */
+        a->res       = SV_NORESP;
+        a->peer_pid  = rp.pid;
+        a->peer_proc = rp.proc;
+        return;
     }
     switch (w->opcode) {
     case IBV_WR_SEND:

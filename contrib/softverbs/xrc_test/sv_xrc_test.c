@@ -361,18 +361,19 @@ static int xr_run(struct xr *x)
         x->addr[i] = r.addr;
     }
 
-    /* node 0 makes the TGT QP, nodes 1 and 2 open it */
-    ini = xr_pair(x, 0, 0, 14, 7, &tgt);
-    if (ini == NULL || xr_cmd(x, 1, XT_OPEN_TGT, 0, tgt, 0, NULL) ||
-        xr_cmd(x, 2, XT_OPEN_TGT, 0, tgt, 0, NULL)) {
+    /* node 1 makes the TGT QP, the others open it */
+    ini = xr_pair(x, 1, 0, 14, 7, &tgt);
+    if (ini == NULL || xr_cmd(x, 0, XT_OPEN_TGT, 0, tgt, 0, NULL) ||
+        xr_cmd(x, 2, XT_OPEN_TGT, 0, tgt, 0, NULL) ||
+        xr_cmd(x, 3, XT_OPEN_TGT, 0, tgt, 0, NULL)) {
         return -1;
     }
     if (ibv_post_recv(ini, &rwr, &rbad) == 0) {
         return xt_fail("an INI QP took a receive");
     }
-    printf("TGT QP 0x%x (node 0, opened by nodes 1, 2), INI QP 0x%x; "
-           "SRQs 0x%x 0x%x 0x%x\n", tgt, ini->qp_num, x->srqn[0],
-           x->srqn[1], x->srqn[2]);
+    printf("TGT QP 0x%x (made by node 1, opened by nodes 0, 2, 3), INI QP "
+           "0x%x; SRQs 0x%x 0x%x 0x%x 0x%x\n", tgt, ini->qp_num,
+           x->srqn[0], x->srqn[1], x->srqn[2], x->srqn[3]);
 
     /* one INI QP reaches every SRQ, both ways of naming it */
     for (k = 0; k < 4; ++k) {
@@ -387,7 +388,8 @@ static int xr_run(struct xr *x)
             return -1;
         }
     }
-    printf("  12 sends through one INI QP reached the SRQs of 3 processes\n");
+    printf("  %d sends through one INI QP reached the SRQs of %d "
+           "processes\n", 4 * XT_NODES, XT_NODES);
     {
         enum ibv_wc_status st;
         uint64_t off = (uint64_t)XT_RECVS * XT_SLOT;
@@ -402,26 +404,32 @@ static int xr_run(struct xr *x)
                x->srqn[2]);
     }
 
-    /* its creator lets go: the TGT QP lives on in the others' handles */
-    if (xr_cmd(x, 0, XT_DESTROY_TGT, 0, 0, 0, NULL) ||
-        xr_msg(x, ini, 0, 0) || xr_msg(x, ini, 1, 1) ||
-        xr_cmd(x, 0, XT_EXPECT_RECV, 1, 4, tgt, NULL) ||
-        xr_cmd(x, 1, XT_EXPECT_RECV, 1, 4, tgt, NULL)) {
-        return -1;
-    }
-    printf("  creator destroyed its handle: still delivers\n");
-
-    /* the process owning it now dies: it passes to the one left */
-    if (xt_send(x->sock[1], &(struct xt_msg){ .cmd = XT_DIE }) ||
+    /* its creator lets go and exits: it lives on in the others' handles */
+    if (xr_cmd(x, 1, XT_DESTROY_TGT, 0, 0, 0, NULL) ||
+        xr_cmd(x, 1, XT_FINISH, 0, 0, 0, NULL) ||
         waitpid(x->pid[1], NULL, 0) != x->pid[1]) {
-        return xt_fail("node 1 did not die");
+        return xt_fail("node 1 did not finish");
     }
     x->pid[1] = 0;
-    if (xr_msg(x, ini, 0, 2) ||
+    if (xr_msg(x, ini, 0, 0) || xr_msg(x, ini, 1, 2) ||
+        xr_cmd(x, 0, XT_EXPECT_RECV, 1, 4, tgt, NULL) ||
         xr_cmd(x, 2, XT_EXPECT_RECV, 1, 4, tgt, NULL)) {
         return -1;
     }
-    printf("  its owner died: still delivers to the holder left\n");
+    printf("  its creator destroyed its handle and exited: still "
+           "delivers\n");
+
+    /* the process owning it now dies: it passes to one of those left */
+    if (xt_send(x->sock[0], &(struct xt_msg){ .cmd = XT_DIE }) ||
+        waitpid(x->pid[0], NULL, 0) != x->pid[0]) {
+        return xt_fail("node 0 did not die");
+    }
+    x->pid[0] = 0;
+    if (xr_msg(x, ini, 0, 3) ||
+        xr_cmd(x, 3, XT_EXPECT_RECV, 1, 4, tgt, NULL)) {
+        return -1;
+    }
+    printf("  its owner died: still delivers to the holders left\n");
 
     /* errors: an SRQ number nobody has (destroyed), of a dead process */
     if (xr_cmd(x, 2, XT_OTHER_SRQ, 1, 0, 0, &r)) {
@@ -433,9 +441,10 @@ static int xr_run(struct xr *x)
         xr_msg_fails(x, e1, dead_srqn, IBV_WC_REM_ACCESS_ERR,
                      "unknown SRQ number") ||
         xr_cmd(x, 2, XT_EXPECT_EVENT, 1, IBV_EVENT_QP_ACCESS_ERR, 0, NULL) ||
-        xr_msg_fails(x, ini, x->srqn[1], IBV_WC_REM_ACCESS_ERR,
+        xr_msg_fails(x, ini, x->srqn[0], IBV_WC_REM_ACCESS_ERR,
                      "SRQ of a dead process") ||
-        xr_cmd(x, 2, XT_EXPECT_EVENT, 0, IBV_EVENT_QP_ACCESS_ERR, 0, NULL)) {
+        xr_cmd(x, 2, XT_EXPECT_EVENT, 0, IBV_EVENT_QP_ACCESS_ERR, 0, NULL) ||
+        xr_cmd(x, 3, XT_EXPECT_EVENT, 0, IBV_EVENT_QP_ACCESS_ERR, 0, NULL)) {
         return -1;
     }
     /* an SRQ of another domain */
@@ -451,15 +460,15 @@ static int xr_run(struct xr *x)
         return -1;
     }
     /* a TGT QP whose last handle is destroyed answers no more */
-    e3 = xr_pair(x, 0, 1, 8, 2, &t3);
-    if (e3 == NULL || xr_cmd(x, 2, XT_OPEN_TGT, 3, t3, 0, NULL) ||
-        xr_msg(x, e3, 0, 0) ||
-        xr_cmd(x, 0, XT_EXPECT_RECV, 1, 5, t3, NULL) ||
-        xr_cmd(x, 0, XT_DESTROY_TGT, 1, 0, 0, NULL) ||
-        xr_msg(x, e3, 1, 2) ||
+    e3 = xr_pair(x, 2, 3, 8, 2, &t3);
+    if (e3 == NULL || xr_cmd(x, 3, XT_OPEN_TGT, 1, t3, 0, NULL) ||
+        xr_msg(x, e3, 0, 2) ||
         xr_cmd(x, 2, XT_EXPECT_RECV, 1, 5, t3, NULL) ||
         xr_cmd(x, 2, XT_DESTROY_TGT, 3, 0, 0, NULL) ||
-        xr_msg_fails(x, e3, x->srqn[0], IBV_WC_RETRY_EXC_ERR,
+        xr_msg(x, e3, 1, 3) ||
+        xr_cmd(x, 3, XT_EXPECT_RECV, 1, 5, t3, NULL) ||
+        xr_cmd(x, 3, XT_DESTROY_TGT, 1, 0, 0, NULL) ||
+        xr_msg_fails(x, e3, x->srqn[2], IBV_WC_RETRY_EXC_ERR,
                      "TGT QP destroyed by its last holder")) {
         return -1;
     }

@@ -9,7 +9,7 @@
 #include <infiniband/verbs.h>
 #include <stdint.h>
 
-#define XT_NODES      3
+#define XT_NODES      4
 #define XT_RECVS      16
 #define XT_SLOT       256
 #define XT_MSG        32        /* bytes of each message */
