@@ -1238,7 +1238,8 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
     pthread_mutex_lock(&qp->sq_lock);
     for (; wr != NULL; wr = wr->next) {
         state = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
-        if (SV_UNLIKELY(state < IBV_QPS_RTS)) {
+        if (SV_UNLIKELY(state < IBV_QPS_RTS || t == IBV_QPT_XRC_RECV)) {
+            /* (a TGT QP sends nothing: it has no send queue) */
             rc = EINVAL; /* RESET, INIT, RTR: the send queue is not ready */
             break;
         }
