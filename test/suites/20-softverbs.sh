@@ -53,6 +53,13 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     # or of a dead process, TGT QP destroyed
     ib2_check softverbs/xrc/sv_xrc_test "${SVR[@]}" \
         "$BUILD/contrib/softverbs/sv_xrc_test"
+    # the per-process report (softverbs-stat; its figures are checked in
+    # sv_xrc_test): it lists itself
+    ib2_check softverbs/softverbs-stat bash -c '
+        out=$("$@") || exit 1
+        echo "$out"
+        echo "$out" | grep -qE "^pid=[0-9]+ qp_rc=0 .* \(this process\)$"' \
+        sv "${SVR[@]}" "$BUILD/contrib/softverbs/softverbs-stat"
 
     # perftest's verbs benchmarks, unmodified
     for t in "ib_write_bw" "ib_read_bw" "ib_send_lat" "ib_read_lat" \

@@ -15,6 +15,9 @@
  *   softverbs-run sv_xrc_test
  */
 #include "sv_xrc_test.h"
+#include "../softverbs.h"
+
+#include <dlfcn.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -296,6 +299,65 @@ static struct ibv_qp *xr_pair(struct xr *x, int i, uint32_t slot,
     return ini;
 }
 
+/* What softverbs reports each process holds, now that every node has its
+ * XRC SRQ (all receives posted), region and TGT QP handle, and node 1
+ * owns the TGT QP: softverbs_stats (docs/softverbs.md). */
+static int xr_check_stats(struct xr *x)
+{
+    int (*stats)(struct softverbs_proc_stats *, int) =
+        (int (*)(struct softverbs_proc_stats *, int))dlsym(RTLD_DEFAULT,
+                                                         "softverbs_stats");
+    struct softverbs_proc_stats s[64];
+    int n, i, k, found = 0;
+
+    if (stats == NULL || (n = stats(s, 64)) < XT_NODES + 1 || n > 64) {
+        return xt_fail("softverbs_stats: not there, or too few processes");
+    }
+    for (k = 0; k < n; ++k) {
+        const struct softverbs_proc_stats *p = &s[k];
+
+        if (p->pid == getpid()) {
+            if (p->qp_xrc_ini != 1 || p->qp_xrc_tgt != 0 ||
+                p->tgt_held != 0 || p->mr != 1 ||
+                p->reg_bytes != sizeof(x->sbuf) || p->recv_wqes != 0) {
+                return xt_fail("softverbs_stats of the remote process: "
+                               "ini %u tgt %u held %u mr %u bytes %llu",
+                               p->qp_xrc_ini, p->qp_xrc_tgt, p->tgt_held,
+                               p->mr, (unsigned long long)p->reg_bytes);
+            }
+            found++;
+            continue;
+        }
+        for (i = 0; i < XT_NODES && x->pid[i] != p->pid; ++i) {
+        }
+        if (i == XT_NODES) {
+            continue;
+        }
+        if (p->srq_xrc != 1 || p->srq != 0 || p->recv_wqes != XT_RECVS ||
+            p->mr != 1 ||
+            p->reg_bytes != (uint64_t)(XT_RECVS + 1) * XT_SLOT ||
+            p->tgt_held != 1 || p->qp_xrc_tgt != (i == 1) || p->cq != 1 ||
+            p->qp_rc + p->qp_uc + p->qp_ud + p->qp_xrc_ini != 0 ||
+            p->ring_bytes == 0) {
+            return xt_fail("softverbs_stats of node %d: srq_xrc %u wqes "
+                           "%llu mr %u bytes %llu held %u tgt %u cq %u", i,
+                           p->srq_xrc, (unsigned long long)p->recv_wqes,
+                           p->mr, (unsigned long long)p->reg_bytes,
+                           p->tgt_held, p->qp_xrc_tgt, p->cq);
+        }
+        found++;
+    }
+    if (found != XT_NODES + 1) {
+        return xt_fail("softverbs_stats lists %d of our %d processes", found,
+                       XT_NODES + 1);
+    }
+    printf("  softverbs_stats: each node holds 1 XRC SRQ with %d receives "
+           "posted and a TGT QP handle; node 1 owns the TGT QP\n",
+           XT_RECVS);
+    x->checks++;
+    return 0;
+}
+
 /* Domain rules within one process: O_CREAT, O_EXCL, EAGAIN. */
 static int xr_domain_rules(struct xr *x, const char *dir)
 {
@@ -402,6 +464,9 @@ static int xr_run(struct xr *x)
         }
         printf("  RDMA write checked against SRQ 0x%x's PD: landed\n",
                x->srqn[2]);
+    }
+    if (xr_check_stats(x)) {
+        return -1;
     }
 
     /* its creator lets go and exits: it lives on in the others' handles */
