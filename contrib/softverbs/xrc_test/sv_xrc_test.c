@@ -358,6 +358,61 @@ static int xr_check_stats(struct xr *x)
     return 0;
 }
 
+/* What the verbs refuse, as the kernel and the adapter do. */
+static int xr_api_rules(struct xr *x, struct ibv_qp *ini, uint32_t tgt)
+{
+    struct ibv_xrcd_init_attr xa = {
+        .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+        .fd = -1,
+    };
+    struct ibv_qp_open_attr oa;
+    struct ibv_qp_init_attr_ex ia;
+    struct ibv_sge sge = { (uintptr_t)x->sbuf, 8, x->mr->lkey };
+    struct ibv_xrcd *d = ibv_open_xrcd(x->ctx, &xa);
+    struct ibv_qp *rc;
+    struct ibv_qp_ex *q;
+    int ok;
+
+    memset(&oa, 0, sizeof(oa));
+    oa.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+                   IBV_QP_OPEN_ATTR_TYPE;
+    oa.xrcd    = d;
+    oa.qp_type = IBV_QPT_XRC_RECV;
+    oa.qp_num  = ini->qp_num;      /* not a TGT QP */
+    ok = d != NULL && ibv_open_qp(x->ctx, &oa) == NULL && errno == EINVAL;
+    oa.qp_num  = tgt;              /* a TGT QP of another domain */
+    ok = ok && ibv_open_qp(x->ctx, &oa) == NULL && errno == EINVAL;
+    /* a TGT QP needs its domain */
+    memset(&ia, 0, sizeof(ia));
+    ia.qp_type   = IBV_QPT_XRC_RECV;
+    ia.comp_mask = IBV_QP_INIT_ATTR_PD;
+    ia.pd        = x->pd;
+    ok = ok && ibv_create_qp_ex(x->ctx, &ia) == NULL && errno == EINVAL;
+    /* only an INI QP's requests name an SRQ */
+    memset(&ia, 0, sizeof(ia));
+    ia.qp_type          = IBV_QPT_RC;
+    ia.send_cq          = x->cq;
+    ia.recv_cq          = x->cq;
+    ia.cap.max_send_wr  = 1;
+    ia.cap.max_send_sge = 1;
+    ia.comp_mask        = IBV_QP_INIT_ATTR_PD |
+                          IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    ia.pd               = x->pd;
+    ia.send_ops_flags   = IBV_QP_EX_WITH_SEND;
+    rc = ibv_create_qp_ex(x->ctx, &ia);
+    q  = rc ? ibv_qp_to_qp_ex(rc) : NULL;
+    if (q != NULL) {
+        ibv_wr_start(q);
+        ibv_wr_send(q);
+        ibv_wr_set_xrc_srqn(q, x->srqn[0]);
+        ibv_wr_set_sge(q, sge.lkey, sge.addr, sge.length);
+        ok = ok && ibv_wr_complete(q) == EINVAL;
+    }
+    ok = ok && q != NULL && ibv_destroy_qp(rc) == 0 && ibv_close_xrcd(d) == 0;
+    x->checks++;
+    return ok ? 0 : xt_fail("the XRC verbs' refusals");
+}
+
 /* Domain rules within one process: O_CREAT, O_EXCL, EAGAIN. */
 static int xr_domain_rules(struct xr *x, const char *dir)
 {
@@ -432,6 +487,9 @@ static int xr_run(struct xr *x)
     }
     if (ibv_post_recv(ini, &rwr, &rbad) == 0) {
         return xt_fail("an INI QP took a receive");
+    }
+    if (xr_api_rules(x, ini, tgt)) {
+        return -1;
     }
     printf("TGT QP 0x%x (made by node 1, opened by nodes 0, 2, 3), INI QP "
            "0x%x; SRQs 0x%x 0x%x 0x%x 0x%x\n", tgt, ini->qp_num,
