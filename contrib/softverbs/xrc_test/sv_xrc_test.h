@@ -8,6 +8,7 @@
 
 #include <infiniband/verbs.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define XT_NODES      4
 #define XT_RECVS      16
@@ -46,5 +47,24 @@ int  xt_poll(struct ibv_cq *cq, struct ibv_wc *wc);
 /* The XT_MSG bytes of message seq for SRQ srqn. */
 void xt_payload(char *out, uint32_t srqn, uint32_t seq);
 int  xt_node_main(int sock, int idx, const char *path);
+
+/* The remote process (sv_xrc_test.c, sv_xrc_rules.c). */
+struct xr {
+    int                 sock[XT_NODES];
+    pid_t               pid[XT_NODES];
+    struct ibv_context *ctx;
+    struct ibv_pd      *pd;
+    struct ibv_cq      *cq;
+    struct ibv_mr      *mr;
+    char                sbuf[4096];
+    uint16_t            lid;
+    uint32_t            srqn[XT_NODES], rkey[XT_NODES], seq[XT_NODES];
+    uint64_t            addr[XT_NODES];
+    int                 checks;
+};
+
+int  xr_domain_rules(struct xr *x, const char *dir);
+int  xr_api_rules(struct xr *x, struct ibv_qp *ini, uint32_t tgt);
+int  xr_check_stats(struct xr *x);
 
 #endif

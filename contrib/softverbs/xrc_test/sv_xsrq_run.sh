@@ -18,7 +18,10 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do
     runner+=("$1")
     shift
 done
-[ "${1:-}" = -- ] || { echo "usage: sv_xsrq_run.sh N RUNNER... -- [ARGS...]" >&2; exit 2; }
+if [ "${1:-}" != -- ]; then
+    echo "usage: sv_xsrq_run.sh N RUNNER... -- [ARGS...]" >&2
+    exit 2
+fi
 shift
 limit=${SV_XSRQ_TIMEOUT:-60}
 tmp=$(mktemp -d)
