@@ -133,6 +133,9 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         ib2_check "softverbs/roce/${t// /_}" "$SV_PAIR" \
             --expect 'iters in .* usec/iter' "${SVE[@]}" -- $t -p @PORT@
     done
+    # XRC on RoCE: the GIDs in the address vectors (-g)
+    ib2_check "softverbs/roce/xrc/ibv_xsrq_pingpong_-c_2_-g_1" \
+        "$SV_XSRQ" 2 "${SVE[@]}" -- -g 1 -n 200
     for t in "-x rc_verbs -t am_lat" "-x ud_verbs -t am_lat"; do
         ib2_check "softverbs/roce/ucx_perftest${t// /_}" "$SV_PAIR" \
             --expect '^Final:' "${SVE[@]}" -- ucx_perftest -d roce0:1 \
