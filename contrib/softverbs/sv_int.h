@@ -631,6 +631,7 @@ enum { SV_WF_NONE = 0, SV_WF_STATUS = 1, SV_WF_FATAL = 2, SV_WF_DELAY = 3 };
 struct sv_qp {
     struct ibv_qp_ex  qpx;           /* first: also a struct ibv_qp */
     struct sv_xrcd   *xrcd;          /* XRC TGT QP: its domain */
+    struct sv_qp     *tgt_next;      /* this process's TGT QP handles */
     uint32_t          idx;
     struct sv_qp_shared *sh;
     struct sv_cq     *scq;
@@ -859,6 +860,11 @@ int  sv_xrc_tgt_init(struct sv_qp_shared *sh, uint32_t evq);
 /* This process gives up one handle of a TGT QP; 1 if it was the last
  * handle of any process (the caller destroys the QP). */
 int  sv_xrc_tgt_release(struct sv_qp_shared *sh);
+/* This process's handles of TGT QPs: a QP's events reach one of them
+ * (the first), and another once that one is destroyed. */
+void sv_xrc_tgt_remember(struct sv_qp *qp);
+void sv_xrc_tgt_forget(struct sv_qp *qp);
+void sv_xrc_fork_child(void);  /* the parent's handles are not the child's */
 /* A dead process's XRC references (global lock held). */
 void sv_xrc_reap_locked(uint32_t proc);
 /* An async event of a QP: to its owner, or every holder of a TGT QP. */

@@ -524,7 +524,11 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     } else {
         sv_pd_get(a->pd);
     }
-    sv_local_set(SV_T_QP, qp->idx, qp);
+    if (tgt) {
+        sv_xrc_tgt_remember(qp);
+    } else {
+        sv_local_set(SV_T_QP, qp->idx, qp);
+    }
     sv_slot_publish(sh, qpn);
     sv_fault_created(SV_FO_QP, qpn);
     return &qp->qpx.qp_base;
@@ -837,7 +841,9 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     pthread_mutex_unlock(&ibqp->mutex);
 
     sv_progress_remove(qp);
-    if (sv_local_get(SV_T_QP, qp->idx) == qp) {
+    if (ibqp->qp_type == IBV_QPT_XRC_RECV) {
+        sv_xrc_tgt_forget(qp); /* events go to another handle, if any */
+    } else {
         sv_local_set(SV_T_QP, qp->idx, NULL);
     }
     sv_cm_qp_gone(); /* the connection manager may have looked it up */

@@ -755,6 +755,7 @@ static void sv_atfork_child(void)
     sv_g.wake_fd  = -1;
     pthread_mutex_init(&sv_g.lock, NULL);
     sv_progress_fork_child();
+    sv_xrc_fork_child();
 }
 
 /* The last process to leave gives the segment's memory back (tmpfs keeps

@@ -305,6 +305,54 @@ void sv_xrc_reap_locked(uint32_t proc)
 }
 
 /* ------------------------------------------------------------------ */
+/* This process's handles                                              */
+/* ------------------------------------------------------------------ */
+
+static pthread_mutex_t sv_tgt_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_qp   *sv_tgt_handles;
+
+void sv_xrc_tgt_remember(struct sv_qp *qp)
+{
+    pthread_mutex_lock(&sv_tgt_lock);
+    qp->tgt_next   = sv_tgt_handles;
+    sv_tgt_handles = qp;
+    if (sv_local_get(SV_T_QP, qp->idx) == NULL) {
+        sv_local_set(SV_T_QP, qp->idx, qp);
+    }
+    pthread_mutex_unlock(&sv_tgt_lock);
+}
+
+void sv_xrc_tgt_forget(struct sv_qp *qp)
+{
+    struct sv_qp **pp, *other = NULL;
+
+    pthread_mutex_lock(&sv_tgt_lock);
+    for (pp = &sv_tgt_handles; *pp != NULL; pp = &(*pp)->tgt_next) {
+        if (*pp == qp) {
+            *pp = qp->tgt_next;
+            break;
+        }
+    }
+    for (pp = &sv_tgt_handles; *pp != NULL; pp = &(*pp)->tgt_next) {
+        if ((*pp)->idx == qp->idx &&
+            (*pp)->qpx.qp_base.qp_num == qp->qpx.qp_base.qp_num) {
+            other = *pp;
+            break;
+        }
+    }
+    if (sv_local_get(SV_T_QP, qp->idx) == qp) {
+        sv_local_set(SV_T_QP, qp->idx, other);
+    }
+    pthread_mutex_unlock(&sv_tgt_lock);
+}
+
+void sv_xrc_fork_child(void)
+{
+    pthread_mutex_init(&sv_tgt_lock, NULL);
+    sv_tgt_handles = NULL;
+}
+
+/* ------------------------------------------------------------------ */
 /* Opening a TGT QP                                                    */
 /* ------------------------------------------------------------------ */
 
@@ -378,10 +426,7 @@ struct ibv_qp *sv_op_open_qp(struct ibv_context *c,
     pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
     pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
     atomic_fetch_add(&lx->uses, 1);
-    /* events of the QP reach this process's first handle of it */
-    if (sv_local_get(SV_T_QP, qp->idx) == NULL) {
-        sv_local_set(SV_T_QP, qp->idx, qp);
-    }
+    sv_xrc_tgt_remember(qp);
     return &qp->qpx.qp_base;
 }
 

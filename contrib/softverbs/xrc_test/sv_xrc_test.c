@@ -311,6 +311,15 @@ static int xr_run(struct xr *x)
     }
     printf("  its owner died: still delivers to the holders left\n");
 
+    /* a second handle in one process: the first one's destruction leaves
+     * the process holding it, and its events go to the second */
+    if (xr_cmd(x, 3, XT_OPEN_TGT, 2, tgt, 0, NULL) ||
+        xr_cmd(x, 3, XT_DESTROY_TGT, 0, 0, 0, NULL) ||
+        xr_msg(x, ini, 1, 3) ||
+        xr_cmd(x, 3, XT_EXPECT_RECV, 1, 5, tgt, NULL)) {
+        return -1;
+    }
+
     /* errors: an SRQ number nobody has (destroyed), of a dead process */
     if (xr_cmd(x, 2, XT_OTHER_SRQ, 1, 0, 0, &r)) {
         return -1;
@@ -324,7 +333,7 @@ static int xr_run(struct xr *x)
         xr_msg_fails(x, ini, x->srqn[0], IBV_WC_REM_ACCESS_ERR,
                      "SRQ of a dead process") ||
         xr_cmd(x, 2, XT_EXPECT_EVENT, 0, IBV_EVENT_QP_ACCESS_ERR, 0, NULL) ||
-        xr_cmd(x, 3, XT_EXPECT_EVENT, 0, IBV_EVENT_QP_ACCESS_ERR, 0, NULL)) {
+        xr_cmd(x, 3, XT_EXPECT_EVENT, 2, IBV_EVENT_QP_ACCESS_ERR, 0, NULL)) {
         return -1;
     }
     /* an SRQ of another domain */
@@ -346,7 +355,7 @@ static int xr_run(struct xr *x)
         xr_cmd(x, 2, XT_EXPECT_RECV, 1, 5, t3, NULL) ||
         xr_cmd(x, 2, XT_DESTROY_TGT, 3, 0, 0, NULL) ||
         xr_msg(x, e3, 1, 3) ||
-        xr_cmd(x, 3, XT_EXPECT_RECV, 1, 5, t3, NULL) ||
+        xr_cmd(x, 3, XT_EXPECT_RECV, 1, 6, t3, NULL) ||
         xr_cmd(x, 3, XT_DESTROY_TGT, 1, 0, 0, NULL) ||
         xr_msg_fails(x, e3, x->srqn[2], IBV_WC_RETRY_EXC_ERR,
                      "TGT QP destroyed by its last holder")) {
