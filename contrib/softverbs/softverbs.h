@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct ibv_mr;
 #include <sys/socket.h>
@@ -75,6 +76,31 @@ uint64_t softverbs_stale_accesses(void);
 
 /* Stale accesses through one region (of any process), 0 if it is gone. */
 uint64_t softverbs_mr_stale(struct ibv_mr *mr);
+
+/* What each process of the segment holds (docs/softverbs.md, "What a
+ * process holds"): a snapshot, taken without stopping anyone. */
+struct softverbs_proc_stats {
+    int32_t  pid;
+    uint32_t qp_rc, qp_uc, qp_ud;   /* QPs it owns, by type */
+    uint32_t qp_xrc_ini;
+    uint32_t qp_xrc_tgt;             /* XRC TGT QPs whose slot it owns */
+    uint32_t tgt_held;               /* XRC TGT QPs it holds handles of */
+    uint32_t srq, srq_xrc;           /* basic and XRC SRQs */
+    uint32_t cq, mr;
+    uint64_t reg_bytes;              /* bytes of its memory regions */
+    uint64_t recv_wqes;              /* receives posted, not yet taken,
+                                        in its QPs' and SRQs' rings */
+    uint64_t ring_bytes;             /* shared memory of its receive and
+                                        completion rings */
+};
+
+/* Fill up to max entries, one per live process; returns the number of
+ * live processes (which may exceed max), or -1 if softverbs could not
+ * attach. */
+int softverbs_stats(struct softverbs_proc_stats *s, int max);
+
+/* The same, printed one line per process ("softverbs-stat" does this). */
+int softverbs_stats_print(FILE *out);
 
 /* Test support: take the shared lock of the queue pair with this QPN
  * (of any process) and return holding it, so that a test can kill the

@@ -126,7 +126,7 @@ static void sv_responder_error(struct sv_qp_shared *dst, uint32_t dqpn,
     if (atomic_load(&dst->s.handle) == dqpn) {
         sv_qp_set_error_remote(dst);
         if ((int)ev >= 0) {
-            sv_evq_post(dst->async_evq, ev, dqpn);
+            sv_qp_event(dst, ev, dqpn);
         }
     }
     if (!locked) {
@@ -139,7 +139,7 @@ static void sv_responder_event_once(struct sv_qp_shared *dst, uint32_t dqpn,
 {
     if (state == IBV_QPS_RTR &&
         !atomic_exchange_explicit(&dst->comm_est, 1, memory_order_relaxed)) {
-        sv_evq_post(dst->async_evq, IBV_EVENT_COMM_EST, dqpn);
+        sv_qp_event(dst, IBV_EVENT_COMM_EST, dqpn);
     }
 }
 
@@ -237,9 +237,21 @@ static enum ibv_wc_status sv_local_iov(struct sv_qp *qp,
     return IBV_WC_SUCCESS;
 }
 
+/* Where an ordinary QP's requests land: its own process, PD, SRQ, CQ.
+ * (Through an XRC TGT QP: the SRQ's, see sv_xrc_resolve.) */
+static inline void sv_resp_of(const struct sv_qp_shared *dst,
+                              struct sv_resp *rp)
+{
+    rp->pid  = dst->s.pid;
+    rp->proc = atomic_load_explicit(&dst->s.proc, memory_order_relaxed);
+    rp->pd   = dst->pd;
+    rp->srq  = dst->srq;
+    rp->cq   = dst->recv_cq;
+}
+
 /* The responder's receive buffers for `need` bytes, in its address space.
  * Returns the responder's completion status on failure. */
-static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
+static enum ibv_wc_status sv_recv_iov(const struct sv_resp *rp,
                                       const struct sv_rwqe *w, uint64_t need,
                                       struct sv_sgl *r)
 {
@@ -256,7 +268,7 @@ static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
             continue;
         }
         m = sv_lookup(SV_T_MR, s->lkey);
-        if (m == NULL || m->s.proc != dst->s.proc || m->pd != dst->pd ||
+        if (m == NULL || m->s.proc != rp->proc || m->pd != rp->pd ||
             !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
             !sv_in_range(m, s->addr, s->length)) {
             return IBV_WC_LOC_PROT_ERR;
@@ -281,13 +293,14 @@ static enum ibv_wc_status sv_recv_iov(const struct sv_qp_shared *dst,
 
 /* An rkey-addressed range of the responder, checked for access: the
  * single piece of r. */
-static int sv_rkey_iov(const struct sv_qp_shared *dst, uint32_t rkey,
+static int sv_rkey_iov(const struct sv_qp_shared *dst,
+                       const struct sv_resp *rp, uint32_t rkey,
                        uint64_t addr, uint64_t len, unsigned need,
                        struct sv_sgl *r)
 {
     struct sv_mr_shared *m = sv_lookup(SV_T_MR, rkey);
 
-    if (m == NULL || m->pd != dst->pd || !(m->access & need) ||
+    if (m == NULL || m->pd != rp->pd || !(m->access & need) ||
         !(dst->access & need) || !sv_in_range(m, addr, len)) {
         return 0;
     }
@@ -303,16 +316,16 @@ static int sv_rkey_iov(const struct sv_qp_shared *dst, uint32_t rkey,
  * this one a copy costs no more than that), and that piece is still the
  * memory registered (else the adapter's write goes elsewhere: sv_pin_move
  * drops it). */
-static inline int sv_cqe_inline_ok(const struct sv_qp_shared *dst,
+static inline int sv_cqe_inline_ok(const struct sv_resp *rp,
                                    uint64_t len, const struct sv_sgl *r)
 {
     struct sv_side rs;
 
     if (!(sv_g.cqe_inline && len != 0 && len <= SV_CQE_INLINE &&
-          r->n == 1 && dst->s.pid != sv_g.pid)) {
+          r->n == 1 && rp->pid != sv_g.pid)) {
         return 0;
     }
-    rs = sv_side_of(r, 0, dst->s.pid);
+    rs = sv_side_of(r, 0, rp->pid);
     return !sv_pin_stale(&rs);
 }
 
@@ -420,6 +433,7 @@ static void sv_copy_failed(struct sv_attempt *a, ssize_t n, int32_t pid,
 /* SEND, SEND_WITH_IMM and RDMA_WRITE_WITH_IMM: consume a receive WQE. */
 static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
                        struct sv_qp_shared *dst, uint32_t dqpn,
+                       const struct sv_resp *rp,
                        const struct sv_sgl *l, uint64_t len,
                        struct sv_attempt *a)
 {
@@ -451,9 +465,15 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
                                             memory_order_relaxed);
         return;
     }
+    if (dst->type == IBV_QPT_XRC_RECV) {
+        /* the receive this request consumes is the named SRQ's, and so
+         * is the CQ it completes on (recorded for sv_qp_lock too) */
+        dst->srq     = rp->srq;
+        dst->recv_cq = rp->cq;
+    }
     r.n = 0;
     if (wimm && len != 0 &&
-        !sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
+        !sv_rkey_iov(dst, rp, w->rkey, w->remote_addr, len,
                      IBV_ACCESS_REMOTE_WRITE, &r)) {
         if (uc) {
             sv_mutex_unlock(&dst->lock);
@@ -473,7 +493,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         sv_mutex_unlock(&dst->lock);
         a->res       = uc ? SV_OK : SV_RNR;
         a->rnr_timer = dst->min_rnr_timer;
-        a->peer_pid  = dst->s.pid;
+        a->peer_pid  = rp->pid;
         a->peer_proc = atomic_load_explicit(&dst->s.proc,
                                             memory_order_relaxed);
         return;
@@ -488,7 +508,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
     wc.opcode = wimm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
 
     if (!wimm) {
-        rst = sv_recv_iov(dst, rw, len, &r);
+        rst = sv_recv_iov(rp, rw, len, &r);
         if (rst != IBV_WC_SUCCESS) {
             /* the responder completes this WQE in error */
             wc.status = rst;
@@ -506,12 +526,12 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         }
     }
     ls = sv_side_of(l, 0, sv_g.pid);
-    if (!wimm && sv_cqe_inline_ok(dst, len, &r)) {
+    if (!wimm && sv_cqe_inline_ok(rp, len, &r)) {
         sv_gather(inl, len, &ls, "SEND");
         inl_len  = (uint32_t)len;
         inl_addr = (uintptr_t)r.iov[0].iov_base;
     } else if (len != 0) {
-        rs = sv_side_of(&r, 0, dst->s.pid);
+        rs = sv_side_of(&r, 0, rp->pid);
         n  = sv_pin_move(&ls, &rs, wimm ? "RDMA WRITE" : "SEND");
         if (n < 0) {
             if (n == -EFAULT && !wimm && !uc) {
@@ -533,7 +553,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
             }
             sv_rwqe_done(dst);
             sv_mutex_unlock(&dst->lock);
-            sv_copy_failed(a, n, dst->s.pid,
+            sv_copy_failed(a, n, rp->pid,
                            wimm ? IBV_WC_REM_ACCESS_ERR : IBV_WC_REM_OP_ERR);
             if (uc && a->res == SV_ERR && n == -EFAULT) {
                 a->res = SV_OK;
@@ -566,6 +586,7 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
 
 static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
                         struct sv_qp_shared *dst, uint32_t dqpn,
+                        const struct sv_resp *rp,
                         const struct sv_sgl *l, uint64_t len,
                         struct sv_attempt *a)
 {
@@ -575,7 +596,7 @@ static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
     ssize_t n;
 
     if (len != 0) {
-        if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
+        if (!sv_rkey_iov(dst, rp, w->rkey, w->remote_addr, len,
                          IBV_ACCESS_REMOTE_WRITE, &r)) {
             if (uc) {
                 a->res = SV_OK;
@@ -587,13 +608,13 @@ static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
             return;
         }
         ls = sv_side_of(l, 0, sv_g.pid);
-        rs = sv_side_of(&r, 0, dst->s.pid);
+        rs = sv_side_of(&r, 0, rp->pid);
         n  = sv_pin_move(&ls, &rs, "RDMA WRITE");
         if (n < 0) {
             if (n == -EFAULT && !uc) {
                 sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
             }
-            sv_copy_failed(a, n, dst->s.pid, IBV_WC_REM_ACCESS_ERR);
+            sv_copy_failed(a, n, rp->pid, IBV_WC_REM_ACCESS_ERR);
             if (uc && a->res == SV_ERR && n == -EFAULT) {
                 a->res = SV_OK;
             }
@@ -608,6 +629,7 @@ static void sv_rc_write(struct sv_qp *qp, struct sv_swqe *w,
 
 static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
                        struct sv_qp_shared *dst, uint32_t dqpn,
+                       const struct sv_resp *rp,
                        const struct sv_sgl *l, uint64_t len,
                        struct sv_attempt *a)
 {
@@ -622,7 +644,7 @@ static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
         return;
     }
     if (len != 0) {
-        if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, len,
+        if (!sv_rkey_iov(dst, rp, w->rkey, w->remote_addr, len,
                          IBV_ACCESS_REMOTE_READ, &r)) {
             sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
             a->res    = SV_ERR;
@@ -630,13 +652,13 @@ static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
             return;
         }
         ls = sv_side_of(l, 0, sv_g.pid);
-        rs = sv_side_of(&r, 0, dst->s.pid);
+        rs = sv_side_of(&r, 0, rp->pid);
         n  = sv_pin_move(&rs, &ls, "RDMA READ");
         if (n < 0) {
             if (n == -EFAULT) {
                 sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
             }
-            sv_copy_failed(a, n, dst->s.pid, IBV_WC_REM_ACCESS_ERR);
+            sv_copy_failed(a, n, rp->pid, IBV_WC_REM_ACCESS_ERR);
             return;
         }
     }
@@ -647,6 +669,7 @@ static void sv_rc_read(struct sv_qp *qp, struct sv_swqe *w,
 
 static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
                          struct sv_qp_shared *dst, uint32_t dqpn,
+                         const struct sv_resp *rp,
                          const struct sv_sgl *l, uint64_t len,
                          struct sv_attempt *a)
 {
@@ -668,7 +691,7 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
         a->status = IBV_WC_REM_INV_REQ_ERR;
         return;
     }
-    if (!sv_rkey_iov(dst, w->rkey, w->remote_addr, 8,
+    if (!sv_rkey_iov(dst, rp, w->rkey, w->remote_addr, 8,
                      IBV_ACCESS_REMOTE_ATOMIC, &r)) {
         sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
         a->res    = SV_ERR;
@@ -676,9 +699,9 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
         return;
     }
     /* atomic among all softverbs operations on this location */
-    stripe = sv_stripe(((uint64_t)(uint32_t)dst->s.pid << 40) ^
+    stripe = sv_stripe(((uint64_t)(uint32_t)rp->pid << 40) ^
                        (uint64_t)(uintptr_t)r.iov[0].iov_base);
-    rs = sv_side_of(&r, 0, dst->s.pid);
+    rs = sv_side_of(&r, 0, rp->pid);
     sv_mutex_lock(stripe);
     tmp.iov_base = &old;
     tmp.iov_len  = 8;
@@ -699,7 +722,7 @@ static void sv_rc_atomic(struct sv_qp *qp, struct sv_swqe *w,
         if (n == -EFAULT) {
             sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
         }
-        sv_copy_failed(a, n, dst->s.pid, IBV_WC_REM_ACCESS_ERR);
+        sv_copy_failed(a, n, rp->pid, IBV_WC_REM_ACCESS_ERR);
         return;
     }
     /* the original value lands in the local buffer */
@@ -716,7 +739,9 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
 {
     struct sv_sgl l;
     struct sv_qp_shared *dst;
+    struct sv_resp rp;
     uint32_t dqpn = qp->sh->dest_qpn;
+    uint8_t want;
     unsigned need = 0;
     enum ibv_wc_status st;
     uint64_t len;
@@ -743,10 +768,12 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
         return;
     }
     state = atomic_load_explicit(&dst->state, memory_order_acquire);
+    want  = (qp->sh->type == IBV_QPT_XRC_SEND) ? IBV_QPT_XRC_RECV :
+                                                 qp->sh->type;
     /* A responder whose process is gone does not answer, whatever the
      * request: also one that would move no data, or whose data would
      * travel in its completion entry (no system call would notice). */
-    if (SV_UNLIKELY(!sv_rc_accepts(state) || dst->type != qp->sh->type ||
+    if (SV_UNLIKELY(!sv_rc_accepts(state) || dst->type != want ||
                     dst->dest_qpn != qp->qpx.qp_base.qp_num ||
                     !sv_ah_route(&qp->attr.ah_attr, qp->sh->dev, qp->sh->port,
                                  dst) ||
@@ -758,20 +785,37 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
                                             memory_order_relaxed);
         return;
     }
+    if (want != IBV_QPT_XRC_RECV) {
+        sv_resp_of(dst, &rp);
+    } else if (sv_xrc_resolve(dst, w->xrc_srqn, &rp) != 0) {
+        /* no XRC SRQ of the TGT QP's domain has that number: the target
+         * reports a local access violation, the requester gets the NAK */
+        sv_responder_error(dst, dqpn, 0, IBV_EVENT_QP_ACCESS_ERR);
+        a->res    = SV_ERR;
+        a->status = IBV_WC_REM_ACCESS_ERR;
+        return;
+    } else if (SV_UNLIKELY(sv_proc_gone(rp.proc))) {
+        /* the SRQ's process is gone and its SRQ with it, once reclaimed
+         * (then the number is unknown); nothing may land there meanwhile */
+        a->res       = SV_NORESP;
+        a->peer_pid  = rp.pid;
+        a->peer_proc = rp.proc;
+        return;
+    }
     switch (w->opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-        sv_rc_send(qp, w, dst, dqpn, &l, len, a);
+        sv_rc_send(qp, w, dst, dqpn, &rp, &l, len, a);
         break;
     case IBV_WR_RDMA_WRITE:
-        sv_rc_write(qp, w, dst, dqpn, &l, len, a);
+        sv_rc_write(qp, w, dst, dqpn, &rp, &l, len, a);
         break;
     case IBV_WR_RDMA_READ:
-        sv_rc_read(qp, w, dst, dqpn, &l, len, a);
+        sv_rc_read(qp, w, dst, dqpn, &rp, &l, len, a);
         break;
     default:
-        sv_rc_atomic(qp, w, dst, dqpn, &l, len, a);
+        sv_rc_atomic(qp, w, dst, dqpn, &rp, &l, len, a);
         break;
     }
     if (a->res == SV_OK) {
@@ -817,6 +861,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
     uint32_t inl_len = 0;
     uint64_t inl_addr = 0, tot;
     struct sv_qp_shared *dst;
+    struct sv_resp rp;
     struct sv_rwqe *rw;
     enum ibv_wc_status st;
     struct ibv_wc wc;
@@ -852,6 +897,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
         sv_mutex_unlock(&dst->lock);
         return; /* lost on the wire */
     }
+    sv_resp_of(dst, &rp);
     rw = sv_rwqe_peek(dst, &taken.w);
     if (rw == NULL) {
         sv_mutex_unlock(&dst->lock);
@@ -866,7 +912,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
     wc.slid           = sv_port_lid(qp->sh->dev, qp->sh->port);
     wc.sl             = sv_ud_wc_sl(&w->ud_ah, w->ud_dev, qp->sh->port);
     wc.dlid_path_bits = w->ud_ah.src_path_bits;
-    st = sv_recv_iov(dst, rw, SV_GRH_SIZE + len, &r);
+    st = sv_recv_iov(&rp, rw, SV_GRH_SIZE + len, &r);
     if (st == IBV_WC_SUCCESS) {
         has_grh = w->ud_ah.is_global ||
                   sv_g.hdr->cfg.dev[dst->dev].link == SV_LINK_ETH;
@@ -882,7 +928,7 @@ static void sv_ud_attempt(struct sv_qp *qp, struct sv_swqe *w,
         }
         tot = has_grh ? SV_GRH_SIZE + len : len;
         ls  = sv_side_of(&l, has_grh ? 0 : 1, sv_g.pid);
-        if (sv_cqe_inline_ok(dst, tot, &r)) {
+        if (sv_cqe_inline_ok(&rp, tot, &r)) {
             sv_gather(inl, tot, &ls, "UD SEND");
             inl_len  = (uint32_t)tot;
             inl_addr = (uintptr_t)r.iov[0].iov_base;
@@ -960,7 +1006,7 @@ static int sv_exec_fault(struct sv_qp *qp, struct sv_swqe *w)
     } else if (st == IBV_WC_REM_INV_REQ_ERR) {
         ev = IBV_EVENT_QP_REQ_ERR;
     }
-    if (ev >= 0 && qp->qpx.qp_base.qp_type == IBV_QPT_RC) {
+    if (ev >= 0 && sv_qpt_reliable(qp->qpx.qp_base.qp_type)) {
         dst = sv_lookup(SV_T_QP, dqpn);
         if (dst != NULL && dst->dest_qpn == qp->qpx.qp_base.qp_num) {
             sv_responder_error(dst, dqpn, 0, (enum ibv_event_type)ev);
@@ -995,7 +1041,7 @@ static int sv_exec(struct sv_qp *qp, struct sv_swqe *w)
         sv_complete(qp, w, IBV_WC_SUCCESS, a.byte_len);
         return SV_X_DONE;
     }
-    if (qp->qpx.qp_base.qp_type != IBV_QPT_RC && a.res != SV_ERR) {
+    if (!sv_qpt_reliable(qp->qpx.qp_base.qp_type) && a.res != SV_ERR) {
         sv_complete(qp, w, IBV_WC_SUCCESS, a.byte_len); /* unreliable */
         return SV_X_DONE;
     }
@@ -1059,14 +1105,14 @@ static int sv_wr_check(struct sv_qp *qp, const struct ibv_send_wr *wr)
         }
         break;
     case IBV_WR_RDMA_READ:
-        if (t != IBV_QPT_RC || (wr->send_flags & IBV_SEND_INLINE) ||
+        if (!sv_qpt_reliable(t) || (wr->send_flags & IBV_SEND_INLINE) ||
             (qp->iwarp && wr->num_sge > 1)) {
             return EINVAL; /* iWARP: a read request names one sink */
         }
         break;
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        if (t != IBV_QPT_RC || (wr->send_flags & IBV_SEND_INLINE) ||
+        if (!sv_qpt_reliable(t) || (wr->send_flags & IBV_SEND_INLINE) ||
             qp->iwarp) {
             return EINVAL; /* iWARP adapters have no atomics */
         }
@@ -1109,6 +1155,8 @@ static void sv_swqe_from_wr(struct sv_swqe *w, const struct ibv_send_wr *wr,
     w->rnr_left   = 0xff;
     w->retry_left = 0xff;
     w->fault      = SV_WF_NONE;
+    w->xrc_srqn   = (t == IBV_QPT_XRC_SEND) ? wr->qp_type.xrc.remote_srqn :
+                                              0;
     if (t == IBV_QPT_UD) {
         const struct sv_ah *ah = (const struct sv_ah *)wr->wr.ud.ah;
 
@@ -1190,7 +1238,8 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
     pthread_mutex_lock(&qp->sq_lock);
     for (; wr != NULL; wr = wr->next) {
         state = atomic_load_explicit(&qp->sh->state, memory_order_relaxed);
-        if (SV_UNLIKELY(state < IBV_QPS_RTS)) {
+        if (SV_UNLIKELY(state < IBV_QPS_RTS || t == IBV_QPT_XRC_RECV)) {
+            /* (a TGT QP sends nothing: it has no send queue) */
             rc = EINVAL; /* RESET, INIT, RTR: the send queue is not ready */
             break;
         }

@@ -36,7 +36,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 11
+#define SV_LAYOUT_VERSION 12
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -49,6 +49,8 @@
 #define SV_EVQ_ENTRIES    4096
 #define SV_GRH_SIZE       40
 #define SV_MAX_MSG_SIZE   0x80000000u
+#define SV_XRCD_SLOTS     64  /* XRC domains in a segment (sv_xrc.c) */
+#define SV_TGT_HOLDERS    64  /* processes holding one XRC TGT QP */
 
 /* ------------------------------------------------------------------ */
 /* Configuration (fixed-size, stored in the segment header)            */
@@ -117,8 +119,8 @@ typedef struct {
     pthread_mutex_t m;
 } sv_mutex_t;
 
-/* Tables of shared objects. XRCD and CONNREQ are reserved for XRC domains
- * and rdmacm connection requests: laid out, empty in this version. */
+/* Tables of shared objects. CONNREQ is reserved for rdmacm connection
+ * requests: laid out, empty in this version. */
 enum {
     SV_T_QP, SV_T_CQ, SV_T_SRQ, SV_T_MR, SV_T_EVQ, SV_T_XRCD, SV_T_CONNREQ,
     SV_T_NUM
@@ -167,6 +169,9 @@ struct sv_proc {
      * lock is held; until then peers fall back to probing the pid. */
     _Atomic uint32_t keeper;
     sv_mutex_t       alive;
+    /* opens of each XRC domain slot by this process (global lock), so
+     * that a dead process's opens are dropped (sv_xrc.c) */
+    uint16_t         xrcd_opens[SV_XRCD_SLOTS];
 };
 
 struct sv_port_shared {
@@ -202,21 +207,26 @@ struct sv_qp_shared {
     uint32_t         access;     /* qp_access_flags */
     uint32_t         qkey;
     uint32_t         dest_qpn;
-    uint32_t         srq;        /* SRQ handle or 0 */
-    uint32_t         recv_cq;    /* CQ handle */
+    /* SRQ handle or 0, and the receive CQ. An XRC TGT QP has neither:
+     * both are those of the XRC SRQ of the request being delivered, set
+     * under the slot lock by its requester (sv_xrc.c) */
+    uint32_t         srq;
+    uint32_t         recv_cq;
     uint32_t         async_evq;  /* owner context's async event queue */
     uint32_t         max_dest_rd_atomic;
     uint16_t         pkey_index;
     uint16_t         pad;
     _Atomic uint32_t rq_psn;
-    uint64_t         rq_off;     /* heap offset of the receive ring */
+    /* heap offset of the receive ring; an XRC TGT QP has none, and its
+     * block holds the processes holding it instead (sv_xrc.c) */
+    uint64_t         rq_off;
     uint32_t         rq_size;    /* ring slots (power of two) */
     uint32_t         rq_wr;      /* user-visible capacity */
     uint32_t         rq_max_sge;
     uint32_t         rq_stride;
     _Atomic uint32_t rq_head;    /* consumed by requesters */
     _Atomic uint32_t rq_tail;    /* produced by the owner */
-    uint32_t         xrcd;       /* reserved for XRC targets */
+    uint32_t         xrcd;       /* XRC domain handle of an XRC QP */
     /* A receive WQE a requester has consumed but not completed yet: if the
      * requester dies in between, the next taker of the lock completes it
      * in error instead of losing it (see sv_qp_lock). */
@@ -239,9 +249,27 @@ struct sv_srq_shared {
     _Atomic uint32_t head;
     _Atomic uint32_t tail;
     _Atomic uint32_t limit;      /* armed limit, 0: not armed */
-    uint32_t         xrcd;       /* reserved for XRC SRQs */
-    uint32_t         xrc_cq;     /* reserved for XRC SRQs */
+    uint32_t         xrcd;       /* XRC SRQ: its domain; else 0 */
+    uint32_t         xrc_cq;     /* XRC SRQ: the CQ of its receives */
     uint32_t         pad;
+};
+
+/* An XRC domain: shared by every process that opens the same file
+ * (st_dev, st_ino) on the same device, or private (fd -1). */
+struct sv_xrcd_shared {
+    struct sv_slot   s;
+    uint64_t         fdev;       /* the file's st_dev, st_ino */
+    uint64_t         ino;
+    uint32_t         keyed;      /* 0: private */
+    uint32_t         refs;       /* opens by all processes (global lock) */
+};
+
+/* A process holding an XRC TGT QP (entries in the QP's heap block). */
+struct sv_tgt_hold {
+    uint32_t proc;               /* SV_NO_PROC: free entry */
+    int32_t  pid;
+    uint32_t evq;                /* its context's async event queue */
+    uint32_t count;              /* its handles of the QP */
 };
 
 /* Small receives travel inside the completion (like ConnectX's scatter
@@ -541,8 +569,18 @@ struct sv_cq {
     uint32_t          idle;        /* empty polls in a row (sv_cq_idle) */
 };
 
+/* An XRC domain as this process opened it. */
+struct sv_xrcd {
+    struct ibv_xrcd   xrcd;
+    uint32_t          handle;
+    uint32_t          idx;
+    _Atomic int       uses;          /* this process's SRQs, QPs in it */
+};
+
 struct sv_srq {
     struct ibv_srq    srq;
+    struct sv_xrcd   *xrcd;          /* XRC SRQ: its domain */
+    struct sv_cq     *xcq;           /* XRC SRQ: its CQ */
     uint32_t          handle;
     uint32_t          idx;
     struct sv_srq_shared *sh;
@@ -583,7 +621,7 @@ struct sv_swqe {
     uint8_t         fault_status;    /* SV_WF_STATUS: enum ibv_wc_status */
     uint64_t        deadline;        /* ns, CLOCK_MONOTONIC */
     uint32_t        sq_seq;          /* number in the send queue */
-    uint32_t        pad3;
+    uint32_t        xrc_srqn;        /* XRC: the remote SRQ named */
     uint64_t        fault_delay;     /* SV_WF_DELAY: ns */
 };
 
@@ -592,6 +630,8 @@ enum { SV_WF_NONE = 0, SV_WF_STATUS = 1, SV_WF_FATAL = 2, SV_WF_DELAY = 3 };
 
 struct sv_qp {
     struct ibv_qp_ex  qpx;           /* first: also a struct ibv_qp */
+    struct sv_xrcd   *xrcd;          /* XRC TGT QP: its domain */
+    struct sv_qp     *tgt_next;      /* this process's TGT QP handles */
     uint32_t          idx;
     struct sv_qp_shared *sh;
     struct sv_cq     *scq;
@@ -808,6 +848,47 @@ void sv_srq_get(struct sv_srq *srq);
 void sv_srq_put(struct sv_srq *srq);
 int  sv_srq_take(uint32_t srqn, struct sv_rwqe *w, uint32_t max_sge,
                  struct sv_qp_shared *taker);
+
+/* sv_xrc.c: XRC domains, XRC SRQs and TGT QPs */
+struct ibv_xrcd *sv_op_open_xrcd(struct ibv_context *c,
+                                 struct ibv_xrcd_init_attr *a);
+int  sv_op_close_xrcd(struct ibv_xrcd *x);
+struct ibv_qp *sv_op_open_qp(struct ibv_context *c,
+                             struct ibv_qp_open_attr *a);
+/* A new TGT QP's slot: its holder table with this process in it. */
+int  sv_xrc_tgt_init(struct sv_qp_shared *sh, uint32_t evq);
+/* This process gives up one handle of a TGT QP; 1 if it was the last
+ * handle of any process (the caller destroys the QP). */
+int  sv_xrc_tgt_release(struct sv_qp_shared *sh);
+/* This process's handles of TGT QPs: a QP's events reach one of them
+ * (the first), and another once that one is destroyed. */
+void sv_xrc_tgt_remember(struct sv_qp *qp);
+void sv_xrc_tgt_forget(struct sv_qp *qp);
+void sv_xrc_fork_child(void);  /* the parent's handles are not the child's */
+/* A dead process's XRC references (global lock held). */
+void sv_xrc_reap_locked(uint32_t proc);
+/* An async event of a QP: to its owner, or every holder of a TGT QP. */
+void sv_qp_event(struct sv_qp_shared *q, uint32_t ev, uint32_t qpn);
+/* Where a request through the XRC TGT QP dst for SRQ srqn lands: 0, or
+ * -1 if the SRQ is unknown or in another domain. */
+struct sv_resp {
+    int32_t  pid;                    /* the receiver's process */
+    uint32_t proc;
+    uint32_t pd;                     /* protection domain for its keys */
+    uint32_t srq;                    /* SRQ handle or 0 */
+    uint32_t cq;                     /* receive completions */
+};
+int  sv_xrc_resolve(const struct sv_qp_shared *dst, uint32_t srqn,
+                    struct sv_resp *rp);
+static inline int sv_qpt_reliable(enum ibv_qp_type t)
+{
+    return t == IBV_QPT_RC || t == IBV_QPT_XRC_SEND;
+}
+
+/* sv_shm.c, for sv_xrc.c: allocation with the global lock held */
+int  sv_slot_alloc_locked(int t, uint32_t dev, void **slot,
+                          uint32_t *handle);
+void sv_slot_release_locked(int t, void *slot);
 
 /* sv_exec.c */
 int  sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,

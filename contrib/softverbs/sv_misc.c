@@ -73,11 +73,6 @@ SV_NOSUP(int, sv_query_rt_values, (struct ibv_context *c,
 SV_NOSUP(int, sv_destroy_flow, (struct ibv_flow *f))
 SV_NOSUP_NULL(struct ibv_flow *, sv_create_flow, (struct ibv_qp *qp,
               struct ibv_flow_attr *a))
-SV_NOSUP_NULL(struct ibv_qp *, sv_open_qp, (struct ibv_context *c,
-              struct ibv_qp_open_attr *a))
-SV_NOSUP_NULL(struct ibv_xrcd *, sv_open_xrcd, (struct ibv_context *c,
-              struct ibv_xrcd_init_attr *a))
-SV_NOSUP(int, sv_close_xrcd, (struct ibv_xrcd *x))
 SV_NOSUP_NULL(struct ibv_mw *, sv_alloc_mw, (struct ibv_pd *pd,
               enum ibv_mw_type t))
 SV_NOSUP(int, sv_bind_mw, (struct ibv_qp *qp, struct ibv_mw *mw,
@@ -112,9 +107,9 @@ void sv_fill_unsupported_ops(struct verbs_context *v)
     v->query_rt_values            = sv_query_rt_values;
     v->ibv_destroy_flow           = sv_destroy_flow;
     v->ibv_create_flow            = sv_create_flow;
-    v->open_qp                    = sv_open_qp;
-    v->open_xrcd                  = sv_open_xrcd;
-    v->close_xrcd                 = sv_close_xrcd;
+    v->open_qp                    = sv_op_open_qp; /* sv_xrc.c */
+    v->open_xrcd                  = sv_op_open_xrcd;
+    v->close_xrcd                 = sv_op_close_xrcd;
     v->context.ops.alloc_mw       = sv_alloc_mw;
     v->context.ops.bind_mw        = sv_bind_mw;
     v->context.ops.dealloc_mw     = sv_dealloc_mw;

@@ -111,7 +111,9 @@ static const struct sv_trans sv_trans[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] = {
 static int sv_type_index(enum ibv_qp_type t)
 {
     switch (t) {
-    case IBV_QPT_RC: return SV_RC_I;
+    case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV: return SV_RC_I; /* see sv_transition_ok */
     case IBV_QPT_UC: return SV_UC_I;
     default:         return SV_UD_I;
     }
@@ -137,6 +139,16 @@ static int sv_transition_ok(enum ibv_qp_state cur, enum ibv_qp_state next,
     }
     req = t->req[ti];
     opt = t->opt[ti];
+    /* XRC: an INI QP is an RC requester without responder resources, a
+     * TGT QP an RC responder that sends nothing (the kernel's masks) */
+    if (type == IBV_QPT_XRC_SEND && cur == IBV_QPS_INIT &&
+        next == IBV_QPS_RTR) {
+        req &= ~(uint32_t)(M_DRD | M_RNRT);
+    } else if (type == IBV_QPT_XRC_RECV && cur == IBV_QPS_RTR &&
+               next == IBV_QPS_RTS) {
+        req = M_TMO | M_SQPSN;
+        opt |= M_RNRT;
+    }
     return ((mask & req) == req) &&
            !(mask & ~(req | opt | IBV_QP_STATE));
 }
@@ -197,7 +209,11 @@ void sv_qp_set_error_remote(struct sv_qp_shared *q)
     if (atomic_exchange(&q->state, IBV_QPS_ERR) == IBV_QPS_ERR) {
         return;
     }
-    if (q->srq == 0) {
+    if (q->type == IBV_QPT_XRC_RECV) {
+        /* its receives are those of the XRC SRQs it delivers to */
+        sv_qp_event(q, IBV_EVENT_QP_LAST_WQE_REACHED,
+                    atomic_load(&q->s.handle));
+    } else if (q->srq == 0) {
         sv_qp_flush_rq_locked(q);
     } else {
         sv_evq_post(q->async_evq, IBV_EVENT_QP_LAST_WQE_REACHED,
@@ -262,9 +278,10 @@ int sv_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
     struct sv_qp_shared *sh = qp->sh;
     int rc;
 
-    if (SV_UNLIKELY(qp->srq != NULL)) {
+    if (SV_UNLIKELY(qp->srq != NULL || ibqp->qp_type == IBV_QPT_XRC_SEND ||
+                    ibqp->qp_type == IBV_QPT_XRC_RECV)) {
         *bad = wr;
-        return EINVAL; /* receives go to the SRQ */
+        return EINVAL; /* receives go to the SRQ; XRC QPs have no RQ */
     }
     pthread_mutex_lock(&qp->rq_lock);
     if (SV_UNLIKELY(atomic_load(&sh->state) == IBV_QPS_RESET)) {
@@ -296,7 +313,12 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     struct sv_context *ctx = sv_ctx(c);
     const struct sv_config *cfg = &sv_g.hdr->cfg;
     uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
-                     IBV_QP_INIT_ATTR_CREATE_FLAGS;
+                     IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_XRCD;
+    int tgt = (a->qp_type == IBV_QPT_XRC_RECV);
+    int ini = (a->qp_type == IBV_QPT_XRC_SEND);
+    struct sv_xrcd *xrcd = NULL;
+    struct ibv_cq *rcq;
+    struct ibv_srq *srq;
     struct sv_qp_shared *sh;
     struct sv_qp *qp;
     uint32_t qpn, rq_sge = 0, rq_size = 0, stride = 0;
@@ -304,11 +326,21 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     int rc;
 
     if (a->comp_mask & ~known) {
-        errno = EOPNOTSUPP; /* XRC, TSO, RSS: not in this device */
+        errno = EOPNOTSUPP; /* TSO, RSS: not in this device */
         return NULL;
     }
-    if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || a->pd == NULL ||
-        a->pd->context != c) {
+    if (tgt) {
+        /* a TGT QP belongs to its domain: no PD, CQs, SRQ or send queue */
+        if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || a->xrcd == NULL ||
+            a->xrcd->context != c ||
+            (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+            errno = EINVAL;
+            return NULL;
+        }
+        xrcd = (struct sv_xrcd *)a->xrcd;
+    } else if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || a->pd == NULL ||
+               a->pd->context != c ||
+               (a->comp_mask & IBV_QP_INIT_ATTR_XRCD)) {
         errno = EINVAL;
         return NULL;
     }
@@ -322,7 +354,7 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
         return NULL;
     }
     if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC &&
-        a->qp_type != IBV_QPT_UD) {
+        a->qp_type != IBV_QPT_UD && !tgt && !ini) {
         errno = EOPNOTSUPP;
         return NULL;
     }
@@ -334,17 +366,28 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
         errno = EOPNOTSUPP; /* iWARP: reliable connected, no atomics */
         return NULL;
     }
-    if (a->send_cq == NULL || a->recv_cq == NULL ||
-        a->send_cq->context != c || a->recv_cq->context != c ||
-        (a->srq != NULL && a->srq->context != c)) {
-        errno = EINVAL;
+    /* as the kernel: an INI QP has no receive side, a TGT QP nothing of
+     * its own (what the caller passes there is ignored) */
+    rcq = (ini || tgt) ? NULL : a->recv_cq;
+    srq = (ini || tgt) ? NULL : a->srq;
+    if (tgt) {
+        memset(&a->cap, 0, sizeof(a->cap));
+    } else if (a->send_cq == NULL || a->send_cq->context != c ||
+               (!ini && (rcq == NULL || rcq->context != c)) ||
+               (srq != NULL && (srq->context != c ||
+                                ((struct sv_srq *)srq)->xrcd != NULL))) {
+        errno = EINVAL; /* (an XRC SRQ serves TGT QPs only) */
         return NULL;
+    }
+    if (ini) {
+        a->cap.max_recv_wr  = 0;
+        a->cap.max_recv_sge = 0;
     }
     if (a->cap.max_send_wr > cfg->max_qp_wr ||
         a->cap.max_send_sge > cfg->max_sge ||
         a->cap.max_inline_data > cfg->max_inline ||
-        (a->srq == NULL && (a->cap.max_recv_wr > cfg->max_qp_wr ||
-                            a->cap.max_recv_sge > cfg->max_sge))) {
+        (srq == NULL && (a->cap.max_recv_wr > cfg->max_qp_wr ||
+                         a->cap.max_recv_sge > cfg->max_sge))) {
         errno = EINVAL;
         return NULL;
     }
@@ -374,7 +417,16 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     if (rc) {
         goto err_free;
     }
-    if (a->srq == NULL) {
+    if (tgt) {
+        rc = sv_xrc_tgt_init(sh, ctx->async->handle);
+        if (rc) {
+            sv_slot_release(SV_T_QP, sh);
+            goto err_free;
+        }
+        rq_off = sh->rq_off;
+        rq_size = sh->rq_size;
+        stride = sh->rq_stride;
+    } else if (srq == NULL && !ini) {
         qp->max_recv_wr  = a->cap.max_recv_wr;
         qp->max_recv_sge = a->cap.max_recv_sge;
         rq_sge  = qp->max_recv_sge ? qp->max_recv_sge : 1;
@@ -393,19 +445,19 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     sh->dev        = (uint8_t)ctx->dev->index;
     sh->port       = 0;
     sh->sq_sig_all = !!a->sq_sig_all;
-    sh->pd         = sv_pd_id(a->pd);
+    sh->pd         = tgt ? 0 : sv_pd_id(a->pd);
     sh->access     = 0;
     sh->qkey       = 0;
     sh->dest_qpn   = 0;
-    sh->srq        = (a->srq != NULL) ? ((struct sv_srq *)a->srq)->handle : 0;
-    sh->recv_cq    = sv_cq_of(a->recv_cq)->handle;
+    sh->srq        = (srq != NULL) ? ((struct sv_srq *)srq)->handle : 0;
+    sh->recv_cq    = (rcq != NULL) ? sv_cq_of(rcq)->handle : 0;
     sh->async_evq  = ctx->async->handle;
     sh->rq_off     = rq_off;
     sh->rq_size    = rq_size;
     sh->rq_wr      = qp->max_recv_wr;
     sh->rq_max_sge = qp->max_recv_sge;
     sh->rq_stride  = stride;
-    sh->xrcd       = 0;
+    sh->xrcd       = (xrcd != NULL) ? xrcd->handle : 0;
     sh->max_dest_rd_atomic = 0;
     sh->min_rnr_timer      = 0;
     sh->path_mtu           = IBV_MTU_256;
@@ -420,19 +472,20 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     qp->idx        = sv_handle_idx(SV_T_QP, qpn);
     qp->sh         = sh;
     qp->ctx        = ctx;
-    qp->scq        = sv_cq_of(a->send_cq);
-    qp->rcq        = sv_cq_of(a->recv_cq);
-    qp->srq        = (struct sv_srq *)a->srq;
+    qp->scq        = tgt ? NULL : sv_cq_of(a->send_cq);
+    qp->rcq        = (rcq != NULL) ? sv_cq_of(rcq) : NULL;
+    qp->srq        = (struct sv_srq *)srq;
+    qp->xrcd       = xrcd;
     qp->sq_sig_all = !!a->sq_sig_all;
     pthread_mutex_init(&qp->sq_lock, NULL);
     pthread_mutex_init(&qp->rq_lock, NULL);
 
     qp->qpx.qp_base.context    = c;
     qp->qpx.qp_base.qp_context = a->qp_context;
-    qp->qpx.qp_base.pd         = a->pd;
-    qp->qpx.qp_base.send_cq    = a->send_cq;
-    qp->qpx.qp_base.recv_cq    = a->recv_cq;
-    qp->qpx.qp_base.srq        = a->srq;
+    qp->qpx.qp_base.pd         = tgt ? NULL : a->pd;
+    qp->qpx.qp_base.send_cq    = tgt ? NULL : a->send_cq;
+    qp->qpx.qp_base.recv_cq    = rcq;
+    qp->qpx.qp_base.srq        = srq;
     qp->qpx.qp_base.handle     = qp->idx;
     qp->qpx.qp_base.qp_num     = qpn;
     qp->qpx.qp_base.state      = IBV_QPS_RESET;
@@ -457,13 +510,25 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
     a->cap.max_recv_sge    = qp->max_recv_sge;
     qp->attr.cap           = a->cap;
 
-    atomic_fetch_add(&qp->scq->refs, 1);
-    atomic_fetch_add(&qp->rcq->refs, 1);
+    if (qp->scq != NULL) {
+        atomic_fetch_add(&qp->scq->refs, 1);
+    }
+    if (qp->rcq != NULL) {
+        atomic_fetch_add(&qp->rcq->refs, 1);
+    }
     if (qp->srq != NULL) {
         sv_srq_get(qp->srq);
     }
-    sv_pd_get(a->pd);
-    sv_local_set(SV_T_QP, qp->idx, qp);
+    if (xrcd != NULL) {
+        atomic_fetch_add(&xrcd->uses, 1);
+    } else {
+        sv_pd_get(a->pd);
+    }
+    if (tgt) {
+        sv_xrc_tgt_remember(qp);
+    } else {
+        sv_local_set(SV_T_QP, qp->idx, qp);
+    }
     sv_slot_publish(sh, qpn);
     sv_fault_created(SV_FO_QP, qpn);
     return &qp->qpx.qp_base;
@@ -776,24 +841,39 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     pthread_mutex_unlock(&ibqp->mutex);
 
     sv_progress_remove(qp);
-    sv_local_set(SV_T_QP, qp->idx, NULL);
-    sv_cm_qp_gone(); /* the connection manager may have looked it up */
-    sv_qp_lock(sh);
-    atomic_store(&sh->state, IBV_QPS_ERR);
-    sv_slot_unpublish(sh);
-    sv_mutex_unlock(&sh->lock);
-    if (sh->rq_off != 0) {
-        sv_heap_free(sh->rq_off, (uint64_t)sh->rq_size * sh->rq_stride);
-        sh->rq_off = 0;
+    if (ibqp->qp_type == IBV_QPT_XRC_RECV) {
+        sv_xrc_tgt_forget(qp); /* events go to another handle, if any */
+    } else {
+        sv_local_set(SV_T_QP, qp->idx, NULL);
     }
-    sv_slot_release(SV_T_QP, sh);
+    sv_cm_qp_gone(); /* the connection manager may have looked it up */
+    /* a TGT QP lives while any process holds a handle of it */
+    if (ibqp->qp_type != IBV_QPT_XRC_RECV || sv_xrc_tgt_release(sh)) {
+        sv_qp_lock(sh);
+        atomic_store(&sh->state, IBV_QPS_ERR);
+        sv_slot_unpublish(sh);
+        sv_mutex_unlock(&sh->lock);
+        if (sh->rq_off != 0) {
+            sv_heap_free(sh->rq_off, (uint64_t)sh->rq_size * sh->rq_stride);
+            sh->rq_off = 0;
+        }
+        sv_slot_release(SV_T_QP, sh);
+    }
 
-    atomic_fetch_sub(&qp->scq->refs, 1);
-    atomic_fetch_sub(&qp->rcq->refs, 1);
+    if (qp->scq != NULL) {
+        atomic_fetch_sub(&qp->scq->refs, 1);
+    }
+    if (qp->rcq != NULL) {
+        atomic_fetch_sub(&qp->rcq->refs, 1);
+    }
     if (qp->srq != NULL) {
         sv_srq_put(qp->srq);
     }
-    sv_pd_put(ibqp->pd);
+    if (qp->xrcd != NULL) {
+        atomic_fetch_sub(&qp->xrcd->uses, 1);
+    } else {
+        sv_pd_put(ibqp->pd);
+    }
     sv_qpex_free(qp);
     pthread_mutex_destroy(&qp->sq_lock);
     pthread_mutex_destroy(&qp->rq_lock);

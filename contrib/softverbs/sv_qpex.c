@@ -279,7 +279,15 @@ static void sv_qx_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t sz,
 
 static void sv_qx_set_xrc(struct ibv_qp_ex *q, uint32_t srqn)
 {
-    sv_qx_unsupported(q);
+    struct ibv_send_wr *wr = sv_qx_cur(q);
+
+    if (wr != NULL) {
+        if (q->qp_base.qp_type != IBV_QPT_XRC_SEND) {
+            sv_qx(q)->ex_err = EINVAL; /* only INI QPs name an SRQ */
+            return;
+        }
+        wr->qp_type.xrc.remote_srqn = srqn;
+    }
 }
 
 static void sv_qx_atomic_write(struct ibv_qp_ex *q, uint32_t rkey,

@@ -75,7 +75,7 @@ static void sv_layout(struct sv_hdr *h, const struct sv_config *c)
         [SV_T_SRQ]     = sizeof(struct sv_srq_shared),
         [SV_T_MR]      = sizeof(struct sv_mr_shared),
         [SV_T_EVQ]     = sizeof(struct sv_evq_shared),
-        [SV_T_XRCD]    = sizeof(struct sv_slot),
+        [SV_T_XRCD]    = sizeof(struct sv_xrcd_shared),
         [SV_T_CONNREQ] = sizeof(struct sv_connreq_shared),
     };
     uint32_t nd = c->num_devices;
@@ -85,8 +85,9 @@ static void sv_layout(struct sv_hdr *h, const struct sv_config *c)
         [SV_T_SRQ] = (uint64_t)c->max_srq * nd,
         [SV_T_MR]  = (uint64_t)c->max_mr * nd,
         [SV_T_EVQ] = (uint64_t)c->max_cq * nd + 2ULL * c->max_procs,
-        /* reserved for XRC and rdmacm: laid out empty */
-        [SV_T_XRCD] = 0, [SV_T_CONNREQ] = 0,
+        [SV_T_XRCD] = SV_XRCD_SLOTS,
+        /* reserved for rdmacm: laid out empty */
+        [SV_T_CONNREQ] = 0,
     };
     static const uint32_t bits[SV_T_NUM] = {
         [SV_T_QP] = 24, [SV_T_CQ] = 32, [SV_T_SRQ] = 24, [SV_T_MR] = 32,
@@ -366,6 +367,9 @@ static void sv_reap_proc(uint32_t idx)
     uint32_t i, d;
 
     sv_debug("reclaiming the objects of dead process %d", (int)p->pid);
+    /* first its XRC references: a TGT QP others still hold passes to one
+     * of them instead of being reclaimed below */
+    sv_xrc_reap_locked(idx);
     for (k = 0; k < SV_ARRAY_SIZE(order); ++k) {
         int t = order[k];
         struct sv_table *tb = &sv_g.hdr->table[t];
@@ -508,6 +512,7 @@ static int sv_register_proc(void)
             }
             atomic_store(&p->xfer_shared, 0);
             atomic_store(&p->keeper, 0);
+            memset(p->xrcd_opens, 0, sizeof(p->xrcd_opens));
             p->pid        = pid;
             p->start_time = sv_pid_start_time(pid);
             atomic_store(&p->state, SV_PROC_LIVE);
@@ -750,6 +755,7 @@ static void sv_atfork_child(void)
     sv_g.wake_fd  = -1;
     pthread_mutex_init(&sv_g.lock, NULL);
     sv_progress_fork_child();
+    sv_xrc_fork_child();
 }
 
 /* The last process to leave gives the segment's memory back (tmpfs keeps
@@ -895,6 +901,25 @@ static int sv_slot_try_alloc(int t, uint32_t dev, void **slot,
         return 0;
     }
     return ENOMEM;
+}
+
+int sv_slot_alloc_locked(int t, uint32_t dev, void **slot, uint32_t *handle)
+{
+    int rc = sv_slot_try_alloc(t, dev, slot, handle);
+
+    if (rc) {
+        sv_reap_dead_locked();
+        rc = sv_slot_try_alloc(t, dev, slot, handle);
+    }
+    return rc;
+}
+
+void sv_slot_release_locked(int t, void *slot)
+{
+    struct sv_slot *s = slot;
+
+    atomic_fetch_sub(&sv_g.hdr->dev[s->dev].n_obj[t], 1);
+    atomic_store(&s->proc, SV_NO_PROC);
 }
 
 int sv_slot_alloc(int t, uint32_t dev, void **slot, uint32_t *handle)

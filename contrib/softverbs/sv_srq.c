@@ -5,8 +5,10 @@
  * limit, the taker disarms the limit and queues SRQ_LIMIT_REACHED on the
  * owner's async event queue.
  *
- * The SRQ number is the slot handle (24 bits), unique across processes,
- * so a future XRC emulation can address SRQs of other processes by it.
+ * The SRQ number is the slot handle (24 bits), unique across processes:
+ * XRC requests name the SRQ of another process by it. An XRC SRQ belongs
+ * to an XRC domain and has a CQ of its own, where every receive it takes
+ * completes, whichever TGT QP the request came through (sv_xrc.c).
  */
 #include "sv_int.h"
 
@@ -33,7 +35,8 @@ void sv_srq_put(struct sv_srq *srq)
 static struct ibv_srq *sv_srq_create(struct ibv_context *c,
                                      struct ibv_pd *pd,
                                      struct ibv_srq_attr *attr,
-                                     void *srq_context)
+                                     void *srq_context,
+                                     struct sv_xrcd *xrcd, struct ibv_cq *cq)
 {
     struct sv_context *ctx = sv_ctx(c);
     const struct sv_config *cfg = &sv_g.hdr->cfg;
@@ -76,8 +79,8 @@ static struct ibv_srq *sv_srq_create(struct ibv_context *c,
     sh->wr        = attr->max_wr;
     sh->max_sge   = attr->max_sge;
     sh->stride    = stride;
-    sh->xrcd      = 0;
-    sh->xrc_cq    = 0;
+    sh->xrcd      = (xrcd != NULL) ? xrcd->handle : 0;
+    sh->xrc_cq    = (cq != NULL) ? sv_cq_of(cq)->handle : 0;
     atomic_store(&sh->head, 0);
     atomic_store(&sh->tail, 0);
     atomic_store(&sh->limit, 0); /* the limit is armed by ibv_modify_srq */
@@ -92,6 +95,12 @@ static struct ibv_srq *sv_srq_create(struct ibv_context *c,
     pthread_mutex_init(&r->srq.srq.mutex, NULL);
     pthread_mutex_init(&r->srq.post_lock, NULL);
     pthread_cond_init(&r->srq.srq.cond, NULL);
+    r->srq.xrcd = xrcd;
+    r->srq.xcq  = (cq != NULL) ? sv_cq_of(cq) : NULL;
+    if (xrcd != NULL) {
+        atomic_fetch_add(&xrcd->uses, 1);
+        atomic_fetch_add(&sv_cq_of(cq)->refs, 1);
+    }
     sv_pd_get(pd);
     sv_local_set(SV_T_SRQ, r->srq.idx, &r->srq);
     sv_slot_publish(sh, handle);
@@ -102,7 +111,8 @@ static struct ibv_srq *sv_srq_create(struct ibv_context *c,
 SV_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
                                          struct ibv_srq_init_attr *attr)
 {
-    return sv_srq_create(pd->context, pd, &attr->attr, attr->srq_context);
+    return sv_srq_create(pd->context, pd, &attr->attr, attr->srq_context,
+                         NULL, NULL);
 }
 
 struct ibv_srq *sv_op_create_srq_ex(struct ibv_context *c,
@@ -117,12 +127,11 @@ struct ibv_srq *sv_op_create_srq_ex(struct ibv_context *c,
         return NULL;
     }
     if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) &&
-        a->srq_type != IBV_SRQT_BASIC) {
-        errno = EOPNOTSUPP; /* XRC and tag matching SRQs */
+        a->srq_type != IBV_SRQT_BASIC && a->srq_type != IBV_SRQT_XRC) {
+        errno = EOPNOTSUPP; /* tag matching SRQs */
         return NULL;
     }
-    if (a->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ |
-                        IBV_SRQ_INIT_ATTR_TM)) {
+    if (a->comp_mask & IBV_SRQ_INIT_ATTR_TM) {
         errno = EOPNOTSUPP;
         return NULL;
     }
@@ -130,7 +139,23 @@ struct ibv_srq *sv_op_create_srq_ex(struct ibv_context *c,
         errno = EINVAL;
         return NULL;
     }
-    return sv_srq_create(c, a->pd, &a->attr, a->srq_context);
+    if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) &&
+        a->srq_type == IBV_SRQT_XRC) {
+        /* an XRC SRQ needs its domain and the CQ of its receives */
+        if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ||
+            !(a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || a->xrcd == NULL ||
+            a->cq == NULL || a->xrcd->context != c || a->cq->context != c) {
+            errno = EINVAL;
+            return NULL;
+        }
+        return sv_srq_create(c, a->pd, &a->attr, a->srq_context,
+                             (struct sv_xrcd *)a->xrcd, a->cq);
+    }
+    if (a->comp_mask & (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ)) {
+        errno = EINVAL; /* a domain and a CQ belong to XRC SRQs only */
+        return NULL;
+    }
+    return sv_srq_create(c, a->pd, &a->attr, a->srq_context, NULL, NULL);
 }
 
 int sv_op_get_srq_num(struct ibv_srq *srq, uint32_t *num)
@@ -306,6 +331,10 @@ SV_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
     sv_mutex_unlock(&sh->lock);
     sv_heap_free(sh->ring_off, (uint64_t)sh->size * sh->stride);
     sv_slot_release(SV_T_SRQ, sh);
+    if (r->srq.xrcd != NULL) {
+        atomic_fetch_sub(&r->srq.xcq->refs, 1);
+        atomic_fetch_sub(&r->srq.xrcd->uses, 1);
+    }
     sv_pd_put(ibsrq->pd);
     free(r);
     return 0;

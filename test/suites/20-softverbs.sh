@@ -38,6 +38,29 @@ if [ -z "${IB2_PREFIX:-}" ]; then
             --expect 'iters in .* usec/iter' "${SVR[@]}" -- $t -p @PORT@
     done
 
+    # XRC (docs/softverbs.md, "XRC"): rdma-core's ibv_xsrq_pingpong,
+    # unmodified, a server with two clients (-c 2), the three sharing the
+    # XRC domain of the tool's file and the server reaching each client's
+    # SRQ through either client's TGT QP; each process bounded by a timeout
+    SV_XSRQ=$SRC/contrib/softverbs/xrc_test/sv_xsrq_run.sh
+    for t in "-n 500" "-e -n 200" "-s 65536 -n 50"; do
+        ib2_check "softverbs/xrc/ibv_xsrq_pingpong_-c_2_${t// /_}" \
+            "$SV_XSRQ" 2 "${SVR[@]}" -- $t
+    done
+    # processes of one node sharing a domain and a TGT QP (creator leaves,
+    # owner dies), a remote process reaching each of their SRQs through
+    # one INI QP; and the errors: unknown SRQ number, SRQ of another domain
+    # or of a dead process, TGT QP destroyed
+    ib2_check softverbs/xrc/sv_xrc_test "${SVR[@]}" \
+        "$BUILD/contrib/softverbs/sv_xrc_test"
+    # the per-process report (softverbs-stat; its figures are checked in
+    # sv_xrc_test): it lists itself
+    ib2_check softverbs/softverbs-stat bash -c '
+        out=$("$@") || exit 1
+        echo "$out"
+        echo "$out" | grep -qE "^pid=[0-9]+ qp_rc=0 .* \(this process\)$"' \
+        sv "${SVR[@]}" "$BUILD/contrib/softverbs/softverbs-stat"
+
     # perftest's verbs benchmarks, unmodified
     for t in "ib_write_bw" "ib_read_bw" "ib_send_lat" "ib_read_lat" \
              "ib_atomic_lat"; do
@@ -110,6 +133,9 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         ib2_check "softverbs/roce/${t// /_}" "$SV_PAIR" \
             --expect 'iters in .* usec/iter' "${SVE[@]}" -- $t -p @PORT@
     done
+    # XRC on RoCE: the GIDs in the address vectors (-g)
+    ib2_check "softverbs/roce/xrc/ibv_xsrq_pingpong_-c_2_-g_1" \
+        "$SV_XSRQ" 2 "${SVE[@]}" -- -g 1 -n 200
     for t in "-x rc_verbs -t am_lat" "-x ud_verbs -t am_lat"; do
         ib2_check "softverbs/roce/ucx_perftest${t// /_}" "$SV_PAIR" \
             --expect '^Final:' "${SVE[@]}" -- ucx_perftest -d roce0:1 \

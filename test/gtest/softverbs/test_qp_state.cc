@@ -182,9 +182,9 @@ TEST_F(QpFix, CreateValidation)
     EXPECT_EQ(ibv_create_qp(d.pd, &a), nullptr);
     EXPECT_EQ(errno, EINVAL);
     a.cap.max_send_wr = 4;
-    a.qp_type = IBV_QPT_XRC_SEND;
+    a.qp_type = IBV_QPT_XRC_RECV;  /* a TGT QP needs its XRC domain */
     EXPECT_EQ(ibv_create_qp(d.pd, &a), nullptr);
-    EXPECT_EQ(errno, EOPNOTSUPP);
+    EXPECT_EQ(errno, EINVAL);
     a.qp_type = IBV_QPT_RAW_PACKET;
     EXPECT_EQ(ibv_create_qp(d.pd, &a), nullptr);
     EXPECT_EQ(errno, EOPNOTSUPP);
