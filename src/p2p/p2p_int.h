@@ -79,12 +79,53 @@ void p2p_wait_idle(p2p_context_t *ctx);
  * no register. */
 static inline void p2p_wait_poll(p2p_context_t *ctx)
 {
+    if (P2P_UNLIKELY(ctx->mt)) {
+        /* the others may need the context to make what we wait for */
+        p2p_lock_pause(&ctx->lock);
+    }
     if (p2p_ctx_progress(ctx) != 0) {
         ctx->idle_polls = 0;
     } else if (P2P_UNLIKELY(++ctx->idle_polls > ctx->cfg.wait_spin)) {
         p2p_wait_idle(ctx);
     }
 }
+
+/* p2p_lock.c: P2P_INIT_F_THREAD_MULTIPLE */
+int  p2p_mt_init(p2p_context_t *ctx);
+void p2p_mt_cleanup(p2p_context_t *ctx);
+p2p_context_t *p2p_api_create_enter(p2p_context_t *ctx);
+void p2p_api_create_leave(p2p_context_t **ctx_p);
+
+static inline p2p_context_t *p2p_api_enter(p2p_context_t *ctx)
+{
+    if (P2P_LIKELY((ctx == NULL) || !ctx->mt)) {
+        return NULL;
+    }
+    p2p_lock_acquire(&ctx->lock);
+    return ctx;
+}
+
+static inline void p2p_api_leave(p2p_context_t **ctx_p)
+{
+    if (P2P_UNLIKELY(*ctx_p != NULL)) {
+        p2p_lock_release(&(*ctx_p)->lock);
+    }
+}
+
+/* First statement of an entry point: the context's lock (in
+ * P2P_INIT_F_THREAD_MULTIPLE mode) until the function returns. */
+#define P2P_API_ENTER(_ctx) \
+    p2p_context_t *p2p_api_ctx_ \
+        __attribute__((cleanup(p2p_api_leave), unused)) = \
+        p2p_api_enter(_ctx)
+#define P2P_API_ENTER_COMM(_comm) \
+    P2P_API_ENTER(((_comm) != NULL) ? (_comm)->ctx : NULL)
+/* Communicator creation: one at a time, then the context's lock. */
+#define P2P_API_ENTER_CREATE(_ctx) \
+    p2p_context_t *p2p_api_create_ \
+        __attribute__((cleanup(p2p_api_create_leave), unused)) = \
+        p2p_api_create_enter(_ctx); \
+    P2P_API_ENTER(_ctx)
 
 /* p2p_reg.c */
 int  p2p_reg_init(p2p_context_t *ctx);
@@ -113,6 +154,13 @@ static inline void p2p_req_fail(p2p_request_t *req, int error)
         req->status.error = error;
     }
 }
+
+/* p2p_bsend.c */
+/* The send of a buffered message's copy completed: free its block. */
+void p2p_bsend_done(p2p_request_t *req);
+/* Wait (timeout in seconds, negative: none) until every buffered message
+ * has been sent. */
+int  p2p_bsend_flush(p2p_context_t *ctx, double timeout);
 
 /* p2p_send.c */
 int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
@@ -235,6 +283,8 @@ static inline int p2p_peer_ep(p2p_peer_t *peer, ucp_ep_h *ep_p)
 }
 
 /* p2p_pt2pt.c */
+int  p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len, int dest,
+                    int tag, p2p_request_t **req_p, const char *fn);
 int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
                    p2p_request_t **req_p);
 

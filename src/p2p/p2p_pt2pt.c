@@ -16,9 +16,9 @@ static int p2p_check_comm(const p2p_comm_t *comm, const char *fn)
     return P2P_OK;
 }
 
-static int p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len,
-                          int dest, int tag, p2p_request_t **req_p,
-                          const char *fn)
+int p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len,
+                   int dest, int tag, p2p_request_t **req_p,
+                   const char *fn)
 {
     if (p2p_check_comm(comm, fn) != P2P_OK) {
         return P2P_ERR_INVALID;
@@ -69,6 +69,7 @@ static int p2p_check_src_tag(p2p_comm_t *comm, int src, int tag,
 int p2p_isend(const void *buf, size_t len, int dest, int tag,
               p2p_comm_t *comm, p2p_request_t **req_p)
 {
+    P2P_API_ENTER_COMM(comm);
     int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
 
     return (ret != P2P_OK) ? ret :
@@ -78,6 +79,7 @@ int p2p_isend(const void *buf, size_t len, int dest, int tag,
 int p2p_issend(const void *buf, size_t len, int dest, int tag,
                p2p_comm_t *comm, p2p_request_t **req_p)
 {
+    P2P_API_ENTER_COMM(comm);
     int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_issend");
 
     return (ret != P2P_OK) ? ret :
@@ -87,6 +89,7 @@ int p2p_issend(const void *buf, size_t len, int dest, int tag,
 int p2p_irsend(const void *buf, size_t len, int dest, int tag,
                p2p_comm_t *comm, p2p_request_t **req_p)
 {
+    P2P_API_ENTER_COMM(comm);
     int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_irsend");
 
     return (ret != P2P_OK) ? ret :
@@ -108,18 +111,21 @@ static int p2p_blocking_send(const void *buf, size_t len, int dest, int tag,
 int p2p_send(const void *buf, size_t len, int dest, int tag,
              p2p_comm_t *comm)
 {
+    P2P_API_ENTER_COMM(comm);
     return p2p_blocking_send(buf, len, dest, tag, comm, 0, "p2p_send");
 }
 
 int p2p_ssend(const void *buf, size_t len, int dest, int tag,
               p2p_comm_t *comm)
 {
+    P2P_API_ENTER_COMM(comm);
     return p2p_blocking_send(buf, len, dest, tag, comm, 1, "p2p_ssend");
 }
 
 int p2p_rsend(const void *buf, size_t len, int dest, int tag,
               p2p_comm_t *comm)
 {
+    P2P_API_ENTER_COMM(comm);
     return p2p_blocking_send(buf, len, dest, tag, comm, 0, "p2p_rsend");
 }
 
@@ -183,6 +189,7 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
 int p2p_irecv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
               p2p_request_t **req_p)
 {
+    P2P_API_ENTER_COMM(comm);
     int ret = p2p_check_src_tag(comm, src, tag, "p2p_irecv");
 
     if (ret != P2P_OK) {
@@ -200,6 +207,7 @@ int p2p_irecv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
 int p2p_recv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
              p2p_status_t *status)
 {
+    P2P_API_ENTER_COMM(comm);
     p2p_request_t *req;
     int           ret = p2p_irecv(buf, len, src, tag, comm, &req);
 
@@ -283,12 +291,14 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
 int p2p_iprobe(int src, int tag, p2p_comm_t *comm, int *flag,
                p2p_status_t *status)
 {
+    P2P_API_ENTER_COMM(comm);
     return p2p_probe_common(src, tag, comm, flag, 0, NULL, status, 0,
                             "p2p_iprobe");
 }
 
 int p2p_probe(int src, int tag, p2p_comm_t *comm, p2p_status_t *status)
 {
+    P2P_API_ENTER_COMM(comm);
     return p2p_probe_common(src, tag, comm, NULL, 0, NULL, status, 1,
                             "p2p_probe");
 }
@@ -296,6 +306,7 @@ int p2p_probe(int src, int tag, p2p_comm_t *comm, p2p_status_t *status)
 int p2p_improbe(int src, int tag, p2p_comm_t *comm, int *flag,
                 p2p_message_t **msg_p, p2p_status_t *status)
 {
+    P2P_API_ENTER_COMM(comm);
     return p2p_probe_common(src, tag, comm, flag, 1, msg_p, status, 0,
                             "p2p_improbe");
 }
@@ -303,6 +314,7 @@ int p2p_improbe(int src, int tag, p2p_comm_t *comm, int *flag,
 int p2p_mprobe(int src, int tag, p2p_comm_t *comm, p2p_message_t **msg_p,
                p2p_status_t *status)
 {
+    P2P_API_ENTER_COMM(comm);
     return p2p_probe_common(src, tag, comm, NULL, 1, msg_p, status, 1,
                             "p2p_mprobe");
 }
@@ -310,6 +322,8 @@ int p2p_mprobe(int src, int tag, p2p_comm_t *comm, p2p_message_t **msg_p,
 int p2p_imrecv(void *buf, size_t len, p2p_message_t **msg_p,
                p2p_request_t **req_p)
 {
+    P2P_API_ENTER(((msg_p != NULL) && (*msg_p != NULL)) ?
+                  (*msg_p)->comm->ctx : NULL);
     struct p2p_unexp *u;
     p2p_request_t    *req;
 
@@ -339,6 +353,8 @@ int p2p_imrecv(void *buf, size_t len, p2p_message_t **msg_p,
 int p2p_mrecv(void *buf, size_t len, p2p_message_t **msg_p,
               p2p_status_t *status)
 {
+    P2P_API_ENTER(((msg_p != NULL) && (*msg_p != NULL)) ?
+                  (*msg_p)->comm->ctx : NULL);
     p2p_request_t *req;
     int           ret = p2p_imrecv(buf, len, msg_p, &req);
 

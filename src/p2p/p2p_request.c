@@ -95,6 +95,9 @@ void p2p_req_event(p2p_request_t *req)
     if (--req->pending == 0) {
         req->complete = 1;
         if (req->released) {
+            if ((req->kind == P2P_REQ_SEND) && (req->send.bblock != NULL)) {
+                p2p_bsend_done(req);
+            }
             p2p_req_put(req);
         }
     }
@@ -149,6 +152,8 @@ static int p2p_req_bad(p2p_request_t *req, const char *fn)
 
 int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
 {
+    P2P_API_ENTER(((req_p != NULL) && (*req_p != NULL)) ?
+                  (*req_p)->ctx : NULL);
     p2p_request_t *req;
 
     if ((req_p == NULL) || (flag == NULL)) {
@@ -182,6 +187,8 @@ void p2p_wait_idle(p2p_context_t *ctx)
 
 int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
 {
+    P2P_API_ENTER(((req_p != NULL) && (*req_p != NULL)) ?
+                  (*req_p)->ctx : NULL);
     p2p_request_t *req;
 
     if (req_p == NULL) {
@@ -205,6 +212,9 @@ static p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs)
 {
     int i;
 
+    if (reqs == NULL) {
+        return NULL;
+    }
     for (i = 0; i < count; ++i) {
         if (reqs[i] != NULL) {
             return reqs[i]->ctx;
@@ -216,6 +226,7 @@ static p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs)
 int p2p_testall(int count, p2p_request_t **reqs, int *flag,
                 p2p_status_t *statuses)
 {
+    P2P_API_ENTER(p2p_reqs_context(count, reqs));
     p2p_context_t *ctx;
     int           i, failed = 0, err;
 
@@ -252,6 +263,7 @@ int p2p_testall(int count, p2p_request_t **reqs, int *flag,
 
 int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
 {
+    P2P_API_ENTER(p2p_reqs_context(count, reqs));
     p2p_context_t *ctx;
     int           i, failed = 0, err;
 
@@ -321,6 +333,7 @@ static int p2p_any_args(int count, p2p_request_t **reqs, int *index,
 int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
                 p2p_status_t *status)
 {
+    P2P_API_ENTER(p2p_reqs_context(count, reqs));
     p2p_context_t *ctx;
     int           ret;
 
@@ -342,6 +355,7 @@ int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
 int p2p_waitany(int count, p2p_request_t **reqs, int *index,
                 p2p_status_t *status)
 {
+    P2P_API_ENTER(p2p_reqs_context(count, reqs));
     p2p_context_t *ctx;
     int           flag, ret;
 
@@ -360,6 +374,8 @@ int p2p_waitany(int count, p2p_request_t **reqs, int *index,
 
 int p2p_request_free(p2p_request_t **req_p)
 {
+    P2P_API_ENTER(((req_p != NULL) && (*req_p != NULL)) ?
+                  (*req_p)->ctx : NULL);
     p2p_request_t *req;
 
     if (req_p == NULL) {
@@ -383,6 +399,7 @@ int p2p_request_free(p2p_request_t **req_p)
 
 int p2p_cancel(p2p_request_t *req)
 {
+    P2P_API_ENTER((req != NULL) ? req->ctx : NULL);
     if (req == NULL) {
         return p2p_args_bad("p2p_cancel", "NULL request");
     }
