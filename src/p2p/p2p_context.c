@@ -196,9 +196,8 @@ p2p_comm_t *p2p_comm_world(p2p_context_t *ctx)
     return ctx->world;
 }
 
-int p2p_progress(p2p_context_t *ctx)
+int p2p_progress_st(p2p_context_t *ctx)
 {
-    P2P_API_ENTER(ctx);
     return (int)p2p_ctx_progress(ctx);
 }
 

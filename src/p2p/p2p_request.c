@@ -89,7 +89,6 @@ void p2p_req_put(p2p_request_t *req)
     --ctx->live_reqs;
 }
 
-
 void p2p_req_event(p2p_request_t *req)
 {
     if (--req->pending == 0) {
@@ -150,10 +149,8 @@ static int p2p_req_bad(p2p_request_t *req, const char *fn)
     return P2P_ERR_INVALID;
 }
 
-int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
+int p2p_test_st(p2p_request_t **req_p, int *flag, p2p_status_t *status)
 {
-    P2P_API_ENTER(((req_p != NULL) && (*req_p != NULL)) ?
-                  (*req_p)->ctx : NULL);
     p2p_request_t *req;
 
     if ((req_p == NULL) || (flag == NULL)) {
@@ -181,14 +178,19 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
 
 void p2p_wait_idle(p2p_context_t *ctx)
 {
+    if (ctx->mt) {
+        /* the others may need the context to make what we wait for */
+        p2p_lock_pause(&ctx->lock);
+        if (ctx->idle_polls <= ctx->cfg.wait_spin) {
+            return;
+        }
+    }
     ++ctx->stats.wait_yields;
     sched_yield();
 }
 
-int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
+int p2p_wait_st(p2p_request_t **req_p, p2p_status_t *status)
 {
-    P2P_API_ENTER(((req_p != NULL) && (*req_p != NULL)) ?
-                  (*req_p)->ctx : NULL);
     p2p_request_t *req;
 
     if (req_p == NULL) {
@@ -208,7 +210,7 @@ int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
     return p2p_req_finish(req_p, status);
 }
 
-static p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs)
+p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs)
 {
     int i;
 
@@ -223,10 +225,9 @@ static p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs)
     return NULL;
 }
 
-int p2p_testall(int count, p2p_request_t **reqs, int *flag,
-                p2p_status_t *statuses)
+int p2p_testall_st(int count, p2p_request_t **reqs, int *flag,
+                   p2p_status_t *statuses)
 {
-    P2P_API_ENTER(p2p_reqs_context(count, reqs));
     p2p_context_t *ctx;
     int           i, failed = 0, err;
 
@@ -261,9 +262,9 @@ int p2p_testall(int count, p2p_request_t **reqs, int *flag,
     return failed ? P2P_ERR_IN_STATUS : P2P_OK;
 }
 
-int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
+int p2p_waitall_st(int count, p2p_request_t **reqs,
+                   p2p_status_t *statuses)
 {
-    P2P_API_ENTER(p2p_reqs_context(count, reqs));
     p2p_context_t *ctx;
     int           i, failed = 0, err;
 
@@ -330,10 +331,9 @@ static int p2p_any_args(int count, p2p_request_t **reqs, int *index,
     return P2P_OK;
 }
 
-int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
-                p2p_status_t *status)
+int p2p_testany_st(int count, p2p_request_t **reqs, int *index,
+                   int *flag, p2p_status_t *status)
 {
-    P2P_API_ENTER(p2p_reqs_context(count, reqs));
     p2p_context_t *ctx;
     int           ret;
 
@@ -352,10 +352,9 @@ int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
     return p2p_any_done(count, reqs, index, flag, status, "p2p_testany");
 }
 
-int p2p_waitany(int count, p2p_request_t **reqs, int *index,
-                p2p_status_t *status)
+int p2p_waitany_st(int count, p2p_request_t **reqs, int *index,
+                   p2p_status_t *status)
 {
-    P2P_API_ENTER(p2p_reqs_context(count, reqs));
     p2p_context_t *ctx;
     int           flag, ret;
 
@@ -372,10 +371,8 @@ int p2p_waitany(int count, p2p_request_t **reqs, int *index,
     }
 }
 
-int p2p_request_free(p2p_request_t **req_p)
+int p2p_request_free_st(p2p_request_t **req_p)
 {
-    P2P_API_ENTER(((req_p != NULL) && (*req_p != NULL)) ?
-                  (*req_p)->ctx : NULL);
     p2p_request_t *req;
 
     if (req_p == NULL) {
@@ -397,9 +394,8 @@ int p2p_request_free(p2p_request_t **req_p)
     return P2P_OK;
 }
 
-int p2p_cancel(p2p_request_t *req)
+int p2p_cancel_st(p2p_request_t *req)
 {
-    P2P_API_ENTER((req != NULL) ? req->ctx : NULL);
     if (req == NULL) {
         return p2p_args_bad("p2p_cancel", "NULL request");
     }
