@@ -3,7 +3,7 @@
 # Sets up a Debian 12 machine for ib2 and builds it; then runs what is asked.
 #
 #   contrib/setup.sh main    set up, build, run the product's main job
-#   contrib/setup.sh test    set up, build (plus a sanitizer build), run all tests
+#   contrib/setup.sh test    set up, build (plus sanitizer builds), run all tests
 #   contrib/setup.sh build   set up and build only
 #
 # Idempotent: packages, the UCX source package, autogen, configure and make
@@ -14,6 +14,7 @@ set -euo pipefail
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${IB2_BUILD_DIR:-$TOP/build}
 ASAN_BUILD=${IB2_ASAN_BUILD_DIR:-$TOP/build-asan}
+TSAN_BUILD=${IB2_TSAN_BUILD_DIR:-$TOP/build-tsan}
 DEPS=$TOP/_deps
 JOBS=$(nproc 2>/dev/null || echo 2)
 what=${1:-build}
@@ -125,7 +126,7 @@ need_autogen() {
             -newer "$TOP/configure" -print | head -n 1)" ]
 }
 
-build_tree() {   # build_tree DIR [configure args...]
+configure_tree() {   # configure_tree DIR [configure args...]
     local dir=$1
     shift
     mkdir -p "$dir"
@@ -137,6 +138,11 @@ build_tree() {   # build_tree DIR [configure args...]
             die "configure failed in $dir (full log: $dir/config.log)"
         }
     fi
+}
+
+build_tree() {   # build_tree DIR [configure args...]
+    local dir=$1
+    configure_tree "$@"
     log "make: $dir"
     make -C "$dir" -j"$JOBS" -s >"$dir/make.out" 2>&1 || {
         grep -E -B 2 -A 8 'error|Error' "$dir/make.out" | head -n 60
@@ -152,6 +158,22 @@ if need_autogen; then
 fi
 build_tree "$BUILD"
 
+# ThreadSanitizer: only what uses threads -- p2p and its thread test
+# (P2P_INIT_F_THREAD_MULTIPLE) -- built with -fsanitize=thread; the suites
+# say what runs in it ("# tsan: yes").
+build_tsan_tree() {   # build_tsan_tree DIR
+    local dir=$1 sub flags="-fsanitize=thread -fno-omit-frame-pointer"
+    configure_tree "$dir"
+    log "make (ThreadSanitizer, p2p only): $dir"
+    for sub in src/reg_cache src/p2p; do
+        make -C "$dir/$sub" -j"$JOBS" -s SAN_FLAGS="$flags" \
+            >>"$dir/make.out" 2>&1 || die "build failed in $dir/$sub"
+    done
+    make -C "$dir/test/gtest/p2p" -j"$JOBS" -s SAN_FLAGS="$flags" \
+        test_p2p_threads >>"$dir/make.out" 2>&1 ||
+        die "build failed in $dir/test/gtest/p2p"
+}
+
 case $what in
     build)
         log "built in $BUILD"
@@ -161,10 +183,11 @@ case $what in
         ;;
     test)
         build_tree "$ASAN_BUILD" --enable-sanitizers
+        build_tsan_tree "$TSAN_BUILD"
         # UCX's own uct tests (suite 36): built once, cached outside the
         # clone (docs/ucx-gtest.md); about 15 minutes the first time.
         "$TOP/contrib/ucx-gtest/build.sh" >/dev/null ||
             log "UCX's gtest did not build; suite 36-ucx-gtest reports it"
-        exec "$TOP/test/run-tests.sh" "$BUILD" "$ASAN_BUILD"
+        exec "$TOP/test/run-tests.sh" "$BUILD" "$ASAN_BUILD" "$TSAN_BUILD"
         ;;
 esac

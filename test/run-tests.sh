@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Runs every suite in test/suites against a configured and built tree, then
 # the suites marked "# sanitizer: yes" again against a build configured with
-# --enable-sanitizers (if given), and ends with one line
+# --enable-sanitizers (if given), those marked "# tsan: yes" against a
+# ThreadSanitizer build (if given; contrib/setup.sh builds only p2p's
+# thread test there), and ends with one line
 # "N passed, N failed". Exits 0 only if something ran and nothing failed.
 #
-# Usage: test/run-tests.sh BUILD_DIR [SANITIZER_BUILD_DIR]
+# Usage: test/run-tests.sh BUILD_DIR [SANITIZER_BUILD_DIR [TSAN_BUILD_DIR]]
 # IB2_SUITES=pattern limits the suites run (shell glob on the suite name).
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 main_build=$(cd "${1:?usage: run-tests.sh BUILD_DIR [SANITIZER_BUILD_DIR]}" && pwd)
 san_build=${2:+$(cd "$2" && pwd)}
+tsan_build=${3:+$(cd "$3" && pwd)}
 PATTERN=${IB2_SUITES:-*}
 LOGDIR=$main_build/test-logs
 RESULTS=$LOGDIR/results
@@ -20,11 +23,11 @@ export SRC LOGDIR RESULTS
 
 . "$SRC/test/lib.sh"
 
-run_pass() {   # run_pass BUILD PREFIX ONLY_SANITIZER_SAFE
+run_pass() {   # run_pass BUILD PREFIX ONLY_MARKED [MARK]
     local suite name start
     for suite in "$SRC"/test/suites/$PATTERN.sh; do
         [ -f "$suite" ] || continue
-        if [ "$3" = 1 ] && ! grep -q '^# sanitizer: yes' "$suite"; then
+        if [ "$3" = 1 ] && ! grep -q "^# ${4:-sanitizer}: yes" "$suite"; then
             continue
         fi
         name=$2$(basename "$suite" .sh)
@@ -43,6 +46,10 @@ if [ -n "$san_build" ]; then
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$SRC/test/lsan.supp}
     run_pass "$san_build" "sanitizer/" 1
+fi
+if [ -n "$tsan_build" ]; then
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+    run_pass "$tsan_build" "tsan/" 1 tsan
 fi
 
 passed=$(grep -c '^PASS: ' "$RESULTS")

@@ -14,9 +14,12 @@
  * Processes started by mpirun/srun (PMIx) find each other through PMIx; a
  * process started alone runs as a singleton (world of size 1).
  *
- * Threads: a context and everything made from it is used by one thread at a
- * time (the caller serialises). Progress happens inside p2p_progress() and
- * inside every test and wait call; nothing progresses in the background.
+ * Threads: by default a context and everything made from it is used by
+ * one thread at a time (the caller serialises); with
+ * P2P_INIT_F_THREAD_MULTIPLE any thread may call any function at any time,
+ * and p2p_last_error() is per thread. Progress happens inside
+ * p2p_progress() and inside every test and wait call; nothing progresses
+ * in the background.
  *
  * Buffers are contiguous bytes; datatypes are the caller's concern.
  *
@@ -66,7 +69,9 @@ enum {
     P2P_ERR_INIT         = -7,  /* start-up or wire-up failed */
     P2P_ERR_IN_STATUS    = -8,  /* waitall/testall: see each status.error */
     P2P_ERR_PENDING      = -9,  /* operation still in progress */
-    P2P_ERR_TIMEOUT      = -10  /* an internal wait gave up (finalize) */
+    P2P_ERR_TIMEOUT      = -10, /* an internal wait gave up (finalize) */
+    P2P_ERR_BUFFER       = -11  /* buffered send: no buffer attached, or
+                                   no room in it (see p2p_last_error) */
 };
 
 typedef struct p2p_context p2p_context_t;
@@ -101,7 +106,12 @@ enum {
      * run UCP tag operations on the same endpoints (see p2p_ucp.h). */
     P2P_INIT_F_UCP_TAG = 1u << 0,
     /* am_id is set */
-    P2P_INIT_F_AM_ID   = 1u << 1
+    P2P_INIT_F_AM_ID   = 1u << 1,
+    /* MPI_THREAD_MULTIPLE: any thread may call any function at any time
+     * (but p2p_init and p2p_finalize, which the caller runs alone);
+     * communicators are created one at a time, in the same order in every
+     * process. See docs/p2p.md, "Threads". */
+    P2P_INIT_F_THREAD_MULTIPLE = 1u << 2
 };
 
 /* UCP active message ids are 16 bits */
@@ -157,6 +167,31 @@ P2P_API int  p2p_ssend(const void *buf, size_t len, int dest, int tag,
                        p2p_comm_t *comm);
 P2P_API int  p2p_rsend(const void *buf, size_t len, int dest, int tag,
                        p2p_comm_t *comm);
+
+/* ---- buffered sends ---- */
+
+/* Bytes of the attached buffer a buffered message takes besides its data:
+ * a buffer of sum(len + P2P_BSEND_OVERHEAD) over the messages in flight at
+ * once holds them all (at any alignment of the buffer). */
+#define P2P_BSEND_OVERHEAD 64
+
+/* One buffer per context; the caller must not touch it until detached. */
+P2P_API int  p2p_buffer_attach(p2p_context_t *ctx, void *buf, size_t size);
+/* Waits until every buffered message has been sent (a rendezvous-size one
+ * until its receiver took it), then gives back the buffer and its size
+ * (either pointer may be NULL). */
+P2P_API int  p2p_buffer_detach(p2p_context_t *ctx, void **buf_p,
+                               size_t *size_p);
+/* Copy the message into the attached buffer and send the copy: returns as
+ * soon as it is copied. P2P_ERR_BUFFER if no buffer is attached or it has
+ * no room (nothing is sent; p2p_last_error says how much was needed). A
+ * send that fails later is counted (bsend_failed) and logged at info
+ * level: nobody waits for it. */
+P2P_API int  p2p_bsend(const void *buf, size_t len, int dest, int tag,
+                       p2p_comm_t *comm);
+/* The request completes once the message is copied. */
+P2P_API int  p2p_ibsend(const void *buf, size_t len, int dest, int tag,
+                        p2p_comm_t *comm, p2p_request_t **req_p);
 
 /* ---- receives ---- */
 
@@ -261,6 +296,11 @@ typedef struct p2p_stats {
     uint64_t reg_regions;           /* registrations alive now */
     /* times a blocking call gave the core away (P2P_WAIT_SPIN) */
     uint64_t wait_yields;
+    /* buffered sends */
+    uint64_t bsend_sent;            /* messages copied and sent */
+    uint64_t bsend_no_space;        /* refused: no room (P2P_ERR_BUFFER) */
+    uint64_t bsend_failed;          /* sent, then failed (nobody waits) */
+    size_t   bsend_bytes_peak;      /* most of the attached buffer taken */
 } p2p_stats_t;
 
 P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);

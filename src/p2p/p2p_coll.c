@@ -151,6 +151,7 @@ int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
 
 int p2p_barrier(p2p_comm_t *comm)
 {
+    P2P_API_ENTER_COMM(comm);
     if (comm == NULL) {
         p2p_set_error(NULL, "p2p_barrier: no communicator (NULL)");
         return P2P_ERR_INVALID;

@@ -252,6 +252,7 @@ out:
 
 int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
 {
+    P2P_API_ENTER_CREATE((comm != NULL) ? comm->ctx : NULL);
     uint32_t cid, epoch;
     int      ret;
 
@@ -289,6 +290,7 @@ static int p2p_split_cmp(const void *a, const void *b)
 int p2p_comm_split(p2p_comm_t *comm, int color, int key,
                    p2p_comm_t **newcomm_p)
 {
+    P2P_API_ENTER_CREATE((comm != NULL) ? comm->ctx : NULL);
     p2p_split_entry_t *all;
     p2p_wire_split_t  mine, *wire;
     uint32_t          *world, cid, epoch;
@@ -350,6 +352,8 @@ out:
 
 int p2p_comm_free(p2p_comm_t **comm_p)
 {
+    P2P_API_ENTER(((comm_p != NULL) && (*comm_p != NULL)) ?
+                  (*comm_p)->ctx : NULL);
     p2p_comm_t *comm;
 
     if ((comm_p == NULL) || (*comm_p == NULL)) {

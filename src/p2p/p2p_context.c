@@ -36,6 +36,7 @@ static void p2p_teardown(p2p_context_t *ctx)
     p2p_rid_cleanup(ctx);
     p2p_rec_cleanup(ctx);
     p2p_config_release(&ctx->cfg);
+    p2p_mt_cleanup(ctx);
     kh_destroy_inplace(p2p_ep_rank, &ctx->ep_rank);
     free(ctx->peers);
     free(ctx->comms);
@@ -78,6 +79,9 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     ctx->am_id = (flags & P2P_INIT_F_AM_ID) ? params->am_id :
                  ctx->cfg.am_id;
     ret = p2p_req_pool_init(ctx);
+    if ((ret == P2P_OK) && (flags & P2P_INIT_F_THREAD_MULTIPLE)) {
+        ret = p2p_mt_init(ctx);
+    }
     if (ret == P2P_OK) {
         ret = p2p_load_uct_ib2(ctx);
     }
@@ -133,6 +137,8 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     ctx->stats.eager_limit = ctx->cfg.eager_limit;
     ctx->stats.rndv_thresh = ctx->cfg.rndv_thresh;
     ctx->stats.leave_pinned = ctx->cfg.leave_pinned;
+    /* from here on the entry points take the lock */
+    ctx->mt = !!(flags & P2P_INIT_F_THREAD_MULTIPLE);
     *ctx_p = ctx;
     return P2P_OK;
 
@@ -151,6 +157,15 @@ int p2p_finalize(p2p_context_t *ctx)
     if (ctx == NULL) {
         p2p_set_error(NULL, "p2p_finalize: NULL context");
         return P2P_ERR_INVALID;
+    }
+    /* the caller runs finalize alone: no lock from here on */
+    ctx->mt = 0;
+    /* MPI: buffered messages still leave before the end */
+    if (ctx->bsend.nmsgs != 0) {
+        ret = p2p_bsend_flush(ctx, ctx->cfg.finalize_timeout);
+        if (ret != P2P_OK) {
+            p2p_warn(ctx, "finalize: %s; closing anyway", ctx->last_error);
+        }
     }
     for (i = 0; i < ctx->size; ++i) {
         any_failed |= ctx->peers[i].failed;
@@ -181,7 +196,7 @@ p2p_comm_t *p2p_comm_world(p2p_context_t *ctx)
     return ctx->world;
 }
 
-int p2p_progress(p2p_context_t *ctx)
+int p2p_progress_st(p2p_context_t *ctx)
 {
     return (int)p2p_ctx_progress(ctx);
 }
@@ -203,6 +218,7 @@ unsigned p2p_ucp_am_id(p2p_context_t *ctx)
 
 int p2p_ucp_ep(p2p_comm_t *comm, int rank, ucp_ep_h *ep_p)
 {
+    P2P_API_ENTER_COMM(comm);
     if ((rank < 0) || (rank >= comm->size)) {
         p2p_set_error(comm->ctx, "p2p_ucp_ep: rank %d is outside the "
                       "communicator (size %d)", rank, comm->size);

@@ -67,7 +67,8 @@ static inline unsigned p2p_ctx_progress(p2p_context_t *ctx)
 }
 
 /* Give the core away: a blocking call found nothing to do for
- * P2P_WAIT_SPIN polls in a row (p2p_request.c). */
+ * P2P_WAIT_SPIN polls in a row (p2p_request.c); with threads, also let
+ * go of the context's lock for a moment after every idle poll. */
 void p2p_wait_idle(p2p_context_t *ctx);
 
 /* One poll of a blocking call (waits, blocking probes, the library's
@@ -81,10 +82,98 @@ static inline void p2p_wait_poll(p2p_context_t *ctx)
 {
     if (p2p_ctx_progress(ctx) != 0) {
         ctx->idle_polls = 0;
-    } else if (P2P_UNLIKELY(++ctx->idle_polls > ctx->cfg.wait_spin)) {
+    } else if (P2P_UNLIKELY((++ctx->idle_polls > ctx->cfg.wait_spin) ||
+                            ctx->mt)) {
+        /* with threads, a poll that found nothing lets the others in: they
+         * may be the ones to make what this call waits for (a poll that
+         * found events is soon followed by one that finds none) */
         p2p_wait_idle(ctx);
     }
 }
+
+/* p2p_lock.c: P2P_INIT_F_THREAD_MULTIPLE */
+int  p2p_mt_init(p2p_context_t *ctx);
+void p2p_mt_cleanup(p2p_context_t *ctx);
+p2p_context_t *p2p_api_create_enter(p2p_context_t *ctx);
+void p2p_api_create_leave(p2p_context_t **ctx_p);
+
+static inline p2p_context_t *p2p_api_enter(p2p_context_t *ctx)
+{
+    if (P2P_LIKELY((ctx == NULL) || !ctx->mt)) {
+        return NULL;
+    }
+    p2p_lock_acquire(&ctx->lock);
+    return ctx;
+}
+
+static inline void p2p_api_leave(p2p_context_t **ctx_p)
+{
+    if (P2P_UNLIKELY(*ctx_p != NULL)) {
+        p2p_lock_release(&(*ctx_p)->lock);
+    }
+}
+
+/* A hot entry point is name() -> name_st() (its work) and, in
+ * P2P_INIT_F_THREAD_MULTIPLE mode, name_mt(): name_st() under the lock,
+ * out of line so that name() stays a load, a branch and a tail call. */
+#define P2P_COLD __attribute__((noinline, cold))
+/* the context of the first request of reqs that is not NULL, or NULL */
+p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs);
+/* the work of the hot entry points (p2p_api.c has the entry points) */
+int  p2p_progress_st(p2p_context_t *ctx);
+int  p2p_isend_st(const void *buf, size_t len, int dest, int tag,
+                  p2p_comm_t *comm, p2p_request_t **req_p);
+int  p2p_issend_st(const void *buf, size_t len, int dest, int tag,
+                   p2p_comm_t *comm, p2p_request_t **req_p);
+int  p2p_irsend_st(const void *buf, size_t len, int dest, int tag,
+                   p2p_comm_t *comm, p2p_request_t **req_p);
+int  p2p_send_st(const void *buf, size_t len, int dest, int tag,
+                 p2p_comm_t *comm);
+int  p2p_ssend_st(const void *buf, size_t len, int dest, int tag,
+                  p2p_comm_t *comm);
+int  p2p_rsend_st(const void *buf, size_t len, int dest, int tag,
+                  p2p_comm_t *comm);
+int  p2p_irecv_st(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
+                  p2p_request_t **req_p);
+int  p2p_recv_st(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
+                 p2p_status_t *status);
+int  p2p_iprobe_st(int src, int tag, p2p_comm_t *comm, int *flag,
+                   p2p_status_t *status);
+int  p2p_probe_st(int src, int tag, p2p_comm_t *comm, p2p_status_t *status);
+int  p2p_improbe_st(int src, int tag, p2p_comm_t *comm, int *flag,
+                    p2p_message_t **msg_p, p2p_status_t *status);
+int  p2p_mprobe_st(int src, int tag, p2p_comm_t *comm, p2p_message_t **msg_p,
+                   p2p_status_t *status);
+int  p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
+                   p2p_request_t **req_p);
+int  p2p_mrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
+                  p2p_status_t *status);
+int  p2p_test_st(p2p_request_t **req_p, int *flag, p2p_status_t *status);
+int  p2p_wait_st(p2p_request_t **req_p, p2p_status_t *status);
+int  p2p_testall_st(int count, p2p_request_t **reqs, int *flag,
+                    p2p_status_t *statuses);
+int  p2p_waitall_st(int count, p2p_request_t **reqs, p2p_status_t *statuses);
+int  p2p_testany_st(int count, p2p_request_t **reqs, int *index, int *flag,
+                    p2p_status_t *status);
+int  p2p_waitany_st(int count, p2p_request_t **reqs, int *index,
+                    p2p_status_t *status);
+int  p2p_request_free_st(p2p_request_t **req_p);
+int  p2p_cancel_st(p2p_request_t *req);
+
+/* First statement of the other entry points: the context's lock (in
+ * P2P_INIT_F_THREAD_MULTIPLE mode) until the function returns. */
+#define P2P_API_ENTER(_ctx) \
+    p2p_context_t *p2p_api_ctx_ \
+        __attribute__((cleanup(p2p_api_leave), unused)) = \
+        p2p_api_enter(_ctx)
+#define P2P_API_ENTER_COMM(_comm) \
+    P2P_API_ENTER(((_comm) != NULL) ? (_comm)->ctx : NULL)
+/* Communicator creation: one at a time, then the context's lock. */
+#define P2P_API_ENTER_CREATE(_ctx) \
+    p2p_context_t *p2p_api_create_ \
+        __attribute__((cleanup(p2p_api_create_leave), unused)) = \
+        p2p_api_create_enter(_ctx); \
+    P2P_API_ENTER(_ctx)
 
 /* p2p_reg.c */
 int  p2p_reg_init(p2p_context_t *ctx);
@@ -113,6 +202,13 @@ static inline void p2p_req_fail(p2p_request_t *req, int error)
         req->status.error = error;
     }
 }
+
+/* p2p_bsend.c */
+/* The send of a buffered message's copy completed: free its block. */
+void p2p_bsend_done(p2p_request_t *req);
+/* Wait (timeout in seconds, negative: none) until every buffered message
+ * has been sent. */
+int  p2p_bsend_flush(p2p_context_t *ctx, double timeout);
 
 /* p2p_send.c */
 int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
@@ -235,6 +331,8 @@ static inline int p2p_peer_ep(p2p_peer_t *peer, ucp_ep_h *ep_p)
 }
 
 /* p2p_pt2pt.c */
+int  p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len, int dest,
+                    int tag, p2p_request_t **req_p, const char *fn);
 int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
                    p2p_request_t **req_p);
 

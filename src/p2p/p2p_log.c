@@ -55,9 +55,10 @@ static void p2p_vlog(p2p_context_t *ctx, int level, const char *fmt,
  * out only at P2P_LOG_LEVEL=debug (it is the caller's to report). */
 void p2p_set_error(p2p_context_t *ctx, const char *fmt, ...)
 {
-    char    *buf = (ctx != NULL) ? ctx->last_error : p2p_noctx_error;
-    size_t  len  = (ctx != NULL) ? sizeof(ctx->last_error) :
-                                   sizeof(p2p_noctx_error);
+    /* with threads, each has its own last error */
+    int     own  = (ctx != NULL) && !ctx->mt;
+    char    *buf = own ? ctx->last_error : p2p_noctx_error;
+    size_t  len  = own ? sizeof(ctx->last_error) : sizeof(p2p_noctx_error);
     va_list ap;
 
     va_start(ap, fmt);
@@ -132,6 +133,8 @@ const char *p2p_strerror(int error)
                                      "(see their status)";
     case P2P_ERR_PENDING:     return "operation in progress";
     case P2P_ERR_TIMEOUT:     return "timed out";
+    case P2P_ERR_BUFFER:      return "no buffer attached for buffered "
+                                     "sends, or no room in it";
     default:                  return "unknown error";
     }
 }
@@ -148,5 +151,5 @@ void p2p_fault_inject(p2p_context_t *ctx, int kind, unsigned count)
 
 const char *p2p_last_error(p2p_context_t *ctx)
 {
-    return (ctx != NULL) ? ctx->last_error : p2p_noctx_error;
+    return ((ctx != NULL) && !ctx->mt) ? ctx->last_error : p2p_noctx_error;
 }

@@ -16,9 +16,9 @@ static int p2p_check_comm(const p2p_comm_t *comm, const char *fn)
     return P2P_OK;
 }
 
-static int p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len,
-                          int dest, int tag, p2p_request_t **req_p,
-                          const char *fn)
+int p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len,
+                   int dest, int tag, p2p_request_t **req_p,
+                   const char *fn)
 {
     if (p2p_check_comm(comm, fn) != P2P_OK) {
         return P2P_ERR_INVALID;
@@ -66,8 +66,8 @@ static int p2p_check_src_tag(p2p_comm_t *comm, int src, int tag,
     return P2P_OK;
 }
 
-int p2p_isend(const void *buf, size_t len, int dest, int tag,
-              p2p_comm_t *comm, p2p_request_t **req_p)
+int p2p_isend_st(const void *buf, size_t len, int dest, int tag,
+                 p2p_comm_t *comm, p2p_request_t **req_p)
 {
     int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
 
@@ -75,8 +75,8 @@ int p2p_isend(const void *buf, size_t len, int dest, int tag,
            p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
 }
 
-int p2p_issend(const void *buf, size_t len, int dest, int tag,
-               p2p_comm_t *comm, p2p_request_t **req_p)
+int p2p_issend_st(const void *buf, size_t len, int dest, int tag,
+                  p2p_comm_t *comm, p2p_request_t **req_p)
 {
     int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_issend");
 
@@ -84,8 +84,8 @@ int p2p_issend(const void *buf, size_t len, int dest, int tag,
            p2p_send_start(comm, buf, len, dest, tag, 1, req_p);
 }
 
-int p2p_irsend(const void *buf, size_t len, int dest, int tag,
-               p2p_comm_t *comm, p2p_request_t **req_p)
+int p2p_irsend_st(const void *buf, size_t len, int dest, int tag,
+                  p2p_comm_t *comm, p2p_request_t **req_p)
 {
     int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_irsend");
 
@@ -102,23 +102,23 @@ static int p2p_blocking_send(const void *buf, size_t len, int dest, int tag,
     if (ret == P2P_OK) {
         ret = p2p_send_start(comm, buf, len, dest, tag, sync, &req);
     }
-    return (ret != P2P_OK) ? ret : p2p_wait(&req, NULL);
+    return (ret != P2P_OK) ? ret : p2p_wait_st(&req, NULL);
 }
 
-int p2p_send(const void *buf, size_t len, int dest, int tag,
-             p2p_comm_t *comm)
+int p2p_send_st(const void *buf, size_t len, int dest, int tag,
+                p2p_comm_t *comm)
 {
     return p2p_blocking_send(buf, len, dest, tag, comm, 0, "p2p_send");
 }
 
-int p2p_ssend(const void *buf, size_t len, int dest, int tag,
-              p2p_comm_t *comm)
+int p2p_ssend_st(const void *buf, size_t len, int dest, int tag,
+                 p2p_comm_t *comm)
 {
     return p2p_blocking_send(buf, len, dest, tag, comm, 1, "p2p_ssend");
 }
 
-int p2p_rsend(const void *buf, size_t len, int dest, int tag,
-              p2p_comm_t *comm)
+int p2p_rsend_st(const void *buf, size_t len, int dest, int tag,
+                 p2p_comm_t *comm)
 {
     return p2p_blocking_send(buf, len, dest, tag, comm, 0, "p2p_rsend");
 }
@@ -180,8 +180,8 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
     return P2P_OK;
 }
 
-int p2p_irecv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
-              p2p_request_t **req_p)
+int p2p_irecv_st(void *buf, size_t len, int src, int tag,
+                 p2p_comm_t *comm, p2p_request_t **req_p)
 {
     int ret = p2p_check_src_tag(comm, src, tag, "p2p_irecv");
 
@@ -197,13 +197,13 @@ int p2p_irecv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
     return p2p_post_recv(comm, buf, len, src, tag, req_p);
 }
 
-int p2p_recv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
-             p2p_status_t *status)
+int p2p_recv_st(void *buf, size_t len, int src, int tag,
+                p2p_comm_t *comm, p2p_status_t *status)
 {
     p2p_request_t *req;
-    int           ret = p2p_irecv(buf, len, src, tag, comm, &req);
+    int           ret = p2p_irecv_st(buf, len, src, tag, comm, &req);
 
-    return (ret != P2P_OK) ? ret : p2p_wait(&req, status);
+    return (ret != P2P_OK) ? ret : p2p_wait_st(&req, status);
 }
 
 static void p2p_probe_status(const struct p2p_unexp *u, p2p_status_t *status)
@@ -280,35 +280,36 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
     return P2P_OK;
 }
 
-int p2p_iprobe(int src, int tag, p2p_comm_t *comm, int *flag,
-               p2p_status_t *status)
+int p2p_iprobe_st(int src, int tag, p2p_comm_t *comm, int *flag,
+                  p2p_status_t *status)
 {
     return p2p_probe_common(src, tag, comm, flag, 0, NULL, status, 0,
                             "p2p_iprobe");
 }
 
-int p2p_probe(int src, int tag, p2p_comm_t *comm, p2p_status_t *status)
+int p2p_probe_st(int src, int tag, p2p_comm_t *comm,
+                 p2p_status_t *status)
 {
     return p2p_probe_common(src, tag, comm, NULL, 0, NULL, status, 1,
                             "p2p_probe");
 }
 
-int p2p_improbe(int src, int tag, p2p_comm_t *comm, int *flag,
-                p2p_message_t **msg_p, p2p_status_t *status)
+int p2p_improbe_st(int src, int tag, p2p_comm_t *comm, int *flag,
+                   p2p_message_t **msg_p, p2p_status_t *status)
 {
     return p2p_probe_common(src, tag, comm, flag, 1, msg_p, status, 0,
                             "p2p_improbe");
 }
 
-int p2p_mprobe(int src, int tag, p2p_comm_t *comm, p2p_message_t **msg_p,
-               p2p_status_t *status)
+int p2p_mprobe_st(int src, int tag, p2p_comm_t *comm,
+                  p2p_message_t **msg_p, p2p_status_t *status)
 {
     return p2p_probe_common(src, tag, comm, NULL, 1, msg_p, status, 1,
                             "p2p_mprobe");
 }
 
-int p2p_imrecv(void *buf, size_t len, p2p_message_t **msg_p,
-               p2p_request_t **req_p)
+int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
+                  p2p_request_t **req_p)
 {
     struct p2p_unexp *u;
     p2p_request_t    *req;
@@ -336,11 +337,12 @@ int p2p_imrecv(void *buf, size_t len, p2p_message_t **msg_p,
     return P2P_OK;
 }
 
-int p2p_mrecv(void *buf, size_t len, p2p_message_t **msg_p,
-              p2p_status_t *status)
+int p2p_mrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
+                 p2p_status_t *status)
 {
     p2p_request_t *req;
-    int           ret = p2p_imrecv(buf, len, msg_p, &req);
+    int           ret = p2p_imrecv_st(buf, len, msg_p, &req);
 
-    return (ret != P2P_OK) ? ret : p2p_wait(&req, status);
+    return (ret != P2P_OK) ? ret : p2p_wait_st(&req, status);
 }
+

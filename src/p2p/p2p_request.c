@@ -89,12 +89,14 @@ void p2p_req_put(p2p_request_t *req)
     --ctx->live_reqs;
 }
 
-
 void p2p_req_event(p2p_request_t *req)
 {
     if (--req->pending == 0) {
         req->complete = 1;
         if (req->released) {
+            if ((req->kind == P2P_REQ_SEND) && (req->send.bblock != NULL)) {
+                p2p_bsend_done(req);
+            }
             p2p_req_put(req);
         }
     }
@@ -147,7 +149,7 @@ static int p2p_req_bad(p2p_request_t *req, const char *fn)
     return P2P_ERR_INVALID;
 }
 
-int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
+int p2p_test_st(p2p_request_t **req_p, int *flag, p2p_status_t *status)
 {
     p2p_request_t *req;
 
@@ -176,11 +178,18 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
 
 void p2p_wait_idle(p2p_context_t *ctx)
 {
+    if (ctx->mt) {
+        /* the others may need the context to make what we wait for */
+        p2p_lock_pause(&ctx->lock);
+        if (ctx->idle_polls <= ctx->cfg.wait_spin) {
+            return;
+        }
+    }
     ++ctx->stats.wait_yields;
     sched_yield();
 }
 
-int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
+int p2p_wait_st(p2p_request_t **req_p, p2p_status_t *status)
 {
     p2p_request_t *req;
 
@@ -201,10 +210,13 @@ int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
     return p2p_req_finish(req_p, status);
 }
 
-static p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs)
+p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs)
 {
     int i;
 
+    if (reqs == NULL) {
+        return NULL;
+    }
     for (i = 0; i < count; ++i) {
         if (reqs[i] != NULL) {
             return reqs[i]->ctx;
@@ -213,8 +225,8 @@ static p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs)
     return NULL;
 }
 
-int p2p_testall(int count, p2p_request_t **reqs, int *flag,
-                p2p_status_t *statuses)
+int p2p_testall_st(int count, p2p_request_t **reqs, int *flag,
+                   p2p_status_t *statuses)
 {
     p2p_context_t *ctx;
     int           i, failed = 0, err;
@@ -250,7 +262,8 @@ int p2p_testall(int count, p2p_request_t **reqs, int *flag,
     return failed ? P2P_ERR_IN_STATUS : P2P_OK;
 }
 
-int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
+int p2p_waitall_st(int count, p2p_request_t **reqs,
+                   p2p_status_t *statuses)
 {
     p2p_context_t *ctx;
     int           i, failed = 0, err;
@@ -318,8 +331,8 @@ static int p2p_any_args(int count, p2p_request_t **reqs, int *index,
     return P2P_OK;
 }
 
-int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
-                p2p_status_t *status)
+int p2p_testany_st(int count, p2p_request_t **reqs, int *index,
+                   int *flag, p2p_status_t *status)
 {
     p2p_context_t *ctx;
     int           ret;
@@ -339,8 +352,8 @@ int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
     return p2p_any_done(count, reqs, index, flag, status, "p2p_testany");
 }
 
-int p2p_waitany(int count, p2p_request_t **reqs, int *index,
-                p2p_status_t *status)
+int p2p_waitany_st(int count, p2p_request_t **reqs, int *index,
+                   p2p_status_t *status)
 {
     p2p_context_t *ctx;
     int           flag, ret;
@@ -358,7 +371,7 @@ int p2p_waitany(int count, p2p_request_t **reqs, int *index,
     }
 }
 
-int p2p_request_free(p2p_request_t **req_p)
+int p2p_request_free_st(p2p_request_t **req_p)
 {
     p2p_request_t *req;
 
@@ -381,7 +394,7 @@ int p2p_request_free(p2p_request_t **req_p)
     return P2P_OK;
 }
 
-int p2p_cancel(p2p_request_t *req)
+int p2p_cancel_st(p2p_request_t *req)
 {
     if (req == NULL) {
         return p2p_args_bad("p2p_cancel", "NULL request");

@@ -123,6 +123,7 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     req->status.tag     = tag;
     req->status.count   = len;
     req->send.region    = NULL;
+    req->send.bblock    = NULL;
     if (P2P_UNLIKELY(peer->failed)) {
         p2p_send_refused(req, peer->fail_error);
         return P2P_OK;

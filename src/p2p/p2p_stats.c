@@ -9,6 +9,7 @@
 
 void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats)
 {
+    P2P_API_ENTER(ctx);
     rcache_stats_t rs;
 
     *stats             = ctx->stats;
@@ -25,6 +26,7 @@ void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats)
 
 void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
 {
+    P2P_API_ENTER(ctx);
     p2p_stats_t s;
 
     p2p_get_stats(ctx, &s);
@@ -43,7 +45,9 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             " misses %llu, evictions %llu, invalidations %llu, "
             "regions %llu\n"
             "p2p[%d] stats: blocking calls yielded the core %llu times "
-            "(P2P_WAIT_SPIN=%lu)\n",
+            "(P2P_WAIT_SPIN=%lu)\n"
+            "p2p[%d] stats: buffered sends %llu, refused for lack of room "
+            "%llu, failed after copy %llu, buffer peak %zu bytes\n",
             ctx->rank, (unsigned long long)s.eager_sent,
             (unsigned long long)s.mid_sent,
             (unsigned long long)(s.rndv_sent + s.rndv_ucp_sent),
@@ -68,5 +72,8 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             (unsigned long long)s.reg_invalidations,
             (unsigned long long)s.reg_regions,
             ctx->rank, (unsigned long long)s.wait_yields,
-            ctx->cfg.wait_spin);
+            ctx->cfg.wait_spin,
+            ctx->rank, (unsigned long long)s.bsend_sent,
+            (unsigned long long)s.bsend_no_space,
+            (unsigned long long)s.bsend_failed, s.bsend_bytes_peak);
 }

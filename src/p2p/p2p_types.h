@@ -11,6 +11,7 @@
 #include "p2p_match.h"
 #include "p2p_wire.h"
 #include "p2p_fault.h"
+#include "p2p_lock.h"
 
 #include <rcache.h>
 #include <pmix.h>
@@ -196,6 +197,8 @@ struct p2p_request {
             } hdr;
             rcache_region_t *region;  /* rendezvous: held until FIN */
             const void      *buf;     /* copied by UCP (p2p_rndv.c) */
+            void            *bblock;  /* buffered send: its block in the
+                                         attached buffer (p2p_bsend.c) */
         } send;
         struct {
             p2p_mq_recv_t  mq;
@@ -242,6 +245,18 @@ typedef struct p2p_reg {
     size_t    rkey_len;
 } p2p_reg_t;
 
+/* The buffer attached for buffered sends (p2p_bsend.c). */
+typedef struct p2p_bsend {
+    int             attached;
+    void            *user;      /* as attached: given back at detach */
+    size_t          size;
+    char            *start;     /* user, aligned */
+    char            *end;
+    ucs_list_link_t blocks;     /* messages not sent yet, by address */
+    size_t          used;       /* bytes of their blocks */
+    unsigned        nmsgs;
+} p2p_bsend_t;
+
 /* A slot of the request table: ids on the wire index it (p2p_wire.h). */
 typedef struct p2p_rid_slot {
     p2p_request_t *req;         /* NULL: free */
@@ -251,6 +266,8 @@ typedef struct p2p_rid_slot {
 
 
 struct p2p_context {
+    int           mt;           /* P2P_INIT_F_THREAD_MULTIPLE: entry points
+                                   take lock (p2p_lock.h) */
     p2p_config_t  cfg;
     ucp_context_h ucp;
     ucp_worker_h  worker;
@@ -297,6 +314,12 @@ struct p2p_context {
     int           have_reserve_mp;
     unsigned      faults;       /* injected faults pending (p2p_fault.h) */
     unsigned      fault[P2P_FAULT_LAST];
+    p2p_bsend_t   bsend;
+    p2p_lock_t    lock;
+    /* communicator creation, one at a time (its slot offers must not
+     * interleave); taken before lock */
+    pthread_mutex_t create_mutex;
+    int           have_lock;
     p2p_stats_t   stats;
     char          last_error[512];
 };

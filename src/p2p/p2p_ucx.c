@@ -163,7 +163,10 @@ int p2p_ucp_setup(p2p_context_t *ctx, unsigned flags)
     }
     memset(&wparams, 0, sizeof(wparams));
     wparams.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    /* threads: p2p calls UCP under its own lock, but a caller sharing the
+     * worker (p2p_ucp.h) may call UCP from other threads at the same time */
+    wparams.thread_mode = (flags & P2P_INIT_F_THREAD_MULTIPLE) ?
+                          UCS_THREAD_MODE_MULTI : UCS_THREAD_MODE_SINGLE;
     status = ucp_worker_create(ctx->ucp, &wparams, &ctx->worker);
     if (status != UCS_OK) {
         p2p_set_error(ctx, "ucp_worker_create failed: %s",

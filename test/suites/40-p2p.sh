@@ -6,7 +6,10 @@
 # (receive queues in each mode, the transport's own dead-peer path).
 # The sanitizer pass leaves out rc_ib2: softverbs is preloaded, which an
 # instrumented program cannot take before its sanitizer runtime.
+# The ThreadSanitizer pass runs only the thread test (P2P_INIT_F_THREAD_
+# MULTIPLE), alone and over shm; its build has nothing else.
 # sanitizer: yes
+# tsan: yes
 for v in $(compgen -e | grep '^P2P_\|^UCX_\|^SOFTVERBS_\|^OMPI_'); do
     unset "$v"
 done
@@ -20,6 +23,31 @@ p2p_gt=(--gtest_color=no)
 p2p_no_bound=--gtest_filter=-P2P.UnexpectedQueueBound
 # A wait that cannot end fails its test after this many seconds.
 export P2PTEST_WAIT_LIMIT=120
+
+# Four threads per rank send, receive with wildcards, probe, mprobe and
+# cancel at once on one context; order per (thread, tag) and every byte
+# checked.
+p2p_threads() {   # p2p_threads NAME [mpirun args...]
+    local name=$1
+    shift
+    ib2_gtest "p2p-threads-$name-singleton" "$p2pt/test_p2p_threads" \
+        "${p2p_gt[@]}"
+    ib2_gtest "p2p-threads-$name" "$p2p_mpirun" "${p2p_mpi[@]}" "$@" -np 2 \
+        "$p2pt/test_p2p_threads" "${p2p_gt[@]}"
+}
+if [ "${IB2_PREFIX:-}" = tsan/ ]; then
+    # Slower under TSan: fewer messages, the same mix. UCX's memory hooks
+    # are off: glibc madvises a thread's stack as the thread exits, after
+    # TSan has let go of it, and libucm's madvise hook then takes a lock
+    # through TSan's interceptor, which crashes (leave-pinned is off with
+    # them; p2p's own locking is what this pass is for).
+    export P2PTEST_THREAD_MSGS=300 UCX_MEM_MMAP_HOOK_MODE=none
+    export UCX_MEM_MALLOC_HOOKS=n P2P_LEAVE_PINNED=no
+    UCX_TLS=shm p2p_threads shm -x UCX_TLS -x P2PTEST_THREAD_MSGS \
+        -x TSAN_OPTIONS -x UCX_MEM_MMAP_HOOK_MODE -x UCX_MEM_MALLOC_HOOKS \
+        -x P2P_LEAVE_PINNED
+    return 0
+fi
 
 # The library is split by role (src/p2p/README.md): each role its own
 # file, and no file much over 500 lines.
@@ -50,6 +78,7 @@ for tl in shm tcp; do
     ib2_gtest "p2p-$tl-3ranks" "$p2p_mpirun" "${p2p_mpi[@]}" -np 3 \
         "$p2pt/test_p2p" "${p2p_gt[@]}" \
         --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'
+    p2p_threads "$tl" -x UCX_TLS
     # what happens at the unexpected-queue bound
     P2P_UNEXPECTED_LIMIT=64k ib2_gtest "p2p-$tl-unexpected-bound" \
         "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 2 \
@@ -186,6 +215,9 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     ib2_gtest p2p-rc_ib2-3ranks "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p" "${p2p_gt[@]}" \
         --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'
+
+    ib2_gtest p2p-threads-rc_ib2 "${p2p_sv[@]}" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p_threads" "${p2p_gt[@]}"
 
     P2P_UNEXPECTED_LIMIT=64k ib2_gtest p2p-rc_ib2-hostile "${p2p_sv[@]}" \
         "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 3 \

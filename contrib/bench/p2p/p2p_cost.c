@@ -129,9 +129,14 @@ int main(int argc, char **argv)
     int           n = 10000, opt;
     double        t0, t1, t2;
     unsigned long a_exp, a_unexp;
+    p2p_init_params_t params = { 0 };
 
-    while ((opt = getopt(argc, argv, "n:s:h")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:th")) != -1) {
         switch (opt) {
+        case 't':
+            /* what the thread-safe mode costs one thread */
+            params.flags |= P2P_INIT_F_THREAD_MULTIPLE;
+            break;
         case 'n':
             n = atoi(optarg);
             break;
@@ -139,8 +144,8 @@ int main(int argc, char **argv)
             len = strtoul(optarg, NULL, 0);
             break;
         default:
-            fprintf(stderr, "usage: %s [-n iterations] [-s size]\n",
-                    argv[0]);
+            fprintf(stderr, "usage: %s [-n iterations] [-s size] [-t: "
+                    "P2P_INIT_F_THREAD_MULTIPLE]\n", argv[0]);
             return (opt == 'h') ? 0 : 1;
         }
     }
@@ -148,7 +153,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "p2p_cost: -n must be positive, -s at most 4096\n");
         return 1;
     }
-    if (p2p_init(NULL, &ctx) != P2P_OK) {
+    if (p2p_init(&params, &ctx) != P2P_OK) {
         fprintf(stderr, "p2p_cost: p2p_init failed: %s\n",
                 p2p_last_error(NULL));
         return 1;
