@@ -204,6 +204,12 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
     int32_t    ahead;
     int        keep;
 
+    if (P2P_UNLIKELY(!P2P_WIRE_TAG_VALID(rx->m.tag))) {
+        /* no receive could ever match it: it would sit queued for good */
+        p2p_rx_malformed(ctx, "negative tag not one of the library's",
+                         p2p_wire_hdr_size[rx->type]);
+        return 0;
+    }
     if (P2P_UNLIKELY((comm == NULL) || (comm->cepoch != rx->m.cepoch))) {
         /* Every communicator this process has had bears an epoch it has
          * seen; one it will create bears a higher one (p2p_comm.c). */

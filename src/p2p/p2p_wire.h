@@ -41,8 +41,8 @@
  *                be created here) and drops one for an epoch it has seen
  *                but no longer has (freed);
  *   src          the sender's rank in the communicator;
- *   tag          user tags 0..2^31-1; negative ones are the library's
- *                (P2P_WIRE_TAG_*);
+ *   tag          user tags 0..2^31-1, or one of the library's
+ *                (P2P_WIRE_TAG_*); any other negative tag is malformed;
  *   seq          per (communicator, sender, receiver), from 0, wrapping:
  *                the receiver matches messages of one sender in seq order,
  *                holds early ones and drops those already seen (replays).
@@ -87,6 +87,10 @@ extern "C" {
  * messages are EAGER messages of the communicator they run on. */
 #define P2P_WIRE_TAG_ALLGATHER  (-2)
 #define P2P_WIRE_TAG_BARRIER    (-3)
+/* Whether a tag may travel at all: a user tag or one of the above */
+#define P2P_WIRE_TAG_VALID(_t)  (((_t) >= 0) || \
+                                 ((_t) == P2P_WIRE_TAG_ALLGATHER) || \
+                                 ((_t) == P2P_WIRE_TAG_BARRIER))
 
 /* Barrier: a dissemination. In round k = 1, 2, 4, ... < size every rank
  * sends rank + k (mod size) one byte -- 0, or 1 if it knows a member
