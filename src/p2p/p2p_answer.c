@@ -128,11 +128,22 @@ void p2p_wait_done(p2p_request_t *req, int error)
     p2p_req_event(req);
 }
 
-static int p2p_wire_error(int32_t status)
+/* What a FIN says about the data: a peer's code is taken only if it is
+ * one a receiver sends (p2p_wire.h); anything else, even another of ours
+ * (P2P_ERR_PENDING would say the send is still going on), is a transport
+ * error. */
+static int p2p_fin_error(int32_t status)
 {
-    /* a peer's error code is only taken if it is one of ours */
-    return ((status <= P2P_OK) && (status >= P2P_ERR_TIMEOUT)) ? status :
-           P2P_ERR_TRANSPORT;
+    switch (status) {
+    case P2P_OK:
+    case P2P_ERR_NO_MEMORY:
+    case P2P_ERR_UNEXP_LIMIT:
+    case P2P_ERR_TRANSPORT:
+    case P2P_ERR_PEER_FAILED:
+        return status;
+    default:
+        return P2P_ERR_TRANSPORT;
+    }
 }
 
 void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
@@ -150,6 +161,8 @@ void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
         ++ctx->stats.rx_stale_id;
         return;
     }
-    p2p_wait_done(req, p2p_wire_error((int32_t)P2P_FROM_LE32(
-                                          (uint32_t)ctl->status)));
+    /* an ACK only says "matched": its status field means nothing */
+    p2p_wait_done(req, (ctl->type == P2P_WIRE_ACK) ? P2P_OK :
+                  p2p_fin_error((int32_t)P2P_FROM_LE32(
+                                    (uint32_t)ctl->status)));
 }

@@ -137,7 +137,12 @@ typedef struct __attribute__((packed)) p2p_wire_ctl {
     uint8_t  type;
     uint8_t  version;
     uint16_t reserved;                      /* 0 */
-    int32_t  status;                        /* FIN: 0 or a P2P_ERR_* code */
+    int32_t  status;                        /* FIN: 0, or why the data did
+                                               not land: P2P_ERR_NO_MEMORY,
+                                               _UNEXP_LIMIT, _TRANSPORT,
+                                               _PEER_FAILED (anything else
+                                               is taken as _TRANSPORT);
+                                               ACK: 0, ignored */
     uint64_t sreq;
 } p2p_wire_ctl_t;                           /* 16 bytes */
 
