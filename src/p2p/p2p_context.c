@@ -68,6 +68,7 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     }
     kh_init_inplace(p2p_early, &ctx->early);
     kh_init_inplace(p2p_ep_rank, &ctx->ep_rank);
+    ucs_list_head_init(&ctx->answers);
     ctx->rid_free = UINT32_MAX;
     if (p2p_config_read(&ctx->cfg, err, sizeof(err)) != 0) {
         p2p_set_error(NULL, "p2p_init: %s", err);

@@ -130,6 +130,12 @@ void p2p_wait_done(p2p_request_t *req, int error);
 void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                      const p2p_wire_ctl_t *ctl);
 void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer);
+/* Answers UCP refused at once, tried again (slow progress path); after
+ * this long a peer whose answers are still refused is taken as failed. */
+void p2p_answers_retry(p2p_context_t *ctx);
+/* The peer we handed this token to (p2p_send_token), or NULL. */
+p2p_peer_t *p2p_token_peer(p2p_context_t *ctx, uint64_t token);
+#define P2P_ANSWER_RETRY_SEC 10.0
 
 /* p2p_arrival.c */
 int  p2p_recv_init(p2p_context_t *ctx);

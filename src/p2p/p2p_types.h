@@ -205,6 +205,9 @@ struct p2p_request {
             ucp_rkey_h     rkey;
             uint64_t       sreq;      /* rendezvous: whom to send FIN */
             p2p_wire_ctl_t answer;    /* FIN or ACK in flight */
+            double         answer_since; /* refused by UCP since then: to
+                                            be tried again (linked by
+                                            wait_link in ctx->answers) */
             size_t         msg_len;   /* truncating UCP protocol: length
                                          the sender declared */
         } recv;
@@ -286,9 +289,13 @@ struct p2p_context {
     unsigned      ticks;        /* progress calls, for the slow path */
     unsigned long idle_polls;   /* blocking polls in a row that found
                                    nothing to do (p2p_wait_poll) */
-    int           deferred;     /* peer endpoints to close */
+    int           deferred;     /* peer endpoints to close, answers to
+                                   send again */
+    ucs_list_link_t answers;    /* receives whose answer UCP refused at
+                                   once (p2p_answer.c) */
     double        next_check;   /* next liveness check (p2p_time) */
-    size_t        unexp_bytes;
+    size_t        unexp_bytes;  /* records, data, tables: all charged */
+    unsigned      n_holders;    /* peers with held_bytes != 0 */
     int           unexp_warned;
     unsigned      warned;       /* P2P_WARNED_*: said once already */
     /* header-only records for messages whose record could not be
