@@ -1,5 +1,5 @@
 /*
- * ib2 p2p wire protocol, version 1: every byte one p2p process sends
+ * ib2 p2p wire protocol, version 3 (P2P_WIRE_VERSION): every byte one p2p process sends
  * another, so that a peer written from this file alone interoperates (the
  * hostile-peer test is such a peer).
  *
@@ -74,8 +74,9 @@ extern "C" {
 #endif
 
 /* 2: the PMIx record carries the PID namespace, communicator creation's
- * contributions are little-endian and a split's carries no rank */
-#define P2P_WIRE_VERSION        2
+ * contributions are little-endian and a split's carries no rank;
+ * 3: the PMIx record carries this version (and a new magic) */
+#define P2P_WIRE_VERSION        3
 
 /* The UCP active message id p2p registers when none is given. */
 #define P2P_WIRE_AM_ID_DEFAULT  0x1b2
@@ -189,13 +190,21 @@ typedef struct __attribute__((packed)) p2p_wire_split {
  * address. pid, start_time, pidns and host let peers on the same host and
  * in the same PID namespace watch each other's process (p2p_liveness.c):
  * a pid means another process, or none, in another namespace.
+ *
+ * The record carries the wire version of the process that published it; a
+ * peer of another version is refused (its messages would be dropped as
+ * malformed anyway), and so is a record of the layout of versions 1 and 2,
+ * which had no version field and the magic P2P_WIRE_ADDR_MAGIC_V2.
  */
 #define P2P_WIRE_PMIX_KEY       "ib2.p2p.ucp.addr"
-#define P2P_WIRE_ADDR_MAGIC     0x69623271u     /* "ib2q" */
+#define P2P_WIRE_ADDR_MAGIC     0x69623272u     /* "ib2r" */
+#define P2P_WIRE_ADDR_MAGIC_V2  0x69623271u     /* "ib2q": versions 1, 2 */
 
 typedef struct __attribute__((packed)) p2p_wire_addr {
     uint32_t magic;
+    uint32_t version;       /* P2P_WIRE_VERSION of the publisher */
     uint32_t pid;           /* in its own PID namespace */
+    uint32_t reserved;      /* 0 */
     uint64_t start_time;    /* field 22 of /proc/<pid>/stat */
     uint64_t pidns;         /* inode of /proc/self/ns/pid, 0: unknown */
     char     host[128];     /* "hostname/boot-id", NUL-terminated */
@@ -214,7 +223,7 @@ P2P_WIRE_SIZE_CHECK(p2p_wire_ctl_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_token_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_cid_offer_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_split_t, 8);
-P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 152);
+P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 160);
 
 #ifdef __cplusplus
 }
