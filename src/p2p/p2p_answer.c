@@ -153,6 +153,16 @@ void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer)
         (p2p_peer_ep(peer, &ep) != P2P_OK)) {
         return;
     }
+    if (!peer->token_sent) {
+        /* from now on a message carrying it is the peer's */
+        int      ret;
+        khiter_t k = kh_put(p2p_token, &ctx->tokens, peer->rx_token, &ret);
+        if (ret < 0) {
+            ctx->tokens_partial = 1;
+        } else {
+            kh_val(&ctx->tokens, k) = peer->rank;
+        }
+    }
     peer->token_sent          = 1;
     peer->token_msg.type      = P2P_WIRE_TOKEN;
     peer->token_msg.version   = P2P_WIRE_VERSION;
@@ -170,6 +180,27 @@ void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer)
     if (UCS_PTR_IS_PTR(sp)) {
         peer->token_busy = 1;
     }
+}
+
+/* The peer we handed this token to, or NULL. */
+p2p_peer_t *p2p_token_peer(p2p_context_t *ctx, uint64_t token)
+{
+    khiter_t k;
+    int      i;
+
+    if (token == 0) {
+        return NULL;
+    }
+    k = kh_get(p2p_token, &ctx->tokens, token);
+    if (k != kh_end(&ctx->tokens)) {
+        return &ctx->peers[kh_val(&ctx->tokens, k)];
+    }
+    for (i = 0; ctx->tokens_partial && (i < ctx->size); ++i) {
+        if (ctx->peers[i].token_sent && (ctx->peers[i].rx_token == token)) {
+            return &ctx->peers[i];
+        }
+    }
+    return NULL;
 }
 
 /* ---- sends waiting for an answer ---- */

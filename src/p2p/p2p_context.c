@@ -37,6 +37,7 @@ static void p2p_teardown(p2p_context_t *ctx)
     p2p_rec_cleanup(ctx);
     p2p_config_release(&ctx->cfg);
     kh_destroy_inplace(p2p_ep_rank, &ctx->ep_rank);
+    kh_destroy_inplace(p2p_token, &ctx->tokens);
     free(ctx->peers);
     free(ctx->comms);
     free(ctx);
