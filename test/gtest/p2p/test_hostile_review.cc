@@ -249,9 +249,24 @@ TEST(P2PReview, AckStatusIsIgnoredFinStatusIsChecked)
             if (m.type() == P2P_WIRE_RTS) {
                 ctl(P2P_WIRE_FIN, sreq_of(m), st);
             } else {
-                /* UCP's rendezvous (no RMA lane): no FIN to send */
+                /* UCP's rendezvous (no RMA lane): no FIN to send; the
+                 * data is taken, or the send would fail (cancelled) */
                 ASSERT_EQ((unsigned)P2P_WIRE_MID, m.type());
-                ucp_am_data_release(raw.worker(), m.desc);
+                std::vector<uint8_t> buf(m.length);
+                ucp_request_param_t  param;
+                param.op_attr_mask = 0;
+                ucs_status_ptr_t sp = ucp_am_recv_data_nbx(raw.worker(),
+                                                           m.desc,
+                                                           buf.data(),
+                                                           buf.size(),
+                                                           &param);
+                while (UCS_PTR_IS_PTR(sp) &&
+                       (ucp_request_check_status(sp) == UCS_INPROGRESS)) {
+                    raw.progress();
+                }
+                if (UCS_PTR_IS_PTR(sp)) {
+                    ucp_request_free(sp);
+                }
             }
         }
         return;
@@ -485,6 +500,8 @@ TEST(P2PReview, FloodingRankIsCutOffHonestRankGetsThrough)
         }
         phase_end(TAG_FLOOD);
         cut_off = true;
+        /* alive until rank 0 is done: its leaving would fail it anyway */
+        raw.wait_tag(2, TAG_HONEST_DONE, "rank 2 to say rank 0 is done");
         return;
     }
     if (rank == 2) {
@@ -498,6 +515,7 @@ TEST(P2PReview, FloodingRankIsCutOffHonestRankGetsThrough)
         }
         ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, TAG_HONEST_DONE, world,
                                    nullptr));
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 1, TAG_HONEST_DONE, world));
         cut_off = true;     /* rank 0 will not join the closing barrier */
         return;
     }
