@@ -5,8 +5,10 @@
  * arriving message is checked before anything of it is used: the header
  * has exactly its type's size and the current version; the sender is
  * authenticated by the endpoint UCP says it came by (the endpoint must be
- * the one to the rank the header names); its communicator exists here in
- * the same incarnation (not yet: hold it; freed: drop it); its sequence
+ * the one to the rank the header names) or the token we gave that rank;
+ * its tag is a user tag or one of the library's; its communicator exists
+ * here in the same incarnation (not yet: hold it if a world peer it can
+ * be charged to sent it; freed: drop it); its sequence
  * number is the next one from that sender (ahead: hold it; already seen:
  * a replay, drop it). Then it is matched against the posted receives or
  * queued as unexpected. Every message dropped is counted in the
@@ -194,6 +196,32 @@ static void p2p_deliver_held(p2p_comm_t *comm, p2p_peer_t *peer, int32_t src)
     }
 }
 
+/* A message for a communicator not created here yet. Until it is, nothing
+ * says which world rank the message's source is, so the message cannot be
+ * authenticated; but it must be attributable to a world peer -- the one
+ * we handed its token, or the one whose endpoint it came by -- which is
+ * charged for holding it (p2p_unexp.c) and can be cut off. An honest peer
+ * always is: it took part in creating the communicator, so we sent it our
+ * contribution (and connected to it) before it could send on it. Anything
+ * else is dropped, or it could hold the limit for good (a communicator
+ * that never comes). The held message is authenticated in full when it is
+ * replayed. */
+static int p2p_arrival_early(p2p_context_t *ctx, const p2p_rx_t *rx)
+{
+    p2p_peer_t *peer = (rx->token != 0) ? p2p_token_peer(ctx, rx->token) :
+                       p2p_rx_peer(ctx, rx->ep);
+
+    if (peer == NULL) {
+        p2p_rx_unauthenticated(ctx, rx);
+        return 0;
+    }
+    if (peer->failed) {
+        ++ctx->stats.rx_failed_peer;
+        return 0;
+    }
+    return p2p_hold_early(ctx, peer, rx);
+}
+
 /* Returns whether UCP must keep the descriptor (it was held or queued, not
  * consumed and not dropped). */
 static inline __attribute__((always_inline))
@@ -204,12 +232,18 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
     int32_t    ahead;
     int        keep;
 
+    if (P2P_UNLIKELY(!P2P_WIRE_TAG_VALID(rx->m.tag))) {
+        /* no receive could ever match it: it would sit queued for good */
+        p2p_rx_malformed(ctx, "negative tag not one of the library's",
+                         p2p_wire_hdr_size[rx->type]);
+        return 0;
+    }
     if (P2P_UNLIKELY((comm == NULL) || (comm->cepoch != rx->m.cepoch))) {
         /* Every communicator this process has had bears an epoch it has
          * seen; one it will create bears a higher one (p2p_comm.c). */
         if ((int32_t)(rx->m.cepoch - ctx->epoch) > 0) {
             /* its communicator is being created here: keep it for then */
-            return p2p_hold_early(ctx, rx);
+            return p2p_arrival_early(ctx, rx);
         }
         ++ctx->stats.rx_stale_comm;
         return 0;

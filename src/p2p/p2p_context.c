@@ -38,6 +38,7 @@ static void p2p_teardown(p2p_context_t *ctx)
     p2p_config_release(&ctx->cfg);
     p2p_mt_cleanup(ctx);
     kh_destroy_inplace(p2p_ep_rank, &ctx->ep_rank);
+    kh_destroy_inplace(p2p_token, &ctx->tokens);
     free(ctx->peers);
     free(ctx->comms);
     free(ctx);
@@ -69,6 +70,7 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     }
     kh_init_inplace(p2p_early, &ctx->early);
     kh_init_inplace(p2p_ep_rank, &ctx->ep_rank);
+    ucs_list_head_init(&ctx->answers);
     ctx->rid_free = UINT32_MAX;
     if (p2p_config_read(&ctx->cfg, err, sizeof(err)) != 0) {
         p2p_set_error(NULL, "p2p_init: %s", err);

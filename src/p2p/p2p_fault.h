@@ -15,6 +15,8 @@ extern "C" {
 enum {
     P2P_FAULT_SEND  = 0,    /* ucp_am_send_nbx of a message fails at once */
     P2P_FAULT_ALLOC = 1,    /* allocations for arriving messages fail */
+    P2P_FAULT_ANSWER = 2,   /* ucp_am_send_nbx of a FIN or ACK fails at
+                               once (UCS_ERR_NO_MEMORY) */
     P2P_FAULT_LAST
 };
 

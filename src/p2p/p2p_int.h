@@ -226,6 +226,12 @@ void p2p_wait_done(p2p_request_t *req, int error);
 void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                      const p2p_wire_ctl_t *ctl);
 void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer);
+/* Answers UCP refused at once, tried again (slow progress path); after
+ * this long a peer whose answers are still refused is taken as failed. */
+void p2p_answers_retry(p2p_context_t *ctx);
+/* The peer we handed this token to (p2p_send_token), or NULL. */
+p2p_peer_t *p2p_token_peer(p2p_context_t *ctx, uint64_t token);
+#define P2P_ANSWER_RETRY_SEC 10.0
 
 /* p2p_arrival.c */
 int  p2p_recv_init(p2p_context_t *ctx);
@@ -234,7 +240,10 @@ void p2p_arrival(p2p_context_t *ctx, const p2p_rx_t *rx);
 /* p2p_held.c */
 /* Returns whether UCP must keep the descriptor (it was held). */
 int  p2p_hold_ooo(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx);
-int  p2p_hold_early(p2p_context_t *ctx, const p2p_rx_t *rx);
+int  p2p_hold_early(p2p_context_t *ctx, p2p_peer_t *peer,
+                    const p2p_rx_t *rx);
+/* Drop every held message of peer (it is cut off); how many. */
+size_t p2p_held_drop_peer(p2p_context_t *ctx, p2p_peer_t *peer);
 p2p_held_t *p2p_held_next(p2p_comm_t *comm, int32_t src);
 void p2p_held_done(p2p_context_t *ctx, p2p_held_t *h, int kept);
 void p2p_early_replay(p2p_context_t *ctx, p2p_comm_t *comm);
@@ -295,12 +304,18 @@ void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx,
 /* What UCP's descriptor of a message it delivers by its own rendezvous is
  * counted as (its header and key; the data stays with the sender). */
 #define P2P_UCP_DESC_CHARGE 256
-/* Count a record of rec bytes plus data bytes against
+/* Count a record of rec bytes plus data bytes of peer's against
  * P2P_UNEXPECTED_LIMIT: 1 all counted; 0 only the record (data over the
  * limit; not for a record whose data cannot be dropped); -1 nothing (over
- * the limit and its headroom). */
-int  p2p_charge(p2p_context_t *ctx, size_t rec, size_t data, int droppable);
-void p2p_uncharge(p2p_context_t *ctx, size_t bytes);
+ * the limit and its headroom, and peer holds the most: cut it off). May
+ * cut off another peer that holds more, to make room. */
+int  p2p_charge(p2p_context_t *ctx, p2p_peer_t *peer, size_t rec,
+                size_t data, int droppable);
+/* A table of held messages grows by bytes for a message of peer: 0 if
+ * that is over the hard limit even after making room. */
+int  p2p_charge_table(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes);
+/* peer: NULL for a table's bytes */
+void p2p_uncharge(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes);
 size_t p2p_unexp_hard_limit(const p2p_context_t *ctx);
 /* Returns whether UCP must keep the descriptor (it was queued). */
 int  p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx);

@@ -119,6 +119,7 @@ void p2p_slow_progress(p2p_context_t *ctx)
                 p2p_peer_failed(&ctx->peers[i], UCS_ERR_CONNECTION_RESET, 0);
             }
         }
+        p2p_answers_retry(ctx);
     }
     if (ctx->cfg.keepalive_sec <= 0) {
         return;

@@ -127,6 +127,9 @@ typedef struct p2p_peer {
     uint64_t      tx_token;
     int32_t       pid;
     uint64_t      start_time;   /* of its process, from /proc (pid reuse) */
+    /* bytes held for its messages no receive has taken yet (unexpected,
+     * out of order, early), counted against P2P_UNEXPECTED_LIMIT */
+    size_t        held_bytes;
     void          *close_req;   /* forced close of a dead peer's endpoint */
     /* requests waiting for this peer's answer (FIN, ACK): completed with
      * P2P_ERR_PEER_FAILED if the peer dies */
@@ -138,6 +141,7 @@ typedef struct p2p_peer {
  * missing (p2p_held.c). */
 typedef struct p2p_held {
     struct p2p_held *next;      /* early: the next for the same context id */
+    p2p_peer_t  *peer;          /* who sent it (charged for it) */
     int         reserve;        /* a header-only record of the reserve */
     size_t      charge;         /* bytes counted against the limit */
     p2p_rx_t    rx;             /* rx.data points into buf (or is the
@@ -146,6 +150,9 @@ typedef struct p2p_held {
 } p2p_held_t;
 
 KHASH_MAP_INIT_INT64(p2p_ep_rank, uint32_t)
+
+/* the tokens handed out: token -> world rank (p2p_answer.c) */
+KHASH_MAP_INIT_INT64(p2p_token, uint32_t)
 
 /* held out of order, per communicator: (source, seq) -> record */
 KHASH_MAP_INIT_INT64(p2p_held, p2p_held_t*)
@@ -166,6 +173,7 @@ struct p2p_comm {
     uint32_t      *send_seq;    /* next seq to each comm rank */
     uint32_t      *recv_seq;    /* next seq expected from each comm rank */
     khash_t(p2p_held) held;     /* arrived ahead of their seq */
+    size_t        held_table;   /* bytes of held's table, charged */
     unsigned      n_failed;     /* failures among the members so far */
     int           watched;      /* every member watched (p2p_failure.c) */
     p2p_mq_t      mq;
@@ -208,6 +216,9 @@ struct p2p_request {
             ucp_rkey_h     rkey;
             uint64_t       sreq;      /* rendezvous: whom to send FIN */
             p2p_wire_ctl_t answer;    /* FIN or ACK in flight */
+            double         answer_since; /* refused by UCP since then: to
+                                            be tried again (linked by
+                                            wait_link in ctx->answers) */
             size_t         msg_len;   /* truncating UCP protocol: length
                                          the sender declared */
         } recv;
@@ -224,6 +235,7 @@ enum {
 struct p2p_unexp {
     p2p_mq_msg_t  mq;
     p2p_comm_t    *comm;
+    p2p_peer_t    *peer;        /* who sent it (charged for it) */
     uint8_t       kind;
     uint8_t       reserve;      /* a header-only record of the reserve */
     int16_t       dropped;      /* 0, or why the data was not kept: the
@@ -292,6 +304,11 @@ struct p2p_context {
     uint32_t      ncomms;       /* capacity of comms[] */
     uint32_t      epoch;        /* the highest communicator epoch seen */
     khash_t(p2p_early) early;   /* held: for communicators not created yet */
+    size_t        early_table;  /* bytes of early's table, charged */
+    /* which peer a token we handed out is (attributes early messages) */
+    khash_t(p2p_token) tokens;
+    int           tokens_partial; /* a token could not be entered: look
+                                     the peers through as well */
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
     ucs_mpool_t   req_mp;       /* requests */
@@ -303,9 +320,13 @@ struct p2p_context {
     unsigned      ticks;        /* progress calls, for the slow path */
     unsigned long idle_polls;   /* blocking polls in a row that found
                                    nothing to do (p2p_wait_poll) */
-    int           deferred;     /* peer endpoints to close */
+    int           deferred;     /* peer endpoints to close, answers to
+                                   send again */
+    ucs_list_link_t answers;    /* receives whose answer UCP refused at
+                                   once (p2p_answer.c) */
     double        next_check;   /* next liveness check (p2p_time) */
-    size_t        unexp_bytes;
+    size_t        unexp_bytes;  /* records, data, tables: all charged */
+    unsigned      n_holders;    /* peers with held_bytes != 0 */
     int           unexp_warned;
     unsigned      warned;       /* P2P_WARNED_*: said once already */
     /* header-only records for messages whose record could not be

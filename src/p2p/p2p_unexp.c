@@ -14,12 +14,16 @@
  * fail instead of waiting for what was lost.
  *
  * P2P_UNEXPECTED_LIMIT bounds every byte held for messages no receive has
- * taken yet, here and in p2p_held.c: records, kept data, UCP descriptors.
- * Over the limit a message keeps only its header; headers alone may go
- * over by the headroom (an eighth of the limit, at least 16 KiB); a
- * message that does not fit even so cuts its sender off.
+ * taken yet, here and in p2p_held.c: records, kept data, UCP descriptors,
+ * the tables of held messages. Each is charged to the peer that sent it.
+ * Over the limit a message keeps only its header, unless its sender holds
+ * less than its share; headers alone may go over by the headroom (an
+ * eighth of the limit, at least 16 KiB); past that the biggest holder is
+ * cut off (p2p_charge says how).
  */
 #include "p2p_int.h"
+
+#include <ucs/debug/assert.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -106,26 +110,123 @@ size_t p2p_unexp_hard_limit(const p2p_context_t *ctx)
     return ctx->cfg.unexp_limit + ((headroom < 16384) ? 16384 : headroom);
 }
 
-int p2p_charge(p2p_context_t *ctx, size_t rec, size_t data, int droppable)
+/* The peer holding the most bytes, or NULL if none holds any. */
+static p2p_peer_t *p2p_biggest_holder(p2p_context_t *ctx)
 {
-    int keep = 1;
+    p2p_peer_t *big = NULL;
+    int        i;
 
+    for (i = 0; (i < ctx->size) && (ctx->n_holders != 0); ++i) {
+        if ((ctx->peers[i].held_bytes != 0) &&
+            ((big == NULL) || (ctx->peers[i].held_bytes > big->held_bytes))) {
+            big = &ctx->peers[i];
+        }
+    }
+    return big;
+}
+
+static void p2p_evict_unexp_cb(void *arg, p2p_mq_msg_t *m)
+{
+    void             **a = arg;
+    struct p2p_unexp *u  = ucs_container_of(m, struct p2p_unexp, mq);
+
+    if (u->peer == a[1]) {
+        p2p_mq_remove_unexp(&((p2p_comm_t*)a[0])->mq, m);
+        p2p_unexp_free(((p2p_comm_t*)a[0])->ctx, u);
+        ++*(size_t*)a[2];
+    }
+}
+
+/* The biggest holder yields: it is cut off (its operations complete with
+ * P2P_ERR_UNEXP_LIMIT) and everything held for it is dropped. */
+static void p2p_evict(p2p_context_t *ctx, p2p_peer_t *victim)
+{
+    size_t   n = 0;
+    uint32_t cid;
+
+    p2p_warn(ctx, "rank %u holds %zu bytes of messages no receive has "
+            "taken, the most of any rank, and P2P_UNEXPECTED_LIMIT=%zu and "
+            "its headroom are full: it is cut off and its messages are "
+            "dropped, so that the other ranks' messages still get through",
+            victim->rank, victim->held_bytes, ctx->cfg.unexp_limit);
+    p2p_peer_failed(victim, UCS_ERR_EXCEEDS_LIMIT, 1);
+    for (cid = 0; cid < ctx->ncomms; ++cid) {
+        if (ctx->comms[cid] != NULL) {
+            void *arg[3] = { ctx->comms[cid], victim, &n };
+            p2p_mq_foreach_unexp(&ctx->comms[cid]->mq, p2p_evict_unexp_cb,
+                                 arg);
+        }
+    }
+    n += p2p_held_drop_peer(ctx, victim);
+    ctx->stats.rx_over_limit += n;
+}
+
+/* Make room for bytes more of peer's within the hard limit: while they do
+ * not fit, a rank holding more than peer would then is cut off and its
+ * messages dropped. 0 if they still do not fit: peer holds the most. */
+static int p2p_make_room(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
+{
+    p2p_peer_t *big;
+
+    while (ctx->unexp_bytes + bytes > p2p_unexp_hard_limit(ctx)) {
+        big = p2p_biggest_holder(ctx);
+        if ((big == NULL) || (big == peer) ||
+            (big->held_bytes <= peer->held_bytes + bytes)) {
+            return 0;
+        }
+        p2p_evict(ctx, big);
+    }
+    return 1;
+}
+
+static void p2p_charged(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
+{
+    if ((peer != NULL) && (bytes != 0)) {
+        if (peer->held_bytes == 0) {
+            ++ctx->n_holders;
+        }
+        peer->held_bytes += bytes;
+    }
+    ctx->unexp_bytes += bytes;
+    if (ctx->unexp_bytes > ctx->stats.unexp_bytes_peak) {
+        ctx->stats.unexp_bytes_peak = ctx->unexp_bytes;
+    }
+}
+
+/*
+ * The limit is shared fairly among the senders: over it, a message still
+ * keeps its data if its sender holds less than an equal share of the
+ * limit among the senders holding anything (it may then use the
+ * headroom), so a sender that fills the limit cannot make every other
+ * sender's data be dropped. Past the headroom the biggest holder yields:
+ * if that is another sender, it is cut off and its messages dropped to
+ * make room (p2p_make_room); if it is this sender, this sender is cut off
+ * (the caller, by p2p_rec_lost).
+ */
+int p2p_charge(p2p_context_t *ctx, p2p_peer_t *peer, size_t rec,
+               size_t data, int droppable)
+{
+    unsigned holders;
+    int      keep = 1;
+
+    ucs_assert(peer != NULL);
     if (P2P_UNLIKELY(ctx->unexp_bytes + rec + data > ctx->cfg.unexp_limit)) {
-        if (droppable && (data != 0)) {
+        holders = ctx->n_holders + (peer->held_bytes == 0);
+        if (droppable && (data != 0) &&
+            (peer->held_bytes + rec + data >
+             ctx->cfg.unexp_limit / holders)) {
             /* keep the header: the receive will say the data is gone */
             data = 0;
             keep = 0;
         }
         /* headers alone (no data, dropped data, or a rendezvous key,
-         * which is its message) may use the headroom */
-        if (ctx->unexp_bytes + rec + data > p2p_unexp_hard_limit(ctx)) {
+         * which is its message) may use the headroom, and so may the
+         * data of a sender within its share */
+        if (!p2p_make_room(ctx, peer, rec + data)) {
             return -1;
         }
     }
-    ctx->unexp_bytes += rec + data;
-    if (ctx->unexp_bytes > ctx->stats.unexp_bytes_peak) {
-        ctx->stats.unexp_bytes_peak = ctx->unexp_bytes;
-    }
+    p2p_charged(ctx, peer, rec + data);
     if (!keep) {
         ++ctx->stats.unexp_dropped;
         if (!ctx->unexp_warned) {
@@ -141,40 +242,42 @@ int p2p_charge(p2p_context_t *ctx, size_t rec, size_t data, int droppable)
     return keep;
 }
 
-void p2p_uncharge(p2p_context_t *ctx, size_t bytes)
+int p2p_charge_table(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
+{
+    if ((ctx->unexp_bytes + bytes > p2p_unexp_hard_limit(ctx)) &&
+        !p2p_make_room(ctx, peer, bytes)) {
+        return 0;
+    }
+    p2p_charged(ctx, NULL, bytes);
+    return 1;
+}
+
+void p2p_uncharge(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
 {
     ctx->unexp_bytes -= bytes;
+    if ((peer != NULL) && (bytes != 0)) {
+        ucs_assert(peer->held_bytes >= bytes);
+        peer->held_bytes -= bytes;
+        if (peer->held_bytes == 0) {
+            --ctx->n_holders;
+        }
+    }
 }
 
 void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx,
                   ucs_status_t why)
 {
-    int i;
-
     if (why == UCS_ERR_NO_MEMORY) {
         ++ctx->stats.rx_no_memory;
     } else {
         ++ctx->stats.rx_over_limit;
     }
-    if (peer == NULL) {
-        /* not authenticated yet (its communicator is unknown here): who
-         * sent it, by token or endpoint? */
-        peer = p2p_rx_peer(ctx, rx->ep);
-        for (i = 0; (peer == NULL) && (rx->token != 0) && (i < ctx->size);
-             ++i) {
-            if (ctx->peers[i].rx_token == rx->token) {
-                peer = &ctx->peers[i];
-            }
-        }
-    }
-    if (peer != NULL) {
-        p2p_peer_failed(peer, why, 1);
-    }
+    p2p_peer_failed(peer, why, 1);
 }
 
 void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u)
 {
-    p2p_uncharge(ctx, u->charge);
+    p2p_uncharge(ctx, u->peer, u->charge);
     if ((u->kind == P2P_UNEXP_UCP) && (u->desc != NULL)) {
         ucp_am_data_release(ctx->worker, u->desc);
     }
@@ -238,7 +341,7 @@ int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
     if ((rx->how == P2P_ARR_DATA) && !dropped) {
         keep = rx->data_len;
     }
-    fits = p2p_charge(ctx, rec, keep, rx->type != P2P_WIRE_RTS);
+    fits = p2p_charge(ctx, peer, rec, keep, rx->type != P2P_WIRE_RTS);
     if (P2P_UNLIKELY(fits < 0)) {
         p2p_rec_lost(ctx, peer, rx, UCS_ERR_EXCEEDS_LIMIT);
         return 0;
@@ -251,13 +354,13 @@ int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
     }
     u = p2p_rec_alloc(ctx, sizeof(*u) + keep, &reserve);
     if (P2P_UNLIKELY(u == NULL)) {
-        p2p_uncharge(ctx, rec + keep);
+        p2p_uncharge(ctx, peer, rec + keep);
         p2p_rec_lost(ctx, peer, rx, UCS_ERR_NO_MEMORY);
         return 0;
     }
     if (P2P_UNLIKELY(reserve) && (keep != 0)) {
         /* only the header fits */
-        p2p_uncharge(ctx, keep);
+        p2p_uncharge(ctx, peer, keep);
         keep    = 0;
         dropped = P2P_ERR_NO_MEMORY;
         ++ctx->stats.rx_data_no_memory;
@@ -265,6 +368,7 @@ int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
     u->reserve  = reserve;
     u->charge   = rec + keep;
     u->comm     = comm;
+    u->peer     = peer;
     u->src      = rx->m.src;
     u->tag      = rx->m.tag;
     u->dropped  = dropped;

@@ -1,5 +1,5 @@
 /*
- * ib2 p2p wire protocol, version 1: every byte one p2p process sends
+ * ib2 p2p wire protocol, version 3 (P2P_WIRE_VERSION): every byte one p2p process sends
  * another, so that a peer written from this file alone interoperates (the
  * hostile-peer test is such a peer).
  *
@@ -41,8 +41,8 @@
  *                be created here) and drops one for an epoch it has seen
  *                but no longer has (freed);
  *   src          the sender's rank in the communicator;
- *   tag          user tags 0..2^31-1; negative ones are the library's
- *                (P2P_WIRE_TAG_*);
+ *   tag          user tags 0..2^31-1, or one of the library's
+ *                (P2P_WIRE_TAG_*); any other negative tag is malformed;
  *   seq          per (communicator, sender, receiver), from 0, wrapping:
  *                the receiver matches messages of one sender in seq order,
  *                holds early ones and drops those already seen (replays).
@@ -74,8 +74,9 @@ extern "C" {
 #endif
 
 /* 2: the PMIx record carries the PID namespace, communicator creation's
- * contributions are little-endian and a split's carries no rank */
-#define P2P_WIRE_VERSION        2
+ * contributions are little-endian and a split's carries no rank;
+ * 3: the PMIx record carries this version (and a new magic) */
+#define P2P_WIRE_VERSION        3
 
 /* The UCP active message id p2p registers when none is given. */
 #define P2P_WIRE_AM_ID_DEFAULT  0x1b2
@@ -87,6 +88,10 @@ extern "C" {
  * messages are EAGER messages of the communicator they run on. */
 #define P2P_WIRE_TAG_ALLGATHER  (-2)
 #define P2P_WIRE_TAG_BARRIER    (-3)
+/* Whether a tag may travel at all: a user tag or one of the above */
+#define P2P_WIRE_TAG_VALID(_t)  (((_t) >= 0) || \
+                                 ((_t) == P2P_WIRE_TAG_ALLGATHER) || \
+                                 ((_t) == P2P_WIRE_TAG_BARRIER))
 
 /* Barrier: a dissemination. In round k = 1, 2, 4, ... < size every rank
  * sends rank + k (mod size) one byte -- 0, or 1 if it knows a member
@@ -133,7 +138,12 @@ typedef struct __attribute__((packed)) p2p_wire_ctl {
     uint8_t  type;
     uint8_t  version;
     uint16_t reserved;                      /* 0 */
-    int32_t  status;                        /* FIN: 0 or a P2P_ERR_* code */
+    int32_t  status;                        /* FIN: 0, or why the data did
+                                               not land: P2P_ERR_NO_MEMORY,
+                                               _UNEXP_LIMIT, _TRANSPORT,
+                                               _PEER_FAILED (anything else
+                                               is taken as _TRANSPORT);
+                                               ACK: 0, ignored */
     uint64_t sreq;
 } p2p_wire_ctl_t;                           /* 16 bytes */
 
@@ -180,13 +190,21 @@ typedef struct __attribute__((packed)) p2p_wire_split {
  * address. pid, start_time, pidns and host let peers on the same host and
  * in the same PID namespace watch each other's process (p2p_liveness.c):
  * a pid means another process, or none, in another namespace.
+ *
+ * The record carries the wire version of the process that published it; a
+ * peer of another version is refused (its messages would be dropped as
+ * malformed anyway), and so is a record of the layout of versions 1 and 2,
+ * which had no version field and the magic P2P_WIRE_ADDR_MAGIC_V2.
  */
 #define P2P_WIRE_PMIX_KEY       "ib2.p2p.ucp.addr"
-#define P2P_WIRE_ADDR_MAGIC     0x69623271u     /* "ib2q" */
+#define P2P_WIRE_ADDR_MAGIC     0x69623272u     /* "ib2r" */
+#define P2P_WIRE_ADDR_MAGIC_V2  0x69623271u     /* "ib2q": versions 1, 2 */
 
 typedef struct __attribute__((packed)) p2p_wire_addr {
     uint32_t magic;
+    uint32_t version;       /* P2P_WIRE_VERSION of the publisher */
     uint32_t pid;           /* in its own PID namespace */
+    uint32_t reserved;      /* 0 */
     uint64_t start_time;    /* field 22 of /proc/<pid>/stat */
     uint64_t pidns;         /* inode of /proc/self/ns/pid, 0: unknown */
     char     host[128];     /* "hostname/boot-id", NUL-terminated */
@@ -205,7 +223,7 @@ P2P_WIRE_SIZE_CHECK(p2p_wire_ctl_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_token_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_cid_offer_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_split_t, 8);
-P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 152);
+P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 160);
 
 #ifdef __cplusplus
 }

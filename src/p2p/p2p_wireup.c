@@ -78,6 +78,8 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
         p2p_liveness_self(&pid, &start, &pidns, hdr->host,
                           sizeof(hdr->host));
         hdr->magic      = P2P_LE32(P2P_WIRE_MAGIC);
+        hdr->version    = P2P_LE32(P2P_WIRE_VERSION);
+        hdr->reserved   = 0;
         hdr->pid        = P2P_LE32(pid);
         hdr->start_time = P2P_LE64(start);
         hdr->pidns      = P2P_LE64(pidns);
@@ -142,6 +144,43 @@ static int p2p_ep_rma_emulated(ucp_ep_h ep)
     return emulated;
 }
 
+/* A peer's PMIx record is of this p2p's layout and wire version; if not,
+ * the error says what the peer runs. */
+static int p2p_wire_addr_check(p2p_context_t *ctx, uint32_t rank,
+                               const void *bytes, size_t size)
+{
+    p2p_wire_addr_t a;
+
+    if ((bytes == NULL) || (size < sizeof(uint32_t))) {
+        p2p_set_error(ctx, "the PMIx record of rank %u (%zu bytes) is no "
+                      "p2p address; does every process of the job use "
+                      "p2p?", rank, size);
+        return 0;
+    }
+    memcpy(&a, bytes, (size < sizeof(a)) ? size : sizeof(a));
+    if (P2P_FROM_LE32(a.magic) == P2P_WIRE_ADDR_MAGIC_V2) {
+        p2p_set_error(ctx, "rank %u runs an older p2p (wire version 1 or 2;"
+                      " this one speaks version %u): every process of the "
+                      "job must use the same p2p", rank, P2P_WIRE_VERSION);
+        return 0;
+    }
+    if ((P2P_FROM_LE32(a.magic) != P2P_WIRE_ADDR_MAGIC) ||
+        (size <= sizeof(a))) {
+        p2p_set_error(ctx, "the PMIx record of rank %u (%zu bytes) is no "
+                      "p2p address; does every process of the job use "
+                      "p2p?", rank, size);
+        return 0;
+    }
+    if (P2P_FROM_LE32(a.version) != P2P_WIRE_VERSION) {
+        p2p_set_error(ctx, "rank %u runs p2p wire version %u, this process "
+                      "version %u: every process of the job must use the "
+                      "same p2p", rank, P2P_FROM_LE32(a.version),
+                      P2P_WIRE_VERSION);
+        return 0;
+    }
+    return 1;
+}
+
 static void p2p_ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     p2p_peer_failed((p2p_peer_t*)arg, status, 1);
@@ -173,12 +212,13 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
         rc = PMIx_Get(&proc, P2P_PMIX_KEY, NULL, 0, &val);
         if ((rc != PMIX_SUCCESS) || (val == NULL) ||
             (val->type != PMIX_BYTE_OBJECT) ||
-            (val->data.bo.size <= sizeof(p2p_wire_hdr_t)) ||
-            (P2P_FROM_LE32(((p2p_wire_hdr_t*)val->data.bo.bytes)->magic) !=
-             P2P_WIRE_MAGIC)) {
-            p2p_set_error(ctx, "no p2p address of rank %u in PMIx (%s); "
-                          "does every process of the job use this p2p?",
-                          peer->rank, PMIx_Error_string(rc));
+            !p2p_wire_addr_check(ctx, peer->rank, val->data.bo.bytes,
+                                 val->data.bo.size)) {
+            if (rc != PMIX_SUCCESS) {
+                p2p_set_error(ctx, "no p2p address of rank %u in PMIx "
+                              "(%s); does every process of the job use "
+                              "p2p?", peer->rank, PMIx_Error_string(rc));
+            }
             if (val != NULL) {
                 PMIX_VALUE_RELEASE(val);
             }

@@ -92,6 +92,27 @@ for tl in shm tcp; do
     ib2_gtest "p2p-$tl-hostile-held-and-cut-off" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" \
         --gtest_filter=-P2PHostile.Forged*
+    # the review's wire-input findings: invalid tags, answers' statuses,
+    # early messages nobody can be charged for, a flooding rank cut off
+    # while an honest one gets through (rank 2 waits for the closing
+    # barrier rank 0 skips: a short timeout), refused answers sent again
+    P2P_UNEXPECTED_LIMIT=64k P2P_FINALIZE_TIMEOUT=3s ib2_gtest \
+        "p2p-$tl-hostile-review" "$p2p_mpirun" "${p2p_mpi[@]}" \
+        -x P2P_UNEXPECTED_LIMIT -x P2P_FINALIZE_TIMEOUT -np 3 \
+        "$p2pt/test_p2p_hostile_review" "${p2p_gt[@]}" \
+        --gtest_filter='-*HeldTables*:*Record*'
+    # the tables of held messages charged and shrunk (default limit)
+    ib2_gtest "p2p-$tl-hostile-review-tables" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p_hostile_review" \
+        "${p2p_gt[@]}" --gtest_filter='*HeldTables*'
+    # a PMIx record of another p2p version is refused, saying so
+    for rec in v2 v99; do
+        P2PTEST_RAW_RECORD=$rec ib2_gtest \
+            "p2p-$tl-hostile-review-record-$rec" "$p2p_mpirun" \
+            "${p2p_mpi[@]}" -x P2PTEST_RAW_RECORD -np 2 \
+            "$p2pt/test_p2p_hostile_review" "${p2p_gt[@]}" \
+            --gtest_filter='*Record*'
+    done
     # without --enable-recovery mpirun would kill the survivor as well
     ib2_gtest "p2p-$tl-killed" "$p2p_mpirun" "${p2p_mpi[@]}" \
         --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \

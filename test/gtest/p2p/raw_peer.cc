@@ -137,11 +137,31 @@ bool RawPeer::init()
     }
     std::vector<char> blob(sizeof(p2p_wire_addr_t) + addr_len, 0);
     p2p_wire_addr_t  *wa = (p2p_wire_addr_t*)blob.data();
-    wa->magic = P2P_WIRE_ADDR_MAGIC;
-    wa->pid   = (uint32_t)getpid();
-    wa->pidns = 0;
+    wa->magic   = P2P_WIRE_ADDR_MAGIC;
+    wa->version = P2P_WIRE_VERSION;
+    wa->pid     = (uint32_t)getpid();
+    wa->pidns   = 0;
     snprintf(wa->host, sizeof(wa->host), "raw-peer-not-watched");
     memcpy(blob.data() + sizeof(*wa), addr, addr_len);
+    /* P2PTEST_RAW_RECORD: publish the record of another p2p instead --
+     * "v2": the layout of wire versions 1 and 2 (no version field),
+     * "v99": this layout saying version 99 */
+    const char *other = getenv("P2PTEST_RAW_RECORD");
+    if ((other != nullptr) && (strcmp(other, "v99") == 0)) {
+        wa->version = 99;
+    } else if ((other != nullptr) && (strcmp(other, "v2") == 0)) {
+        struct __attribute__((packed)) {
+            uint32_t magic, pid;
+            uint64_t start_time, pidns;
+            char     host[128];
+        } v2 = {};
+        v2.magic = P2P_WIRE_ADDR_MAGIC_V2;
+        v2.pid   = (uint32_t)getpid();
+        snprintf(v2.host, sizeof(v2.host), "raw-peer-not-watched");
+        blob.assign(sizeof(v2) + addr_len, 0);
+        memcpy(blob.data(), &v2, sizeof(v2));
+        memcpy(blob.data() + sizeof(v2), addr, addr_len);
+    }
     ucp_worker_release_address(worker_, addr);
     pmix_value_t value;
     PMIX_VALUE_CONSTRUCT(&value);
