@@ -145,10 +145,11 @@ fi
 export P2PTEST_COMM_LOOPS=20000
 
 # More ranks than cores: 4 ranks on this machine's cores race receives
-# against cancels (every wait a blocking call) within a bound; the same
-# test ran with 2 ranks in p2p-shm above. Both times are in the logs.
-UCX_TLS=shm P2PTEST_RACE_LIMIT=1.5 ib2_gtest p2p-shm-oversubscribed \
-    "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS -x P2PTEST_RACE_LIMIT -np 4 \
+# against cancels (every wait a blocking call); the test requires the
+# blocking calls to have given the core away. Its time next to 2 ranks is
+# a benchmark, not a bound here: contrib/bench/p2p/p2p_idle_bench.sh.
+UCX_TLS=shm ib2_gtest p2p-shm-oversubscribed \
+    "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS -np 4 \
     "$p2pt/test_p2p" "${p2p_gt[@]}" --gtest_filter='P2P.ReceiveCancelRaces'
 
 # p2p moved to another active message id: the caller's handlers around it

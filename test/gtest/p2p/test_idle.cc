@@ -40,10 +40,11 @@ void spin(double us)
  * microseconds while the even rank posts the receive for it, progresses a
  * random few microseconds and cancels it: the receive is either cancelled
  * (then a blocking receive takes the message) or has matched. Every wait
- * is a blocking call (barrier, receive). The time is printed;
- * P2PTEST_RACE_LIMIT (seconds), if set, bounds it. With 4 ranks on 2 cores
- * over shm such rounds took 5 to 12 s where 2 ranks took 0.2 s, before
- * blocking calls yielded.
+ * is a blocking call (barrier, receive). With more ranks than cores the
+ * blocking calls must have yielded. The time is printed, not bounded
+ * (contrib/bench/p2p/p2p_idle_bench.sh compares it with 4 and 2 ranks):
+ * with 4 ranks on 2 cores over shm such rounds took 5 to 12 s where 2
+ * ranks took 0.2 s, before blocking calls yielded.
  */
 TEST_F(P2P, ReceiveCancelRaces)
 {
@@ -109,10 +110,5 @@ TEST_F(P2P, ReceiveCancelRaces)
         EXPECT_GT(stats().wait_yields, s0.wait_yields)
             << "no blocking call gave the core away, " << size
             << " ranks on " << cores << " cores";
-    }
-    const char *limit = getenv("P2PTEST_RACE_LIMIT");
-    if (limit != nullptr) {
-        EXPECT_LT(t, atof(limit)) << rounds << " rounds with " << size
-                                  << " ranks on " << cores << " cores";
     }
 }
