@@ -166,6 +166,15 @@ struct p2p_comm {
     uint32_t      *recv_seq;    /* next seq expected from each comm rank */
     khash_t(p2p_held) held;     /* arrived ahead of their seq */
     unsigned      n_failed;     /* failures among the members so far */
+    unsigned      n_acked;      /* of them acknowledged (p2p_comm_failure_ack):
+                                   ANY_SOURCE works again while equal */
+    /* matched-probe handles not received yet, linked by their
+     * mq.link[P2P_MQ_L_ALL] (the engine no longer holds them) */
+    ucs_list_link_t probed;
+    /* freed by the user while handles were out: out of the table, kept
+     * for them (ctx->detached) until the last is received or finalize */
+    int           detached;
+    ucs_list_link_t detached_link;
     int           watched;      /* every member watched (p2p_failure.c) */
     p2p_mq_t      mq;
 };
@@ -275,6 +284,12 @@ struct p2p_context {
     uint32_t      ncomms;       /* capacity of comms[] */
     uint32_t      epoch;        /* the highest communicator epoch seen */
     khash_t(p2p_early) early;   /* held: for communicators not created yet */
+    ucs_list_link_t detached;   /* freed communicators with matched-probe
+                                   handles still out (p2p_comm.c) */
+    char          pmix_key[64]; /* this context's address key (wire-up) */
+    int           closing;      /* teardown: no new endpoints */
+    uint8_t       coll_in;      /* the barrier's receive buffer: lives as
+                                   long as UCP may write it (p2p_coll.c) */
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
     ucs_mpool_t   req_mp;       /* requests */
