@@ -111,18 +111,10 @@ int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out)
     return ret;
 }
 
-/* What a barrier message says, by value: buffers that never go away,
+/* What a barrier message says (P2P_WIRE_BARRIER_LEN: 0, or 1 if its
+ * sender knows of a failure), as constants: buffers that never go away,
  * whatever happens to a send abandoned at a timeout (finalize). */
-static const uint8_t p2p_coll_flag[] = {
-    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
-};
-
-/* An error carried by a barrier message (its negation; 0: none). */
-static int p2p_coll_flag_error(uint8_t in)
-{
-    return ((in >= 1) && (in < sizeof(p2p_coll_flag)) &&
-            (-(int)in >= P2P_ERR_TIMEOUT)) ? -(int)in : P2P_ERR_PEER_FAILED;
-}
+static const uint8_t p2p_coll_flag[2] = { 0, 1 };
 
 /*
  * Dissemination barrier: in round k every rank sends to rank + 2^k and
@@ -130,12 +122,13 @@ static int p2p_coll_flag_error(uint8_t in)
  * ordering keeps consecutive barriers apart). It must end at every live
  * rank even if a member died: a rank that finds a partner dead does not
  * stop but goes through all rounds, and each message carries one byte
- * saying whether its sender knows of a failure (the error, negated). Every
+ * saying whether its sender knows of a failure. Every
  * live rank hears, through some chain of rounds, from every rank -- the
  * chain from a dead rank starts at the rank whose receive from it failed
  * -- so all of them return an error. (A rank that stopped early would
  * leave a live partner waiting for it forever.) A rank may join with an
- * error of its own (my_err): all others return it too.
+ * error of its own (my_err): it returns that, the others
+ * P2P_ERR_PEER_FAILED.
  */
 static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
 {
@@ -143,14 +136,8 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
     double        deadline = p2p_time() + timeout;
     p2p_request_t *reqs[2];
     int           k, ret, err = my_err;
-    uint8_t       failed = 0, in;
+    uint8_t       failed = (my_err != P2P_OK), in;
 
-    if ((my_err < 0) && (my_err >= P2P_ERR_TIMEOUT)) {
-        failed = (uint8_t)-my_err;
-    } else if (my_err != P2P_OK) {
-        err    = P2P_ERR_TRANSPORT;
-        failed = (uint8_t)-P2P_ERR_TRANSPORT;
-    }
     for (k = 1; k < comm->size; k <<= 1) {
         reqs[0] = reqs[1] = NULL;
         /* the receive lands in the context, the send is a constant: a
@@ -161,7 +148,7 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
                             P2P_TAG_BARRIER, &reqs[0]);
         if (ret == P2P_OK) {
             ret = p2p_send_start(comm, &p2p_coll_flag[failed],
-                                 sizeof(failed),
+                                 P2P_WIRE_BARRIER_LEN,
                                  (comm->rank + k) % comm->size,
                                  P2P_TAG_BARRIER, 0, &reqs[1]);
         }
@@ -179,11 +166,9 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
         in = (ret == P2P_OK) ? ctx->coll_in : 0;
         if ((ret != P2P_OK) || (in != 0)) {
             /* a partner died, or knows of a failure */
+            failed = 1;
             if (err == P2P_OK) {
-                err = (ret != P2P_OK) ? ret : p2p_coll_flag_error(in);
-            }
-            if (failed == 0) {
-                failed = (uint8_t)-err;
+                err = (ret != P2P_OK) ? ret : P2P_ERR_PEER_FAILED;
             }
         }
     }

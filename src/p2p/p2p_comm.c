@@ -251,7 +251,7 @@ static void p2p_cid_offer(p2p_context_t *ctx, uint32_t window,
  * Agree with every member of comm on a slot free at all of them and on an
  * epoch above all they have seen. `extra` bytes of `mine` travel along in
  * the first round and arrive in `all` (comm rank order). Every member
- * raises its ctx->epoch to the new epoch.
+ * raises its ctx->epoch to the new epoch after the commit round.
  */
 static int p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
                          void *all, uint32_t *cid_p, uint32_t *epoch_p)
@@ -321,12 +321,12 @@ static int p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
             }
         }
     }
-    /* above what anyone has seen, own one included */
+    /* above what anyone has seen, own one included; ctx->epoch is raised
+     * once the commit round is over (p2p_comm_commit) */
     if ((int32_t)(ctx->epoch - epoch) > 0) {
         epoch = ctx->epoch;
     }
-    *epoch_p   = epoch + 1;
-    ctx->epoch = epoch + 1;
+    *epoch_p = epoch + 1;
 out:
     free(in);
     free(out);
@@ -342,10 +342,20 @@ out:
  * fails its partners' receives; p2p_coll.c). The communicator is kept only
  * where the barrier saw no failure at all.
  */
-static int p2p_comm_commit(p2p_comm_t *parent, int ret, p2p_comm_t *comm)
+static int p2p_comm_commit(p2p_comm_t *parent, int ret, p2p_comm_t *comm,
+                           const uint32_t *epoch)
 {
-    int err = p2p_coll_commit(parent, ret);
+    p2p_context_t *ctx = parent->ctx;
+    int           err  = p2p_coll_commit(parent, ret);
 
+    /* Only now: during the round, members that finished it first may
+     * already send on the new communicator, and those messages must be
+     * held as early (epoch above ours), not dropped as stale. Raised
+     * also if the communicator is dropped, so that anything sent on it
+     * is stale here, and the next one gets another epoch. */
+    if ((epoch != NULL) && ((int32_t)(*epoch - ctx->epoch) > 0)) {
+        ctx->epoch = *epoch;
+    }
     if (err == P2P_OK) {
         if (comm != NULL) {
             p2p_comm_install(comm);
@@ -357,10 +367,9 @@ static int p2p_comm_commit(p2p_comm_t *parent, int ret, p2p_comm_t *comm)
         p2p_comm_release(comm);
     }
     if (ret == P2P_OK) {
-        p2p_set_error(parent->ctx, "communicator creation failed at "
-                      "another member, or a member failed (%s): no live "
-                      "member keeps the new communicator",
-                      p2p_strerror(err));
+        p2p_set_error(ctx, "communicator creation failed at another "
+                      "member, or a member failed (%s): no live member "
+                      "keeps the new communicator", p2p_strerror(err));
     }
     return (ret != P2P_OK) ? ret : err;
 }
@@ -369,7 +378,7 @@ int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
 {
     p2p_comm_t *newcomm = NULL;
     uint32_t   cid, epoch;
-    int        ret;
+    int        ret, agreed;
 
     if ((comm == NULL) || (newcomm_p == NULL)) {
         p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_dup: %s",
@@ -379,11 +388,12 @@ int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
     }
     *newcomm_p = NULL;
     ret = p2p_cid_agree(comm, NULL, 0, NULL, &cid, &epoch);
+    agreed = (ret == P2P_OK);
     if (ret == P2P_OK) {
         ret = p2p_comm_alloc(comm->ctx, cid, epoch, comm->rank, comm->size,
                              comm->world, &newcomm);
     }
-    ret = p2p_comm_commit(comm, ret, newcomm);
+    ret = p2p_comm_commit(comm, ret, newcomm, agreed ? &epoch : NULL);
     if (ret == P2P_OK) {
         *newcomm_p = newcomm;
     }
@@ -413,7 +423,7 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
     p2p_wire_split_t  mine, *wire;
     p2p_comm_t        *newcomm = NULL;
     uint32_t          *world, cid, epoch;
-    int               i, n = 0, myrank = -1, ret;
+    int               i, n = 0, myrank = -1, ret, agreed;
 
     if ((comm == NULL) || (newcomm_p == NULL)) {
         p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_split: %s",
@@ -440,7 +450,8 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
     mine.key   = (int32_t)P2P_LE32((uint32_t)key);
     /* one id for every new group: the groups are disjoint, and a slot
      * free at the whole parent is free at each of them */
-    ret = p2p_cid_agree(comm, &mine, sizeof(mine), wire, &cid, &epoch);
+    ret    = p2p_cid_agree(comm, &mine, sizeof(mine), wire, &cid, &epoch);
+    agreed = (ret == P2P_OK);
     if ((ret != P2P_OK) || (color == P2P_UNDEFINED)) {
         goto commit;
     }
@@ -462,7 +473,7 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
     }
     ret = p2p_comm_alloc(comm->ctx, cid, epoch, myrank, n, world, &newcomm);
 commit:
-    ret = p2p_comm_commit(comm, ret, newcomm);
+    ret = p2p_comm_commit(comm, ret, newcomm, agreed ? &epoch : NULL);
     if (ret == P2P_OK) {
         *newcomm_p = newcomm;
     }
