@@ -483,21 +483,6 @@ commit:
     return ret;
 }
 
-int p2p_comm_failure_ack(p2p_comm_t *comm)
-{
-    if (comm == NULL) {
-        p2p_set_error(NULL, "p2p_comm_failure_ack: no communicator (NULL)");
-        return P2P_ERR_INVALID;
-    }
-    comm->n_acked = comm->n_failed;
-    return P2P_OK;
-}
-
-int p2p_comm_failure_count(const p2p_comm_t *comm)
-{
-    return (comm == NULL) ? P2P_ERR_INVALID : (int)comm->n_failed;
-}
-
 int p2p_comm_free(p2p_comm_t **comm_p)
 {
     p2p_comm_t *comm;

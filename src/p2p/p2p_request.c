@@ -447,7 +447,8 @@ int p2p_cancel(p2p_request_t *req)
     /* only a queued receive's communicator is sure to exist (an imrecv's
      * may have been freed) */
     if ((req->kind == P2P_REQ_RECV) && !req->complete &&
-        req->recv.mq.queued && p2p_mq_cancel(&req->recv.comm->mq, &req->recv.mq)) {
+        req->recv.mq.queued &&
+        p2p_mq_cancel(&req->recv.comm->mq, &req->recv.mq)) {
         req->status.cancelled = 1;
         req->status.count     = 0;
         p2p_req_event(req);
