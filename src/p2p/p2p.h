@@ -149,6 +149,19 @@ P2P_API int  p2p_comm_split(p2p_comm_t *comm, int color, int key,
 P2P_API int  p2p_comm_free(p2p_comm_t **comm_p);
 P2P_API int  p2p_barrier(p2p_comm_t *comm);
 
+/*
+ * Failures (as ULFM's MPIX_Comm_failure_ack): once a member of comm is
+ * known to have failed, a P2P_ANY_SOURCE receive or probe that does not
+ * match a message already here completes (returns) at once with
+ * P2P_ERR_PEER_FAILED -- the message it waits for might have been the
+ * failed member's. p2p_comm_failure_ack acknowledges the failures known so
+ * far: wildcards work again until another member fails. Receives from a
+ * named live rank are never affected.
+ */
+P2P_API int  p2p_comm_failure_ack(p2p_comm_t *comm);
+/* Members of comm known to have failed so far (>= 0). */
+P2P_API int  p2p_comm_failure_count(const p2p_comm_t *comm);
+
 /* ---- sends ---- */
 
 /* Standard: completes when the buffer may be reused. */

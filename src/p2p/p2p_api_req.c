@@ -90,8 +90,13 @@ static P2P_COLD int p2p_testall_mt(p2p_context_t *ctx, int count,
 int p2p_testall(int count, p2p_request_t **reqs, int *flag,
                 p2p_status_t *statuses)
 {
-    p2p_context_t *ctx = p2p_reqs_context(count, reqs);
+    int           mixed;
+    p2p_context_t *ctx = p2p_reqs_context(count, reqs, &mixed);
 
+    if (P2P_UNLIKELY(mixed) &&
+        (p2p_reqs_mixed_bad(count, reqs, "p2p_testall") != P2P_OK)) {
+        return P2P_ERR_INVALID;
+    }
     if (P2P_UNLIKELY((ctx != NULL) && ctx->mt)) {
         return p2p_testall_mt(ctx, count, reqs, flag, statuses);
     }
@@ -112,8 +117,13 @@ static P2P_COLD int p2p_waitall_mt(p2p_context_t *ctx, int count,
 
 int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
 {
-    p2p_context_t *ctx = p2p_reqs_context(count, reqs);
+    int           mixed;
+    p2p_context_t *ctx = p2p_reqs_context(count, reqs, &mixed);
 
+    if (P2P_UNLIKELY(mixed) &&
+        (p2p_reqs_mixed_bad(count, reqs, "p2p_waitall") != P2P_OK)) {
+        return P2P_ERR_INVALID;
+    }
     if (P2P_UNLIKELY((ctx != NULL) && ctx->mt)) {
         return p2p_waitall_mt(ctx, count, reqs, statuses);
     }
@@ -136,8 +146,13 @@ static P2P_COLD int p2p_testany_mt(p2p_context_t *ctx, int count,
 int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
                 p2p_status_t *status)
 {
-    p2p_context_t *ctx = p2p_reqs_context(count, reqs);
+    int           mixed;
+    p2p_context_t *ctx = p2p_reqs_context(count, reqs, &mixed);
 
+    if (P2P_UNLIKELY(mixed) &&
+        (p2p_reqs_mixed_bad(count, reqs, "p2p_testany") != P2P_OK)) {
+        return P2P_ERR_INVALID;
+    }
     if (P2P_UNLIKELY((ctx != NULL) && ctx->mt)) {
         return p2p_testany_mt(ctx, count, reqs, index, flag, status);
     }
@@ -160,8 +175,13 @@ static P2P_COLD int p2p_waitany_mt(p2p_context_t *ctx, int count,
 int p2p_waitany(int count, p2p_request_t **reqs, int *index,
                 p2p_status_t *status)
 {
-    p2p_context_t *ctx = p2p_reqs_context(count, reqs);
+    int           mixed;
+    p2p_context_t *ctx = p2p_reqs_context(count, reqs, &mixed);
 
+    if (P2P_UNLIKELY(mixed) &&
+        (p2p_reqs_mixed_bad(count, reqs, "p2p_waitany") != P2P_OK)) {
+        return P2P_ERR_INVALID;
+    }
     if (P2P_UNLIKELY((ctx != NULL) && ctx->mt)) {
         return p2p_waitany_mt(ctx, count, reqs, index, status);
     }

@@ -9,8 +9,10 @@
 #include <string.h>
 
 /* Wait for all, giving up at the deadline (timeout < 0: never). On a
- * timeout the receives are cancelled and the rest released. counts, if
- * not NULL, gets each request's byte count. */
+ * timeout the receives are cancelled and all are released: UCP may still
+ * read or write their buffers, so a bounded wait is only for buffers that
+ * live as long as the context (the barrier's). counts, if not NULL, gets
+ * each request's byte count. */
 static int p2p_wait_bounded(p2p_context_t *ctx, int n, p2p_request_t **reqs,
                             double timeout, size_t *counts)
 {
@@ -78,10 +80,22 @@ int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out)
                                  &reqs[n++]);
         }
     }
-    if (ret == P2P_OK) {
-        ret = p2p_wait_bounded(comm->ctx, n, reqs, -1, counts);
+    if (ret != P2P_OK) {
+        /* in and out are the caller's: the sends already started must
+         * be done with them before it frees them */
+        for (i = 0; i < n; i += 2) {
+            if (reqs[i] != NULL) {
+                p2p_cancel(reqs[i]);
+            }
+        }
+        p2p_wait_bounded(comm->ctx, n, reqs, -1, NULL);
     } else {
-        p2p_wait_bounded(comm->ctx, n, reqs, 0, NULL);
+        ret = p2p_wait_bounded(comm->ctx, n, reqs, -1, counts);
+        if (ret != P2P_OK) {
+            p2p_set_error(comm->ctx, "communicator creation: the exchange "
+                          "with the other members failed (%s)",
+                          p2p_strerror(ret));
+        }
     }
     /* the receives are the even entries */
     for (i = 0; (ret == P2P_OK) && (i < n); i += 2) {
@@ -97,49 +111,61 @@ int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out)
     return ret;
 }
 
+/* What a barrier message says (P2P_WIRE_BARRIER_LEN: 0, or 1 if its
+ * sender knows of a failure), as constants: buffers that never go away,
+ * whatever happens to a send abandoned at a timeout (finalize). */
+static const uint8_t p2p_coll_flag[2] = { 0, 1 };
+
 /*
  * Dissemination barrier: in round k every rank sends to rank + 2^k and
  * receives from rank - 2^k (distinct sources per round, so per-source
  * ordering keeps consecutive barriers apart). It must end at every live
  * rank even if a member died: a rank that finds a partner dead does not
  * stop but goes through all rounds, and each message carries one byte
- * saying whether its sender knows of a failure. Every live rank hears,
- * through some chain of rounds, from every rank -- the chain from a dead
- * rank starts at the rank whose receive from it failed -- so all of them
- * return P2P_ERR_PEER_FAILED. (A rank that stopped early would leave a
- * live partner waiting for it forever.)
+ * saying whether its sender knows of a failure. Every
+ * live rank hears, through some chain of rounds, from every rank -- the
+ * chain from a dead rank starts at the rank whose receive from it failed
+ * -- so all of them return an error. (A rank that stopped early would
+ * leave a live partner waiting for it forever.) A rank may join with an
+ * error of its own (my_err): it returns that, the others
+ * P2P_ERR_PEER_FAILED.
  */
-int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
+static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
 {
+    p2p_context_t *ctx     = comm->ctx;
     double        deadline = p2p_time() + timeout;
     p2p_request_t *reqs[2];
-    int           k, ret, err = P2P_OK;
-    uint8_t       failed = 0, in;
+    int           k, ret, err = my_err;
+    uint8_t       failed = (my_err != P2P_OK), in;
 
     for (k = 1; k < comm->size; k <<= 1) {
         reqs[0] = reqs[1] = NULL;
-        in  = 0;
-        ret = p2p_post_recv(comm, &in, sizeof(in),
+        /* the receive lands in the context, the send is a constant: a
+         * timeout may abandon both while UCP still holds them */
+        ctx->coll_in = 0;
+        ret = p2p_post_recv(comm, &ctx->coll_in, sizeof(ctx->coll_in),
                             (comm->rank - k + comm->size) % comm->size,
                             P2P_TAG_BARRIER, &reqs[0]);
         if (ret == P2P_OK) {
-            ret = p2p_send_start(comm, &failed, sizeof(failed),
+            ret = p2p_send_start(comm, &p2p_coll_flag[failed],
+                                 P2P_WIRE_BARRIER_LEN,
                                  (comm->rank + k) % comm->size,
                                  P2P_TAG_BARRIER, 0, &reqs[1]);
         }
         if (ret == P2P_OK) {
-            ret = p2p_wait_bounded(comm->ctx, 2, reqs,
+            ret = p2p_wait_bounded(ctx, 2, reqs,
                                    (timeout < 0) ? -1 :
                                    (deadline - p2p_time() > 0 ?
                                     deadline - p2p_time() : 0), NULL);
         } else {
-            p2p_wait_bounded(comm->ctx, 2, reqs, 0, NULL);
+            p2p_wait_bounded(ctx, 2, reqs, 0, NULL);
         }
         if ((ret == P2P_ERR_TIMEOUT) || (ret == P2P_ERR_NO_MEMORY)) {
             return ret;
         }
+        in = (ret == P2P_OK) ? ctx->coll_in : 0;
         if ((ret != P2P_OK) || (in != 0)) {
-            /* a partner died, or knows that one did */
+            /* a partner died, or knows of a failure */
             failed = 1;
             if (err == P2P_OK) {
                 err = (ret != P2P_OK) ? ret : P2P_ERR_PEER_FAILED;
@@ -147,6 +173,16 @@ int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
         }
     }
     return err;
+}
+
+int p2p_barrier_timeout(p2p_comm_t *comm, double timeout)
+{
+    return p2p_barrier_run(comm, timeout, P2P_OK);
+}
+
+int p2p_coll_commit(p2p_comm_t *comm, int my_err)
+{
+    return p2p_barrier_run(comm, -1, my_err);
 }
 
 int p2p_barrier(p2p_comm_t *comm)

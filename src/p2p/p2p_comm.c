@@ -66,9 +66,11 @@ static int p2p_comm_table_grow(p2p_context_t *ctx, uint32_t cid)
     return P2P_OK;
 }
 
-int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
-                    int rank, int size, const uint32_t *world,
-                    p2p_comm_t **comm_p)
+/* A communicator with everything it needs, and room for it in the table,
+ * but not in the table yet: creation fails here or nowhere. */
+static int p2p_comm_alloc(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
+                          int rank, int size, const uint32_t *world,
+                          p2p_comm_t **comm_p)
 {
     p2p_comm_t *comm;
 
@@ -79,6 +81,7 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
     }
     comm = calloc(1, sizeof(*comm));
     if (comm == NULL) {
+        p2p_set_error(ctx, "out of memory for a communicator");
         return P2P_ERR_NO_MEMORY;
     }
     comm->ctx      = ctx;
@@ -90,20 +93,38 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
     comm->send_seq = calloc(size, sizeof(*comm->send_seq));
     comm->recv_seq = calloc(size, sizeof(*comm->recv_seq));
     kh_init_inplace(p2p_held, &comm->held);
+    ucs_list_head_init(&comm->probed);
     if ((comm->world == NULL) || (comm->send_seq == NULL) ||
         (comm->recv_seq == NULL) || (p2p_mq_init(&comm->mq) != 0)) {
         free(comm->world);
         free(comm->send_seq);
         free(comm->recv_seq);
         free(comm);
+        p2p_set_error(ctx, "out of memory for a communicator");
         return P2P_ERR_NO_MEMORY;
     }
     memcpy(comm->world, world, size * sizeof(*world));
-    ctx->comms[cid] = comm;
     *comm_p = comm;
-    /* messages that raced ahead of our creating it, in arrival order */
-    p2p_early_replay(ctx, comm);
     return P2P_OK;
+}
+
+static void p2p_comm_install(p2p_comm_t *comm)
+{
+    comm->ctx->comms[comm->cid] = comm;
+    /* messages that raced ahead of our creating it, in arrival order */
+    p2p_early_replay(comm->ctx, comm);
+}
+
+int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
+                    int rank, int size, const uint32_t *world,
+                    p2p_comm_t **comm_p)
+{
+    int ret = p2p_comm_alloc(ctx, cid, cepoch, rank, size, world, comm_p);
+
+    if (ret == P2P_OK) {
+        p2p_comm_install(*comm_p);
+    }
+    return ret;
 }
 
 static void p2p_comm_cancel_cb(void *arg, p2p_mq_recv_t *r)
@@ -124,7 +145,37 @@ static void p2p_comm_drop_cb(void *arg, p2p_mq_msg_t *m)
     p2p_unexp_free(comm->ctx, ucs_container_of(m, struct p2p_unexp, mq));
 }
 
-void p2p_comm_destroy(p2p_comm_t *comm)
+static void p2p_comm_release(p2p_comm_t *comm)
+{
+    free(comm->world);
+    free(comm->send_seq);
+    free(comm->recv_seq);
+    free(comm);
+}
+
+/* Matched-probe handles never received: their records, charges and UCP
+ * descriptors go with the context. */
+static void p2p_comm_drop_probed(p2p_comm_t *comm)
+{
+    struct p2p_unexp *u, *tmp;
+    size_t           n = 0;
+
+    ucs_list_for_each_safe(u, tmp, &comm->probed, mq.link[P2P_MQ_L_ALL]) {
+        ucs_list_del(&u->mq.link[P2P_MQ_L_ALL]);
+        p2p_unexp_free(comm->ctx, u);
+        ++n;
+    }
+    if (n != 0) {
+        p2p_warn(comm->ctx, "finalize with %zu matched-probe handles never "
+                 "received (p2p_mrecv); they are dropped", n);
+    }
+}
+
+/* Out of the table, its queues emptied. MPI lets a matched-probe handle
+ * outlive its communicator's free, and receiving it needs the group: with
+ * handles out, the communicator stays (detached) until the last one is
+ * received, or the context goes. */
+static void p2p_comm_detach(p2p_comm_t *comm)
 {
     p2p_context_t *ctx = comm->ctx;
     size_t        unexp = comm->mq.n_unexp, held;
@@ -138,10 +189,42 @@ void p2p_comm_destroy(p2p_comm_t *comm)
     }
     p2p_mq_cleanup(&comm->mq);
     ctx->comms[comm->cid] = NULL;
-    free(comm->world);
-    free(comm->send_seq);
-    free(comm->recv_seq);
-    free(comm);
+}
+
+void p2p_comm_destroy(p2p_comm_t *comm)
+{
+    p2p_comm_detach(comm);
+    p2p_comm_drop_probed(comm);
+    p2p_comm_release(comm);
+}
+
+void p2p_comm_destroy_detached(p2p_context_t *ctx)
+{
+    p2p_comm_t *comm, *tmp;
+
+    ucs_list_for_each_safe(comm, tmp, &ctx->detached, detached_link) {
+        ucs_list_del(&comm->detached_link);
+        p2p_comm_drop_probed(comm);
+        p2p_comm_release(comm);
+    }
+}
+
+void p2p_comm_probed(p2p_comm_t *comm, struct p2p_unexp *u)
+{
+    ucs_list_add_tail(&comm->probed, &u->mq.link[P2P_MQ_L_ALL]);
+}
+
+void p2p_comm_unprobed(p2p_comm_t *comm, struct p2p_unexp *u)
+{
+    ucs_list_del(&u->mq.link[P2P_MQ_L_ALL]);
+}
+
+void p2p_comm_probed_done(p2p_comm_t *comm)
+{
+    if (comm->detached && ucs_list_is_empty(&comm->probed)) {
+        ucs_list_del(&comm->detached_link);
+        p2p_comm_release(comm);
+    }
 }
 
 /* This member's offer for one round, in wire byte order. */
@@ -168,7 +251,7 @@ static void p2p_cid_offer(p2p_context_t *ctx, uint32_t window,
  * Agree with every member of comm on a slot free at all of them and on an
  * epoch above all they have seen. `extra` bytes of `mine` travel along in
  * the first round and arrive in `all` (comm rank order). Every member
- * raises its ctx->epoch to the new epoch.
+ * raises its ctx->epoch to the new epoch after the commit round.
  */
 static int p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
                          void *all, uint32_t *cid_p, uint32_t *epoch_p)
@@ -238,23 +321,65 @@ static int p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
             }
         }
     }
-    /* above what anyone has seen, own one included */
+    /* above what anyone has seen, own one included; ctx->epoch is raised
+     * once the commit round is over (p2p_comm_commit) */
     if ((int32_t)(ctx->epoch - epoch) > 0) {
         epoch = ctx->epoch;
     }
-    *epoch_p   = epoch + 1;
-    ctx->epoch = epoch + 1;
+    *epoch_p = epoch + 1;
 out:
     free(in);
     free(out);
     return ret;
 }
 
+/*
+ * All or nothing among the live members: a communicator one member has
+ * and another has not would hold the first one's messages at the second
+ * for good. After the agreement every member -- also one whose agreement
+ * or allocation failed, which says so -- joins a dissemination barrier on
+ * the parent, which carries a failure to every live member (a dead member
+ * fails its partners' receives; p2p_coll.c). The communicator is kept only
+ * where the barrier saw no failure at all.
+ */
+static int p2p_comm_commit(p2p_comm_t *parent, int ret, p2p_comm_t *comm,
+                           const uint32_t *epoch)
+{
+    p2p_context_t *ctx = parent->ctx;
+    int           err  = p2p_coll_commit(parent, ret);
+
+    /* Only now: during the round, members that finished it first may
+     * already send on the new communicator, and those messages must be
+     * held as early (epoch above ours), not dropped as stale. Raised
+     * also if the communicator is dropped, so that anything sent on it
+     * is stale here, and the next one gets another epoch. */
+    if ((epoch != NULL) && ((int32_t)(*epoch - ctx->epoch) > 0)) {
+        ctx->epoch = *epoch;
+    }
+    if (err == P2P_OK) {
+        if (comm != NULL) {
+            p2p_comm_install(comm);
+        }
+        return P2P_OK;
+    }
+    if (comm != NULL) {
+        p2p_mq_cleanup(&comm->mq);
+        p2p_comm_release(comm);
+    }
+    if (ret == P2P_OK) {
+        p2p_set_error(ctx, "communicator creation failed at another "
+                      "member, or a member failed (%s): no live member "
+                      "keeps the new communicator", p2p_strerror(err));
+    }
+    return (ret != P2P_OK) ? ret : err;
+}
+
 int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
 {
     P2P_API_ENTER_CREATE((comm != NULL) ? comm->ctx : NULL);
-    uint32_t cid, epoch;
-    int      ret;
+    p2p_comm_t *newcomm = NULL;
+    uint32_t   cid, epoch;
+    int        ret, agreed;
 
     if ((comm == NULL) || (newcomm_p == NULL)) {
         p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_dup: %s",
@@ -264,11 +389,16 @@ int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
     }
     *newcomm_p = NULL;
     ret = p2p_cid_agree(comm, NULL, 0, NULL, &cid, &epoch);
-    if (ret != P2P_OK) {
-        return ret;
+    agreed = (ret == P2P_OK);
+    if (ret == P2P_OK) {
+        ret = p2p_comm_alloc(comm->ctx, cid, epoch, comm->rank, comm->size,
+                             comm->world, &newcomm);
     }
-    return p2p_comm_create(comm->ctx, cid, epoch, comm->rank, comm->size,
-                           comm->world, newcomm_p);
+    ret = p2p_comm_commit(comm, ret, newcomm, agreed ? &epoch : NULL);
+    if (ret == P2P_OK) {
+        *newcomm_p = newcomm;
+    }
+    return ret;
 }
 
 typedef struct p2p_split_entry {
@@ -293,8 +423,9 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
     P2P_API_ENTER_CREATE((comm != NULL) ? comm->ctx : NULL);
     p2p_split_entry_t *all;
     p2p_wire_split_t  mine, *wire;
+    p2p_comm_t        *newcomm = NULL;
     uint32_t          *world, cid, epoch;
-    int               i, n = 0, myrank = -1, ret;
+    int               i, n = 0, myrank = -1, ret, agreed;
 
     if ((comm == NULL) || (newcomm_p == NULL)) {
         p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_split: %s",
@@ -321,9 +452,10 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
     mine.key   = (int32_t)P2P_LE32((uint32_t)key);
     /* one id for every new group: the groups are disjoint, and a slot
      * free at the whole parent is free at each of them */
-    ret = p2p_cid_agree(comm, &mine, sizeof(mine), wire, &cid, &epoch);
+    ret    = p2p_cid_agree(comm, &mine, sizeof(mine), wire, &cid, &epoch);
+    agreed = (ret == P2P_OK);
     if ((ret != P2P_OK) || (color == P2P_UNDEFINED)) {
-        goto out;
+        goto commit;
     }
     /* a member's place in the allgather is its parent rank */
     for (i = 0; i < comm->size; ++i) {
@@ -341,9 +473,12 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
             myrank = i;
         }
     }
-    ret = p2p_comm_create(comm->ctx, cid, epoch, myrank, n, world,
-                          newcomm_p);
-out:
+    ret = p2p_comm_alloc(comm->ctx, cid, epoch, myrank, n, world, &newcomm);
+commit:
+    ret = p2p_comm_commit(comm, ret, newcomm, agreed ? &epoch : NULL);
+    if (ret == P2P_OK) {
+        *newcomm_p = newcomm;
+    }
     free(all);
     free(wire);
     free(world);
@@ -367,7 +502,13 @@ int p2p_comm_free(p2p_comm_t **comm_p)
                       "lives until p2p_finalize");
         return P2P_ERR_INVALID;
     }
-    p2p_comm_destroy(comm);
+    p2p_comm_detach(comm);
+    if (ucs_list_is_empty(&comm->probed)) {
+        p2p_comm_release(comm);
+    } else {
+        comm->detached = 1;
+        ucs_list_add_tail(&comm->ctx->detached, &comm->detached_link);
+    }
     *comm_p = NULL;
     return P2P_OK;
 }

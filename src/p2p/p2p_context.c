@@ -16,6 +16,7 @@ static void p2p_teardown(p2p_context_t *ctx)
             p2p_comm_destroy(ctx->comms[cid]);
         }
     }
+    p2p_comm_destroy_detached(ctx);
     p2p_held_drop_early(ctx);
     if (ctx->peers != NULL) {
         p2p_close_eps(ctx);
@@ -69,6 +70,7 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         return P2P_ERR_NO_MEMORY;
     }
     kh_init_inplace(p2p_early, &ctx->early);
+    ucs_list_head_init(&ctx->detached);
     kh_init_inplace(p2p_ep_rank, &ctx->ep_rank);
     ucs_list_head_init(&ctx->answers);
     ctx->rid_free = UINT32_MAX;

@@ -133,3 +133,20 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
         }
     }
 }
+
+/* ULFM's acknowledgement (p2p.h): ANY_SOURCE works again on comm until
+ * another member fails (p2p_pt2pt.c refuses it while n_acked differs). */
+int p2p_comm_failure_ack(p2p_comm_t *comm)
+{
+    if (comm == NULL) {
+        p2p_set_error(NULL, "p2p_comm_failure_ack: no communicator (NULL)");
+        return P2P_ERR_INVALID;
+    }
+    comm->n_acked = comm->n_failed;
+    return P2P_OK;
+}
+
+int p2p_comm_failure_count(const p2p_comm_t *comm)
+{
+    return (comm == NULL) ? P2P_ERR_INVALID : (int)comm->n_failed;
+}

@@ -118,7 +118,9 @@ static inline void p2p_api_leave(p2p_context_t **ctx_p)
  * out of line so that name() stays a load, a branch and a tail call. */
 #define P2P_COLD __attribute__((noinline, cold))
 /* the context of the first request of reqs that is not NULL, or NULL */
-p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs);
+p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs,
+                                int *mixed);
+int p2p_reqs_mixed_bad(int count, p2p_request_t **reqs, const char *fn);
 /* the work of the hot entry points (p2p_api.c has the entry points) */
 int  p2p_progress_st(p2p_context_t *ctx);
 int  p2p_isend_st(const void *buf, size_t len, int dest, int tag,
@@ -355,12 +357,23 @@ int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
 int  p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
                      int rank, int size, const uint32_t *world,
                      p2p_comm_t **comm_p);
+/* Everything of it, matched-probe handles too (finalize). */
 void p2p_comm_destroy(p2p_comm_t *comm);
+/* Freed communicators kept for their matched-probe handles (finalize). */
+void p2p_comm_destroy_detached(p2p_context_t *ctx);
+/* A matched-probe handle of comm is given out / received; after the
+ * receive, p2p_comm_probed_done lets a freed comm go with its last one. */
+void p2p_comm_probed(p2p_comm_t *comm, struct p2p_unexp *u);
+void p2p_comm_unprobed(p2p_comm_t *comm, struct p2p_unexp *u);
+void p2p_comm_probed_done(p2p_comm_t *comm);
 
 /* p2p_coll.c */
 /* Everyone's sz bytes, in comm rank order. */
 int  p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out);
 int  p2p_barrier_timeout(p2p_comm_t *comm, double timeout);
+/* A barrier every member joins with its own result: P2P_OK at all of them
+ * only if every one joined with P2P_OK and none failed meanwhile. */
+int  p2p_coll_commit(p2p_comm_t *comm, int my_err);
 
 static inline p2p_comm_t *p2p_comm_by_cid(p2p_context_t *ctx, uint32_t cid)
 {

@@ -123,6 +123,18 @@ int p2p_rsend_st(const void *buf, size_t len, int dest, int tag,
     return p2p_blocking_send(buf, len, dest, tag, comm, 0, "p2p_rsend");
 }
 
+/* ULFM's rule (MPIX_Comm_failure_ack): once a member is known failed, a
+ * wildcard receive or probe that does not match at once cannot know
+ * whether what it waits for would have come from the failed member; it
+ * fails until the user acknowledges the failures it knows of. */
+static void p2p_any_source_refused(p2p_comm_t *comm, const char *fn)
+{
+    p2p_set_error(comm->ctx, "%s: P2P_ANY_SOURCE on a communicator with "
+                  "%u failed member(s) not acknowledged; call "
+                  "p2p_comm_failure_ack() to receive from any live member "
+                  "again", fn, comm->n_failed - comm->n_acked);
+}
+
 static p2p_request_t *p2p_recv_req(p2p_comm_t *comm, void *buf, size_t len)
 {
     p2p_request_t *req = p2p_req_get(comm->ctx, P2P_REQ_RECV);
@@ -161,6 +173,14 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
     }
     if (src == P2P_ANY_SOURCE) {
         p2p_comm_watch_all(comm);
+        if (P2P_UNLIKELY(comm->n_failed != comm->n_acked)) {
+            /* a failed member's message may be the one it waits for:
+             * refused until the failure is acknowledged */
+            p2p_any_source_refused(comm, "p2p_irecv");
+            p2p_req_fail(req, P2P_ERR_PEER_FAILED);
+            p2p_req_event(req);
+            return P2P_OK;
+        }
     } else {
         p2p_peer_t *peer = p2p_comm_peer(comm, src);
         p2p_peer_watch(peer);
@@ -223,7 +243,6 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
                             const char *fn)
 {
     struct p2p_unexp *u;
-    unsigned         n_failed;
     int              ret = p2p_check_src_tag(comm, src, tag, fn);
 
     if (ret != P2P_OK) {
@@ -242,6 +261,11 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
         p2p_ctx_progress(comm->ctx);
         u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag,
                                                  msg_p != NULL);
+        if ((u == NULL) && (src == P2P_ANY_SOURCE) &&
+            (comm->n_failed != comm->n_acked)) {
+            p2p_any_source_refused(comm, fn);
+            return P2P_ERR_PEER_FAILED;
+        }
     } else if (u == NULL) {
         /* a failure of whom we wait for must end the wait */
         if (src != P2P_ANY_SOURCE) {
@@ -249,16 +273,17 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
         } else {
             p2p_comm_watch_all(comm);
         }
-        n_failed = comm->n_failed;
         do {
             /* as a posted receive would: a specific source that failed,
-             * or for ANY_SOURCE any member that failed meanwhile */
-            if ((src != P2P_ANY_SOURCE) ?
-                p2p_comm_peer(comm, src)->failed :
-                (comm->n_failed != n_failed)) {
-                ret = (src != P2P_ANY_SOURCE) ?
-                      p2p_comm_peer(comm, src)->fail_error :
-                      P2P_ERR_PEER_FAILED;
+             * or for ANY_SOURCE a member whose failure is not
+             * acknowledged (before or meanwhile) */
+            if (src == P2P_ANY_SOURCE) {
+                if (comm->n_failed != comm->n_acked) {
+                    p2p_any_source_refused(comm, fn);
+                    return P2P_ERR_PEER_FAILED;
+                }
+            } else if (p2p_comm_peer(comm, src)->failed) {
+                ret = p2p_comm_peer(comm, src)->fail_error;
                 p2p_set_error(comm->ctx, "%s: the awaited rank failed (%s)",
                               fn, p2p_strerror(ret));
                 return ret;
@@ -276,6 +301,10 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
     }
     if (msg_p != NULL) {
         *msg_p = u;
+        if (u != NULL) {
+            /* it may outlive the communicator's free (p2p_comm.c) */
+            p2p_comm_probed(comm, u);
+        }
     }
     return P2P_OK;
 }
@@ -312,6 +341,7 @@ int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
                   p2p_request_t **req_p)
 {
     struct p2p_unexp *u;
+    p2p_comm_t       *comm;
     p2p_request_t    *req;
 
     if ((msg_p == NULL) || (*msg_p == NULL) || (req_p == NULL)) {
@@ -327,13 +357,17 @@ int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
                       "%zu", len);
         return P2P_ERR_INVALID;
     }
-    req = p2p_recv_req(u->comm, buf, len);
+    comm = u->comm;
+    req  = p2p_recv_req(comm, buf, len);
     if (req == NULL) {
         return P2P_ERR_NO_MEMORY;
     }
     *msg_p = NULL;
     *req_p = req;
+    p2p_comm_unprobed(comm, u);
     p2p_recv_from_unexp(req, u);
+    /* the request never looks at comm again: it is not queued there */
+    p2p_comm_probed_done(comm);
     return P2P_OK;
 }
 

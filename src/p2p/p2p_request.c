@@ -210,34 +210,104 @@ int p2p_wait_st(p2p_request_t **req_p, p2p_status_t *status)
     return p2p_req_finish(req_p, status);
 }
 
-p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs)
+/* The context of the set's first request (NULL: none); *mixed: others
+ * belong to other contexts. */
+p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs, int *mixed)
 {
-    int i;
+    p2p_context_t *ctx = NULL;
+    int           i;
 
+    *mixed = 0;
     if (reqs == NULL) {
         return NULL;
     }
     for (i = 0; i < count; ++i) {
-        if (reqs[i] != NULL) {
-            return reqs[i]->ctx;
+        if (reqs[i] == NULL) {
+            continue;
+        }
+        if (ctx == NULL) {
+            ctx = reqs[i]->ctx;
+        } else if (reqs[i]->ctx != ctx) {
+            *mixed = 1;
+            break;
         }
     }
-    return NULL;
+    return ctx;
+}
+
+/* A set that mixes contexts, one of them thread-multiple: refused, since
+ * its wait would progress a context without holding that context's lock
+ * (each call holds one context's lock). */
+int p2p_reqs_mixed_bad(int count, p2p_request_t **reqs, const char *fn)
+{
+    int i;
+
+    for (i = 0; i < count; ++i) {
+        if ((reqs[i] != NULL) && reqs[i]->ctx->mt) {
+            return p2p_args_bad(fn, "requests of several contexts, one of "
+                                "them with P2P_INIT_F_THREAD_MULTIPLE: wait "
+                                "for each context's requests in its own "
+                                "call");
+        }
+    }
+    return P2P_OK;
+}
+
+/*
+ * Progress every context a set of requests belongs to: a request of one
+ * context may depend on a peer that waits for this process to progress
+ * another (its message, its ACK). Contexts are few; each distinct one is
+ * progressed once.
+ */
+static unsigned p2p_reqs_progress(int count, p2p_request_t **reqs,
+                                  p2p_context_t *ctx, int mixed)
+{
+    unsigned n = p2p_ctx_progress(ctx);
+    int      i, j;
+
+    for (i = 0; mixed && (i < count); ++i) {
+        if ((reqs[i] == NULL) || (reqs[i]->ctx == ctx)) {
+            continue;
+        }
+        for (j = 0; j < i; ++j) {
+            if ((reqs[j] != NULL) && (reqs[j]->ctx == reqs[i]->ctx)) {
+                break;
+            }
+        }
+        if (j == i) {
+            n += p2p_ctx_progress(reqs[i]->ctx);
+        }
+    }
+    return n;
+}
+
+/* One poll of a blocking call on a set (p2p_wait_poll for each context;
+ * the idle count is the first one's). */
+static void p2p_reqs_wait_poll(int count, p2p_request_t **reqs,
+                               p2p_context_t *ctx, int mixed)
+{
+    if (P2P_LIKELY(!mixed)) {
+        p2p_wait_poll(ctx);
+    } else if (p2p_reqs_progress(count, reqs, ctx, mixed) != 0) {
+        ctx->idle_polls = 0;
+    } else if (++ctx->idle_polls > ctx->cfg.wait_spin) {
+        p2p_wait_idle(ctx);
+    }
 }
 
 int p2p_testall_st(int count, p2p_request_t **reqs, int *flag,
                    p2p_status_t *statuses)
 {
     p2p_context_t *ctx;
-    int           i, failed = 0, err;
+    int           i, failed = 0, err, mixed;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL)) || (flag == NULL)) {
         return p2p_args_bad("p2p_testall", "negative count, or NULL "
                             "requests or flag pointer");
     }
-    ctx = p2p_reqs_context(count, reqs);
+    ctx = p2p_reqs_context(count, reqs, &mixed);
     if (ctx != NULL) {
-        p2p_ctx_progress(ctx);
+        p2p_reqs_progress(count, reqs, ctx, mixed);
     }
     for (i = 0; i < count; ++i) {
         if ((reqs[i] != NULL) && !p2p_req_valid(reqs[i])) {
@@ -266,13 +336,13 @@ int p2p_waitall_st(int count, p2p_request_t **reqs,
                    p2p_status_t *statuses)
 {
     p2p_context_t *ctx;
-    int           i, failed = 0, err;
+    int           i, failed = 0, err, mixed;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL))) {
         return p2p_args_bad("p2p_waitall", "negative count, or NULL "
                             "requests pointer");
     }
-    ctx = p2p_reqs_context(count, reqs);
+    ctx = p2p_reqs_context(count, reqs, &mixed);
     for (i = 0; i < count; ++i) {
         p2p_status_t *st = (statuses != NULL) ? &statuses[i] : NULL;
         if (reqs[i] == NULL) {
@@ -283,7 +353,7 @@ int p2p_waitall_st(int count, p2p_request_t **reqs,
             return p2p_req_bad(reqs[i], "p2p_waitall");
         }
         while (!reqs[i]->complete) {
-            p2p_wait_poll(ctx);
+            p2p_reqs_wait_poll(count, reqs, ctx, mixed);
         }
         err     = p2p_req_finish(&reqs[i], st);
         failed |= (err != P2P_OK);
@@ -317,13 +387,13 @@ static int p2p_any_done(int count, p2p_request_t **reqs, int *index,
 
 static int p2p_any_args(int count, p2p_request_t **reqs, int *index,
                         p2p_status_t *status, const char *fn,
-                        p2p_context_t **ctx_p)
+                        p2p_context_t **ctx_p, int *mixed)
 {
     if ((count < 0) || ((count > 0) && (reqs == NULL)) || (index == NULL)) {
         return p2p_args_bad(fn, "negative count, or NULL requests or index "
                             "pointer");
     }
-    *ctx_p = p2p_reqs_context(count, reqs);
+    *ctx_p = p2p_reqs_context(count, reqs, mixed);
     if (*ctx_p == NULL) {
         *index = -1;
         p2p_empty_status(status);
@@ -335,12 +405,13 @@ int p2p_testany_st(int count, p2p_request_t **reqs, int *index,
                    int *flag, p2p_status_t *status)
 {
     p2p_context_t *ctx;
-    int           ret;
+    int           ret, mixed;
 
     if (flag == NULL) {
         return p2p_args_bad("p2p_testany", "NULL flag pointer");
     }
-    ret = p2p_any_args(count, reqs, index, status, "p2p_testany", &ctx);
+    ret = p2p_any_args(count, reqs, index, status, "p2p_testany", &ctx,
+                       &mixed);
     if (ret != P2P_OK) {
         return ret;
     }
@@ -348,7 +419,7 @@ int p2p_testany_st(int count, p2p_request_t **reqs, int *index,
         *flag = 1;
         return P2P_OK;
     }
-    p2p_ctx_progress(ctx);
+    p2p_reqs_progress(count, reqs, ctx, mixed);
     return p2p_any_done(count, reqs, index, flag, status, "p2p_testany");
 }
 
@@ -356,9 +427,10 @@ int p2p_waitany_st(int count, p2p_request_t **reqs, int *index,
                    p2p_status_t *status)
 {
     p2p_context_t *ctx;
-    int           flag, ret;
+    int           flag, ret, mixed;
 
-    ret = p2p_any_args(count, reqs, index, status, "p2p_waitany", &ctx);
+    ret = p2p_any_args(count, reqs, index, status, "p2p_waitany", &ctx,
+                       &mixed);
     if ((ret != P2P_OK) || (ctx == NULL)) {
         return ret;
     }
@@ -367,7 +439,7 @@ int p2p_waitany_st(int count, p2p_request_t **reqs, int *index,
         if ((ret != P2P_OK) || flag) {
             return ret;
         }
-        p2p_wait_poll(ctx);
+        p2p_reqs_wait_poll(count, reqs, ctx, mixed);
     }
 }
 
@@ -402,7 +474,10 @@ int p2p_cancel_st(p2p_request_t *req)
     if (!p2p_req_valid(req)) {
         return p2p_req_bad(req, "p2p_cancel");
     }
+    /* only a queued receive's communicator is sure to exist (an imrecv's
+     * may have been freed) */
     if ((req->kind == P2P_REQ_RECV) && !req->complete &&
+        req->recv.mq.queued &&
         p2p_mq_cancel(&req->recv.comm->mq, &req->recv.mq)) {
         req->status.cancelled = 1;
         req->status.count     = 0;

@@ -175,6 +175,15 @@ struct p2p_comm {
     khash_t(p2p_held) held;     /* arrived ahead of their seq */
     size_t        held_table;   /* bytes of held's table, charged */
     unsigned      n_failed;     /* failures among the members so far */
+    unsigned      n_acked;      /* of them acknowledged (p2p_comm_failure_ack):
+                                   ANY_SOURCE works again while equal */
+    /* matched-probe handles not received yet, linked by their
+     * mq.link[P2P_MQ_L_ALL] (the engine no longer holds them) */
+    ucs_list_link_t probed;
+    /* freed by the user while handles were out: out of the table, kept
+     * for them (ctx->detached) until the last is received or finalize */
+    int           detached;
+    ucs_list_link_t detached_link;
     int           watched;      /* every member watched (p2p_failure.c) */
     p2p_mq_t      mq;
 };
@@ -309,6 +318,12 @@ struct p2p_context {
     khash_t(p2p_token) tokens;
     int           tokens_partial; /* a token could not be entered: look
                                      the peers through as well */
+    ucs_list_link_t detached;   /* freed communicators with matched-probe
+                                   handles still out (p2p_comm.c) */
+    char          pmix_key[64]; /* this context's address key (wire-up) */
+    int           closing;      /* teardown: no new endpoints */
+    uint8_t       coll_in;      /* the barrier's receive buffer: lives as
+                                   long as UCP may write it (p2p_coll.c) */
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
     ucs_mpool_t   req_mp;       /* requests */

@@ -191,6 +191,9 @@ void p2p_close_eps(p2p_context_t *ctx)
     double              deadline;
     ucs_status_t        status;
 
+    /* a rendezvous get that completes while the endpoints flush sends
+     * its FIN through p2p_peer_ep: it must not reconnect */
+    ctx->closing = 1;
     reqs = calloc(2 * ctx->size, sizeof(*reqs));
     for (i = 0; i < ctx->size; ++i) {
         if (ctx->peers[i].close_req != NULL) {

@@ -6,6 +6,13 @@
  * endpoint to a peer is created with PMIx_Get on first use. Without a
  * launcher PMIx_Init fails (no server to reach) and the process runs alone:
  * rank 0 of a world of size 1, its only endpoint the one to itself.
+ *
+ * A process may have several contexts. Each publishes under a key of its
+ * own: the first context a process creates under PMIx uses
+ * P2P_WIRE_PMIX_KEY, the n-th (n >= 1, counted from 0 over the process's
+ * life) that key with ".n" appended. So context n of one process talks to
+ * context n of the others: every process must create its contexts in the
+ * same order (each p2p_init is collective: it ends in a PMIx_Fence).
  */
 #include "p2p_int.h"
 
@@ -19,11 +26,15 @@ typedef p2p_wire_addr_t p2p_wire_hdr_t;
 #define P2P_PMIX_KEY   P2P_WIRE_PMIX_KEY
 #define P2P_WIRE_MAGIC P2P_WIRE_ADDR_MAGIC
 
+/* contexts this process has created under PMIx */
+static unsigned p2p_pmix_instances;
+
 int p2p_wireup_init(p2p_context_t *ctx)
 {
     pmix_proc_t   wild;
     pmix_value_t  *val = NULL;
     pmix_status_t rc;
+    unsigned      instance;
 
     rc = PMIx_Init(&ctx->pmix_proc, NULL, 0);
     if (rc != PMIX_SUCCESS) {
@@ -35,6 +46,13 @@ int p2p_wireup_init(p2p_context_t *ctx)
     }
     ctx->have_pmix = 1;
     ctx->rank      = (int)ctx->pmix_proc.rank;
+    instance = __atomic_fetch_add(&p2p_pmix_instances, 1, __ATOMIC_RELAXED);
+    if (instance == 0) {
+        snprintf(ctx->pmix_key, sizeof(ctx->pmix_key), "%s", P2P_PMIX_KEY);
+    } else {
+        snprintf(ctx->pmix_key, sizeof(ctx->pmix_key), "%s.%u",
+                 P2P_PMIX_KEY, instance);
+    }
     PMIX_PROC_CONSTRUCT(&wild);
     PMIX_LOAD_PROCID(&wild, ctx->pmix_proc.nspace, PMIX_RANK_WILDCARD);
     rc = PMIx_Get(&wild, PMIX_JOB_SIZE, NULL, 0, &val);
@@ -89,7 +107,7 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
     value.type          = PMIX_BYTE_OBJECT;
     value.data.bo.bytes = blob;
     value.data.bo.size  = sizeof(*hdr) + ctx->address_len;
-    rc = PMIx_Put(PMIX_GLOBAL, P2P_PMIX_KEY, &value);
+    rc = PMIx_Put(PMIX_GLOBAL, ctx->pmix_key, &value);
     free(blob);
     if (rc == PMIX_SUCCESS) {
         rc = PMIx_Commit();
@@ -204,20 +222,30 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
     if (peer->failed) {
         return peer->fail_error;
     }
+    if (ctx->closing) {
+        /* teardown closes every endpoint; one opened now (a FIN sent
+         * while a close flushes) would never be */
+        p2p_set_error(ctx, "rank %u: the context is being finalized, no "
+                      "new connections", peer->rank);
+        return P2P_ERR_TRANSPORT;
+    }
     if ((int)peer->rank == ctx->rank) {
         addr = ctx->address;
     } else {
         PMIX_PROC_CONSTRUCT(&proc);
         PMIX_LOAD_PROCID(&proc, ctx->pmix_proc.nspace, peer->rank);
-        rc = PMIx_Get(&proc, P2P_PMIX_KEY, NULL, 0, &val);
+        rc = PMIx_Get(&proc, ctx->pmix_key, NULL, 0, &val);
         if ((rc != PMIX_SUCCESS) || (val == NULL) ||
             (val->type != PMIX_BYTE_OBJECT) ||
             !p2p_wire_addr_check(ctx, peer->rank, val->data.bo.bytes,
                                  val->data.bo.size)) {
-            if (rc != PMIX_SUCCESS) {
-                p2p_set_error(ctx, "no p2p address of rank %u in PMIx "
-                              "(%s); does every process of the job use "
-                              "p2p?", peer->rank, PMIx_Error_string(rc));
+            if ((rc != PMIX_SUCCESS) || (val == NULL) ||
+                (val->type != PMIX_BYTE_OBJECT)) {
+                p2p_set_error(ctx, "no p2p address of rank %u under key %s "
+                              "in PMIx (%s); does every process of the job "
+                              "use this p2p, and create as many contexts, in "
+                              "the same order?", peer->rank, ctx->pmix_key,
+                              PMIx_Error_string(rc));
             }
             if (val != NULL) {
                 PMIX_VALUE_RELEASE(val);
