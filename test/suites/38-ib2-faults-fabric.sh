@@ -12,9 +12,9 @@
 #   - p2p over rc_ib2 on a RoCE port, under recoverable faults, and with
 #     one rank's QP failed by the device (test_p2p_faults).
 # Each process uses a segment of the suite's own (removed at the end).
-# rc_ib2's buffer pools are allocated without transparent huge pages
-# (UCX_IB2_ALLOC): khugepaged collapsing them moves registered pages,
-# which softverbs' pinning model reports as stale (docs/softverbs.md).
+# UCX allocates its buffer pools as it does by default (transparent huge
+# pages): softverbs holds registered pages as an adapter's pin does, so
+# khugepaged's collapses do not move them (docs/softverbs.md).
 for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_\|^P2P_\|^OMPI_'); do
     unset "$v"
 done
@@ -40,7 +40,7 @@ fab_run() {   # fab_run TAG DEVICES VAR=VALUE...: the runner of a pair
     fab_r=("$SRC/contrib/ib2-env.sh" --lib "$fab_lib"
            "$BUILD/contrib/softverbs/softverbs-run" --shm "$fab_shm-$tag"
            --devices "$devs" env UCX_TLS=rc_ib2,ud_verbs:aux
-           UCX_IB2_ALLOC=md,mmap,heap UCX_LOG_LEVEL=info "$@")
+           UCX_LOG_LEVEL=info "$@")
 }
 
 # A 16 MiB transfer over two ports: the tag protocol stripes it over a
@@ -122,7 +122,6 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     fab_p2p=$BUILD/test/gtest/p2p/test_p2p
     fab_mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
     export P2P_UCT_IB2=$fab_lib UCX_TLS=rc_ib2,ud_verbs:aux
-    export UCX_IB2_ALLOC=md,mmap,heap
     export P2PTEST_WAIT_LIMIT=120
     fab_sv=("$BUILD/contrib/softverbs/softverbs-run" --devices "$fab_roce")
 
@@ -174,5 +173,5 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         echo "delayed reads: $reads, refused SRQ posts: $srq"
         [ "$reads" -gt 0 ] && [ "$srq" -gt 0 ]' _ \
         "$LOGDIR/${IB2_PREFIX:-}p2p-rc_ib2-recoverable-faults.log"
-    unset P2P_UCT_IB2 UCX_TLS P2PTEST_WAIT_LIMIT UCX_IB2_ALLOC
+    unset P2P_UCT_IB2 UCX_TLS P2PTEST_WAIT_LIMIT
 fi
