@@ -157,14 +157,21 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         --gtest_filter='P2P.SendRecvAcrossProtocols:P2P.OrderingStress:P2P.ThousandsOutstanding:P2P.LargeMessage64MiB'
     unset SOFTVERBS_FAULTS SOFTVERBS_DEBUG
 
-    # A fatal fault: rank 1's QP fails under an RDMA READ; its requests
+    # Registrations refused with ENOMEM under rank 0's leave-pinned cache
+    # (once: evicted and registered again; for good: copied, and p2p says
+    # what to raise); then a fatal fault, one per job: rank 1's QP fails
+    # under an RDMA READ, its rc_ib2 send CQ overruns, that READ completes
+    # with REM_ACCESS_ERR, or its next posts are refused; its requests
     # and rank 0's with it end with P2P_ERR_PEER_FAILED within seconds, a
     # third rank's exchange with rank 0 is untouched, all finalize.
     for np in 2 3; do
-        ib2_gtest "p2p-rc_ib2-qp-fatal-${np}ranks" \
-            "$BUILD/contrib/softverbs/softverbs-run" --shm "$fab_shm-p2pq" \
-            "${fab_mpi[@]}" -np $np "$BUILD/test/gtest/p2p/test_p2p_faults" \
-            --gtest_color=no
+        for t in QpFatal CqOverrun ErrorCompletion RefusedPost; do
+            ib2_gtest "p2p-rc_ib2-faults-$t-${np}ranks" \
+                "$BUILD/contrib/softverbs/softverbs-run" \
+                --shm "$fab_shm-p2pq" "${fab_mpi[@]}" -np $np \
+                "$BUILD/test/gtest/p2p/test_p2p_faults" --gtest_color=no \
+                --gtest_filter="P2PFaults.Registration*:P2PFaults.$t*"
+        done
     done
     ib2_check p2p-rc_ib2-recoverable-faults-injected bash -c '
         log=$1
