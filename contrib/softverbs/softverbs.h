@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 struct ibv_mr;
+struct ibv_cq;
 #include <sys/socket.h>
 
 #ifdef __cplusplus
@@ -58,6 +59,10 @@ int softverbs_faults(const char *spec, char *err, size_t errlen);
 
 /* How many faults the rules of this process have injected so far. */
 uint64_t softverbs_faults_injected(void);
+
+/* The number a fault rule's cq= key takes for this CQ of this process
+ * (its QPs' numbers are qp_num), 0 for NULL. */
+uint32_t softverbs_cq_handle(struct ibv_cq *cq);
 
 /* Pinning (docs/softverbs.md, "Pinned memory"): a region reaches the
  * pages it was registered with; an access through pages that were freed,

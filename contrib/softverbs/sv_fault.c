@@ -311,3 +311,8 @@ SV_EXPORT uint64_t softverbs_faults_injected(void)
 {
     return atomic_load(&sv_faults_total);
 }
+
+SV_EXPORT uint32_t softverbs_cq_handle(struct ibv_cq *cq)
+{
+    return (cq != NULL) ? sv_cq_of(cq)->handle : 0;
+}

@@ -18,6 +18,7 @@
  * forking thread waits), so the parent keeps its own.
  */
 #include "sv_int.h"
+#include "sv_pin.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -181,23 +182,29 @@ void sv_fork_prepare(void)
         pipe2(sv_fork_wait, O_CLOEXEC) != 0) {
         sv_fork_wait[0] = sv_fork_wait[1] = -1;
     }
+    sv_pin_fork_prepare();
 }
 
 void sv_fork_parent(void)
 {
     struct pollfd pf = { sv_fork_wait[0], POLLIN, 0 };
+    int copied = 0;
     char c;
 
-    if (sv_fork_wait[0] < 0) {
-        return;
+    if (sv_fork_wait[0] >= 0) {
+        close(sv_fork_wait[1]);
+        /* bounded: a child that dies first closes its end */
+        copied = poll(&pf, 1, 10000) == 1 &&
+                 read(sv_fork_wait[0], &c, 1) == 1;
+        if (!copied) {
+            sv_debug("fork: no word from the child copying registered "
+                     "pages");
+        }
+        close(sv_fork_wait[0]);
+        sv_fork_wait[0] = sv_fork_wait[1] = -1;
     }
-    close(sv_fork_wait[1]);
-    /* bounded: a child that dies first closes its end */
-    if (poll(&pf, 1, 10000) == 1 && read(sv_fork_wait[0], &c, 1) < 0) {
-        sv_debug("fork: no word from the child copying registered pages");
-    }
-    close(sv_fork_wait[0]);
-    sv_fork_wait[0] = sv_fork_wait[1] = -1;
+    /* the pages the child copied are the parent's own again */
+    sv_pin_fork_parent(copied);
 }
 
 /* In the child, before its state is reset: in copy mode, take copies of
@@ -236,6 +243,10 @@ static void sv_fork_child_copy(void)
  * libibverbs. Called first in the child, the parent's state still there. */
 void sv_fork_child(void)
 {
+    /* the parent's page references go first: the parent, once told the
+     * copies are made, takes its pages back whole only if nothing else
+     * references them */
+    sv_pin_fork_child();
     sv_fork_child_copy();
     pthread_mutex_init(&sv_fork_lock, NULL);
     free(sv_fr);

@@ -16,6 +16,8 @@
  * counted in the region, the segment and the process, and reported
  * (SOFTVERBS_PIN_ABORT=1 aborts instead, for tests).
  *
+ * The pages are held as the adapter's pin holds them (sv_pin_hold.c), so
+ * the kernel's own moves (khugepaged, compaction) leave them in place.
  * Mapping changes that keep the pages (mprotect, fork with DONTFORK, a
  * child's copy-on-write) change nothing. The check runs when an access
  * starts; a change during one access is not seen by it.
@@ -230,6 +232,11 @@ int sv_pin_register(struct sv_mr_shared *m, uintptr_t addr, uint64_t len)
     if (rc) {
         return rc;
     }
+    if (mode == SV_PIN_PFN) {
+        /* held before they are recorded: what is recorded stays */
+        sv_pin_hold(m, (uintptr_t)(first * SV_PG),
+                    (uintptr_t)((first + n) * SV_PG));
+    }
     if (mode == SV_PIN_PRESENT) {
         sv_pin_warn_once("pinning checks %s: without CAP_SYS_ADMIN the "
                          "kernel hides page frame numbers, so only pages "
@@ -268,6 +275,7 @@ int sv_pin_register(struct sv_mr_shared *m, uintptr_t addr, uint64_t len)
 
 void sv_pin_release(struct sv_mr_shared *m)
 {
+    sv_pin_unhold(m);
     if (m->pin_off != 0) {
         sv_heap_free(m->pin_off, (uint64_t)m->pin_pages * 8);
     }

@@ -31,6 +31,16 @@ void sv_pin_report(const struct sv_mr_shared *m, int32_t pid,
                    uintptr_t addr, uint64_t stale, uint64_t pages, int sink,
                    const char *what);
 
+/* sv_pin_hold.c: the pages of [lo, hi) (page aligned) held for region m
+ * by this process, as an adapter's pin holds them, until sv_pin_unhold.
+ * 0, or an errno (reported; the region is then not held). */
+int  sv_pin_hold(const struct sv_mr_shared *m, uintptr_t lo, uintptr_t hi);
+void sv_pin_unhold(const struct sv_mr_shared *m);
+/* fork (sv_fork.c): parent's copied: the child took its copies */
+void sv_pin_fork_prepare(void);
+void sv_pin_fork_parent(int copied);
+void sv_pin_fork_child(void);
+
 static inline const uint64_t *sv_pin_rec(const struct sv_mr_shared *m)
 {
     return m->pin_off ? (const uint64_t *)sv_ptr(m->pin_off) :

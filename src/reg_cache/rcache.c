@@ -305,9 +305,10 @@ static void rcache_report_reg_failure(rcache_t *rcache, uintptr_t start,
                    "/etc/security/limits.conf, or LimitMEMLOCK=infinity for "
                    "a systemd service that launches jobs. If it already is "
                    "unlimited, the device is out of memory translation "
-                   "entries (MTT): see its driver's MTT parameters.",
+                   "entries (MTT): see its driver's MTT parameters.%s%s",
                    (size_t)(end - start), start, strerror(-err), evicted,
-                   rcache->stats.pinned_bytes, memlock);
+                   rcache->stats.pinned_bytes, memlock,
+                   rcache->enomem_hint[0] ? " " : "", rcache->enomem_hint);
     } else {
         rcache_log(rcache, 1, "registering %zu bytes at 0x%" PRIxPTR
                    " failed: %s", (size_t)(end - start), start,
@@ -762,6 +763,9 @@ int rcache_create(const rcache_params_t *params, rcache_t **rcache_p)
     snprintf(rcache->name, sizeof(rcache->name), "%s",
              params->name ? params->name : "rcache");
     rcache->params.name = rcache->name;
+    snprintf(rcache->enomem_hint, sizeof(rcache->enomem_hint), "%s",
+             params->enomem_hint ? params->enomem_hint : "");
+    rcache->params.enomem_hint = rcache->enomem_hint;
     rcache->flags       = params->flags;
     rcache->page_shift  = (unsigned)__builtin_ctzl(align);
     atomic_init(&rcache->hit_table, table);

@@ -95,6 +95,10 @@ typedef struct rcache_params {
      * Overlapping regions always merge. */
     size_t             max_merge;
     const char         *name;           /* for messages */
+    /* Appended to the message of a registration that failed for want of
+     * memory even after eviction: the caller's own settings that bear on
+     * it (e.g. its cache size limit). Copied; NULL = none. */
+    const char         *enomem_hint;
     /* Where errors and warnings go; NULL = stderr. */
     void (*log)(void *log_arg, int is_error, const char *msg);
     void               *log_arg;

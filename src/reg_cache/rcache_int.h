@@ -111,12 +111,13 @@ struct rcache {
     pthread_mutex_t    lock __attribute__((aligned(RCACHE_CACHE_LINE)));
     rcache_params_t    params;
     char               name[64];
+    char               enomem_hint[256]; /* params.enomem_hint, copied */
     rcache_btree_t     index;         /* start -> region, no overlaps */
     rcache_heap_t      lru;
     rcache_pool_t      pool;
     rcache_stats_t     stats;         /* slow-path counts; see get_stats */
     size_t             indexed_bytes;
-    char               last_error[1024];
+    char               last_error[1536];
 };
 
 /* Any index below what the pool has handed out; the chunk is published. */

@@ -9,6 +9,18 @@
  * failed peer fail at once; with a third rank, its exchange with rank 0
  * goes on untouched; every rank finalizes normally.
  *
+ * The same with rank 1's rc_ib2 send CQ overrunning instead (CQ_ERR:
+ * every endpoint of its interface fails), with that READ completing in
+ * error (REM_ACCESS_ERR: rank 0's QP fails too), and with rank 1's posts
+ * refused (ENOMEM).
+ *
+ * Registrations refused with ENOMEM (softverbs' reg_mr rule) under the
+ * leave-pinned cache of rank 0's rendezvous sends: refused once, the cache
+ * lets its unused registrations go and registers again, and p2p's own
+ * rendezvous carries the message; refused for good, the message is
+ * copied by UCP's protocols, arrives intact, and p2p says once what to
+ * raise (the locked-memory limit, P2P_REG_MAX_BYTES).
+ *
  * Run over rc_ib2 only: mpirun -np 2 (or 3) under softverbs-run, with
  * UCX_TLS=rc_ib2,ud_verbs:aux (test/suites/38-ib2-faults-fabric.sh).
  */
@@ -16,11 +28,66 @@
 
 #include <p2p.h>
 
+#include <infiniband/verbs.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <mutex>
+#include <string>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <vector>
+
+/* This process's alive RC QPs (rc_ib2's) and their send CQs, seen by
+ * wrappers of ibv_create_qp and ibv_destroy_qp: the executable exports
+ * them (-rdynamic), so the transports' calls come here first and go on
+ * to softverbs. (A transport's probe QPs at interface open come and go.) */
+namespace {
+struct RcQp {
+    struct ibv_qp *qp;
+    uint32_t      qpn;
+    ibv_cq        *send_cq;
+};
+std::mutex        g_qp_lock;
+std::vector<RcQp> g_rc;
+}
+
+extern "C" struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
+                                        struct ibv_qp_init_attr *attr)
+{
+    using fn_t = struct ibv_qp *(*)(struct ibv_pd *,
+                                    struct ibv_qp_init_attr *);
+    static fn_t real = (fn_t)dlsym(RTLD_NEXT, "ibv_create_qp");
+    struct ibv_qp *qp = real(pd, attr);
+
+    if ((qp != nullptr) && (attr->qp_type == IBV_QPT_RC)) {
+        std::lock_guard<std::mutex> g(g_qp_lock);
+        g_rc.push_back({qp, qp->qp_num, attr->send_cq});
+    }
+    return qp;
+}
+
+extern "C" int ibv_destroy_qp(struct ibv_qp *qp)
+{
+    using fn_t = int (*)(struct ibv_qp *);
+    static fn_t real = (fn_t)dlsym(RTLD_NEXT, "ibv_destroy_qp");
+    int ret = real(qp);
+
+    if (ret == 0) {
+        std::lock_guard<std::mutex> g(g_qp_lock);
+        for (auto it = g_rc.begin(); it != g_rc.end(); ++it) {
+            if (it->qp == qp) {
+                g_rc.erase(it);
+                break;
+            }
+        }
+    }
+    return ret;
+}
 
 namespace {
 
@@ -52,6 +119,39 @@ int set_faults(const char *spec)
         return -1;
     }
     return 0;
+}
+
+/* The fault rule's number for the send CQ of this process's first RC QP,
+ * 0 if there is none. */
+uint32_t rc_send_cq()
+{
+    using fn_t = uint32_t (*)(struct ibv_cq *);
+    fn_t fn = (fn_t)dlsym(RTLD_DEFAULT, "softverbs_cq_handle");
+    std::lock_guard<std::mutex> g(g_qp_lock);
+
+    return (fn != nullptr && !g_rc.empty()) ? fn(g_rc[0].send_cq) : 0;
+}
+
+/* One rule per RC QP of this process (rc_ib2's; UCX's ud_verbs aborts
+ * when its own posts are refused): "KIND/qp=N" + rest, joined by ';'. */
+std::string on_rc_qps(const char *kind, const char *rest)
+{
+    std::lock_guard<std::mutex> g(g_qp_lock);
+    std::string r;
+
+    for (const RcQp &q : g_rc) {
+        r += (r.empty() ? "" : ";") + std::string(kind) + "/qp=" +
+             std::to_string(q.qpn) + rest;
+    }
+    return r;
+}
+
+uint64_t faults_injected()
+{
+    using fn_t = uint64_t (*)();
+    fn_t fn = (fn_t)dlsym(RTLD_DEFAULT, "softverbs_faults_injected");
+
+    return (fn != nullptr) ? fn() : 0;
 }
 
 /* Test all until done or `limit` seconds; the seconds it took, or -1. */
@@ -100,7 +200,10 @@ class RankFailures : public ::testing::EmptyTestEventListener {
 
 } // namespace
 
-TEST(P2PFaults, QpFatalFailsThePeersRequestsOnly)
+/* Rank 1's transport fails under the rule `fault()` gives, set after it
+ * took `taken` messages; see the top of the file. */
+template <typename Rule>
+void peer_fails(Rule fault)
 {
     ASSERT_GE(size, 2) << "run with mpirun -np 2 or 3";
     const size_t big = (size_t)4 << 20;
@@ -114,8 +217,9 @@ TEST(P2PFaults, QpFatalFailsThePeersRequestsOnly)
             ASSERT_EQ(P2P_OK, p2p_recv(in.data(), big, 0, 1, world, &s));
             EXPECT_TRUE(check(in, i)) << "message " << i;
         }
-        /* the next RDMA READ (the 4th message's data) kills its QP */
-        ASSERT_EQ(0, set_faults("qp_fatal/op=read/count=1"));
+        std::string rule = fault();
+        ASSERT_FALSE(rule.empty()) << "no rule to set";
+        ASSERT_EQ(0, set_faults(rule.c_str()));
         std::vector<p2p_request_t*> reqs(2);
         ASSERT_EQ(P2P_OK, p2p_irecv(in.data(), big, 0, 1, world, &reqs[0]));
         ASSERT_EQ(P2P_OK, p2p_irecv(small.data(), 64, 0, 3, world,
@@ -184,6 +288,214 @@ TEST(P2PFaults, QpFatalFailsThePeersRequestsOnly)
             EXPECT_TRUE(check(got, i)) << "message " << i;
         }
     }
+}
+
+namespace {
+
+const size_t kRegBuf = (size_t)2 << 20; /* over the rendezvous threshold */
+
+/* A buffer of its own pages, filled for message i, with an inaccessible
+ * page after it: no two buffers touch, so no registration covers two
+ * (the caches merge touching ranges). Unmap kRegBuf + 4096 bytes. */
+uint8_t *reg_buf(int i, size_t len = kRegBuf)
+{
+    void *p = mmap(nullptr, len + 4096, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        return nullptr;
+    }
+    if (mprotect((char *)p + len, 4096, PROT_NONE) != 0) {
+        munmap(p, len + 4096);
+        return nullptr;
+    }
+    for (size_t k = 0; k < len; ++k) {
+        ((uint8_t *)p)[k] = (uint8_t)(k * 31 + i * 7);
+    }
+    return (uint8_t *)p;
+}
+
+/* Rank 0 sends message i from buf; rank 1 receives and checks it. Both
+ * within P2PTEST limits: a send that never ends fails the test. */
+void send_checked(uint8_t *buf, int i, size_t len = kRegBuf)
+{
+    std::vector<p2p_request_t*> reqs(1);
+    std::vector<p2p_status_t> st;
+    int ret = P2P_OK;
+
+    if (rank == 0) {
+        ASSERT_EQ(P2P_OK, p2p_isend(buf, len, 1, 20 + i, world,
+                                    &reqs[0]));
+    } else if (rank == 1) {
+        std::vector<uint8_t> in(len);
+        ASSERT_EQ(P2P_OK, p2p_irecv(in.data(), len, 0, 20 + i, world,
+                                    &reqs[0]));
+        ASSERT_GE(wait_all(reqs, st, 30.0, &ret), 0) << "message " << i;
+        EXPECT_EQ(P2P_OK, st[0].error) << "message " << i;
+        EXPECT_TRUE(check(in, i)) << "message " << i << " corrupted";
+        return;
+    } else {
+        return;
+    }
+    ASSERT_GE(wait_all(reqs, st, 30.0, &ret), 0) << "send " << i
+                                                 << " never ended";
+    EXPECT_EQ(P2P_OK, st[0].error) << "send " << i << ": "
+                                   << p2p_strerror(st[0].error);
+}
+
+/* Rank 0's leave-pinned cache holds n unused registrations of buffers
+ * sent once. False (skipped) where p2p registers per send. */
+bool cache_filled(std::vector<uint8_t *> &bufs, int n, int first)
+{
+    p2p_stats_t s;
+
+    p2p_get_stats(ctx, &s);
+    /* the same in every rank: the same settings and library */
+    if (!s.leave_pinned) {
+        return false;
+    }
+    for (int i = 0; i < n; ++i) {
+        bufs.push_back(reg_buf(first + i));
+        if (bufs.back() == nullptr) {
+            ADD_FAILURE() << "mmap";
+            return false;
+        }
+        send_checked(bufs.back(), first + i);
+    }
+    return true;
+}
+
+} // namespace
+
+/* Refused once, with unused registrations in the cache: they go, the
+ * registration is made again, p2p's own rendezvous carries the message. */
+TEST(P2PFaults, RegistrationEnomemEvictsAndRetries)
+{
+    ASSERT_GE(size, 2) << "run with mpirun -np 2 or 3";
+    std::vector<uint8_t *> bufs;
+    ASSERT_EQ(P2P_OK, p2p_barrier(world));
+    if (!cache_filled(bufs, 3, 0)) {
+        GTEST_SKIP() << "leave-pinned is off: nothing cached to evict";
+    }
+    p2p_stats_t s0, s1;
+    uint64_t f0 = faults_injected();
+    uint8_t *fresh = reg_buf(3);
+    ASSERT_NE(nullptr, fresh);
+    p2p_get_stats(ctx, &s0);
+    if (rank == 0) {
+        ASSERT_EQ(0, set_faults("reg_mr/min=2m/count=1"));
+    }
+    send_checked(fresh, 3);
+    if (rank == 0) {
+        set_faults(nullptr);
+        p2p_get_stats(ctx, &s1);
+        EXPECT_EQ(faults_injected() - f0, 1u) << "the registration was "
+                                                 "not refused";
+        EXPECT_GT(s1.reg_evictions, s0.reg_evictions)
+            << "nothing evicted: the refusal did not reach the cache as "
+               "ENOMEM";
+        EXPECT_EQ(s0.rndv_sent + 1, s1.rndv_sent)
+            << "not sent by p2p's rendezvous after the retry";
+        EXPECT_EQ(s0.rndv_ucp_sent, s1.rndv_ucp_sent);
+    }
+    ASSERT_EQ(P2P_OK, p2p_barrier(world));
+    for (uint8_t *b : bufs) {
+        munmap(b, kRegBuf + 4096);
+    }
+    munmap(fresh, kRegBuf + 4096);
+}
+
+/* Refused for good: the send is copied by UCP's protocols and arrives
+ * intact, nothing hangs, and p2p says what to raise. */
+TEST(P2PFaults, RegistrationEnomemTellsWhatToRaise)
+{
+    ASSERT_GE(size, 2) << "run with mpirun -np 2 or 3";
+    std::vector<uint8_t *> bufs;
+    ASSERT_EQ(P2P_OK, p2p_barrier(world));
+    if (!cache_filled(bufs, 2, 10)) {
+        GTEST_SKIP() << "leave-pinned is off";
+    }
+    /* larger than any chunk of the transports' buffer pools: the rule
+     * refuses this buffer's registrations only (with every registration
+     * of 2 MiB and more refused, rc_ib2 cannot grow its send descriptor
+     * pool either, and the copy cannot go out) */
+    const size_t big = (size_t)24 << 20;
+    uint8_t *fresh = reg_buf(12, big);
+    ASSERT_NE(nullptr, fresh);
+    p2p_stats_t s0, s1;
+    p2p_get_stats(ctx, &s0);
+    char path[] = "/tmp/p2p-faults-stderr-XXXXXX";
+    int saved = -1, fd = -1;
+    if (rank == 0) {
+        ASSERT_EQ(0, set_faults("reg_mr/min=24m"));
+        /* what p2p prints meanwhile */
+        fd = mkstemp(path);
+        ASSERT_GE(fd, 0);
+        fflush(stderr);
+        saved = dup(2);
+        dup2(fd, 2);
+    }
+    send_checked(fresh, 12, big);
+    if (rank == 0) {
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        set_faults(nullptr);
+        std::string out(4096, '\0');
+        ssize_t n = pread(fd, &out[0], out.size(), 0);
+        out.resize(n > 0 ? (size_t)n : 0);
+        close(fd);
+        unlink(path);
+        fprintf(stderr, "%s", out.c_str()); /* for the log */
+        p2p_get_stats(ctx, &s1);
+        EXPECT_EQ(s0.rndv_ucp_sent + 1, s1.rndv_ucp_sent)
+            << "not copied by UCP's protocols";
+        EXPECT_EQ(s0.rndv_sent, s1.rndv_sent);
+        EXPECT_NE(std::string::npos, out.find("ulimit -l"))
+            << "no word of the locked-memory limit: " << out;
+        EXPECT_NE(std::string::npos, out.find("P2P_REG_MAX_BYTES"))
+            << "no word of the cache's limit: " << out;
+    }
+    ASSERT_EQ(P2P_OK, p2p_barrier(world));
+    for (uint8_t *b : bufs) {
+        munmap(b, kRegBuf + 4096);
+    }
+    munmap(fresh, big + 4096);
+}
+
+/* Each of these leaves ranks 0 and 1 failed for each other: one per job
+ * (the suite runs them with --gtest_filter), after the others. */
+TEST(P2PFaults, QpFatalFailsThePeersRequestsOnly)
+{
+    /* the next RDMA READ (the 4th message's data) kills its QP */
+    peer_fails([] { return std::string("qp_fatal/op=read/count=1"); });
+}
+
+TEST(P2PFaults, CqOverrunFailsThePeersRequestsOnly)
+{
+    /* the next completion of rank 1's rc_ib2 send CQ (the 4th message's
+     * RDMA READ) does not fit: CQ_ERR, every endpoint of the interface
+     * fails */
+    peer_fails([] {
+        uint32_t cq = rc_send_cq();
+        return cq ? "cq_overrun/cq=" + std::to_string(cq) + "/count=1"
+                  : std::string();
+    });
+}
+
+TEST(P2PFaults, ErrorCompletionFailsThePeersRequestsOnly)
+{
+    /* the 4th message's RDMA READ completes with REM_ACCESS_ERR: the
+     * requester's QP and the responder's (rank 0's) go to error */
+    peer_fails([] {
+        return std::string("send_wc/op=read/count=1/status=rem_access");
+    });
+}
+
+TEST(P2PFaults, RefusedPostFailsThePeersRequestsOnly)
+{
+    /* the next post on each of rank 1's rc_ib2 QPs (the 4th message's
+     * RDMA READ among them) is refused with ENOMEM */
+    peer_fails([] { return on_rc_qps("post_send", "/count=1"); });
 }
 
 int main(int argc, char **argv)

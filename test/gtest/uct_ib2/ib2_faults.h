@@ -52,16 +52,14 @@ inline uint32_t ep_qpn(const Entity &e, uct_ep_h ep, unsigned q)
 /*
  * The settings of the fault and fabric tests: retries exhausted within
  * milliseconds, not seconds, when a peer's QP is dead or unreachable
- * (4.096 us x 2^8 per try, 7 retries); and buffer pools without
- * transparent huge pages (UCX's default allocation asks for them):
- * khugepaged may later collapse such pages into a huge page, which moves
- * registered memory to other frames, and softverbs' pinning model then
- * takes the pool's registration for stale (an adapter's pin would keep
- * the pages where they are). See docs/softverbs.md.
+ * (4.096 us x 2^8 per try, 7 retries). UCX's default allocation of buffer
+ * pools (transparent huge pages) is kept: softverbs holds registered
+ * pages as an adapter's pin does, so khugepaged does not move them
+ * (docs/softverbs.md, "Pinned memory").
  */
 inline Env::Vars kFaultEnv()
 {
-    return {{"UCX_IB2_TIMEOUT", "1ms"}, {"UCX_IB2_ALLOC", "md,mmap,heap"}};
+    return {{"UCX_IB2_TIMEOUT", "1ms"}};
 }
 
 inline std::string qp_key(uint32_t qpn)

@@ -20,7 +20,8 @@ extern "C" struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
 
     if (qp != nullptr) {
         std::lock_guard<std::mutex> g(g_lock);
-        g_qps.push_back({qp, qp->qp_num, attr->qp_type});
+        g_qps.push_back({qp, qp->qp_num, attr->qp_type, attr->send_cq,
+                         attr->recv_cq});
     }
     return qp;
 }

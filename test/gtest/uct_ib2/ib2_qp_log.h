@@ -20,6 +20,7 @@ struct LoggedQp {
     struct ibv_qp  *qp;
     uint32_t       qpn;
     enum ibv_qp_type type;
+    struct ibv_cq  *send_cq, *recv_cq;
 };
 
 /* Alive QPs, oldest first. */

@@ -11,6 +11,7 @@
 #include "ib2_test.h"
 #include "ib2_qp_log.h"
 
+#include <softverbs.h>
 #include <ucp/api/ucp.h>
 
 #include <cstdlib>
@@ -63,8 +64,6 @@ public:
         Env env({{"UCX_TLS", tls ? tls : "rc_ib2,ud_verbs:aux"},
                  {"UCX_NET_DEVICES", kDev},
                  {"UCX_IB2_TIMEOUT", "1ms"},
-                 /* no transparent huge pages (see kFaultEnv) */
-                 {"UCX_IB2_ALLOC", "md,mmap,heap"},
                  {"UCX_IB2_RECEIVE_QUEUES", rq ? rq : "auto"},
                  {"UCX_RNDV_THRESH", "64k"}});
 
@@ -209,20 +208,29 @@ private:
 
 /* The rule with @QP@ replaced by the first rc_ib2 QP this process made
  * that is still alive: the first queue's QP of its first endpoint. */
+/* The rule with @QP@ replaced by the number of this process's first RC
+ * QP (rc_ib2's), @SCQ@ and @RCQ@ by its send and receive CQ's handles. */
 inline std::string aim(const std::string &rule)
 {
+    const LoggedQp *rc = nullptr;
+    std::vector<LoggedQp> qps = qps_alive();
     std::string r = rule;
-    size_t at     = r.find("@QP@");
 
-    if (at != std::string::npos) {
-        uint32_t qpn = 0;
-        for (const LoggedQp &q : qps_alive()) {
-            if (q.type == IBV_QPT_RC) {
-                qpn = q.qpn;
-                break;
-            }
+    for (const LoggedQp &q : qps) {
+        if (q.type == IBV_QPT_RC) {
+            rc = &q;
+            break;
         }
-        r.replace(at, 4, std::to_string(qpn));
+    }
+    const std::pair<const char *, uint32_t> keys[] = {
+        {"@QP@", rc ? rc->qpn : 0},
+        {"@SCQ@", rc ? softverbs_cq_handle(rc->send_cq) : 0},
+        {"@RCQ@", rc ? softverbs_cq_handle(rc->recv_cq) : 0}};
+    for (const auto &k : keys) {
+        size_t at = r.find(k.first);
+        if (at != std::string::npos) {
+            r.replace(at, strlen(k.first), std::to_string(k.second));
+        }
     }
     return r;
 }

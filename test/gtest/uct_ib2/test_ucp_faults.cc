@@ -6,7 +6,8 @@
  * protocol (short, copied, zero-copy, rendezvous); the fault rule is set in
  * one process, aimed at one of its rc_ib2 QPs, when the stream starts.
  *
- * A fatal fault (a QP in error, an error completion, a refused post):
+ * A fatal fault (a QP in error, an error completion, a refused post, a
+ * CQ of C1's rc_ib2 interface that overruns: all its endpoints fail):
  * C1's endpoint fails through UCP's error callback, once; every request of
  * C1 ends; P received from C1 a prefix of its stream, intact and in order,
  * nothing twice; P's endpoint to C1 fails too (at the latest when P sends
@@ -115,13 +116,14 @@ int child_main(Chan &ch, unsigned id, const std::string &rule,
 
     char go;
     IB2_CHILD_CHECK(ch.recv_val(go, 30000), 16);
+    /* before the rule: a CQ overrun counts when it is set on the CQ */
+    uint64_t base = softverbs_faults_injected();
     if (!rule.empty()) {
         char err[512];
         std::string r = aim(rule);
         IB2_CHILD_CHECK(softverbs_faults(r.c_str(), err, sizeof(err)) == 0,
                         17);
     }
-    uint64_t base = softverbs_faults_injected();
 
     /* the stream, kWindow sends in flight */
     std::vector<std::vector<uint8_t>> bufs(kWindow);
@@ -268,7 +270,7 @@ std::string parent_main(const UcpCase &c)
         }
     }
 
-    uint64_t base = softverbs_faults_injected();
+    uint64_t base = softverbs_faults_injected(); /* before the rule */
     if (c.in_parent) {
         char err[512];
         std::string r = aim(c.rule);
@@ -490,8 +492,17 @@ INSTANTIATE_TEST_SUITE_P(
                 true, nullptr},
         UcpCase{"LocProt", "send_wc/qp=@QP@/after=20/count=1/status=loc_prot",
                 false, true, nullptr},
+        UcpCase{"RemInvReq",
+                "send_wc/qp=@QP@/after=20/count=1/status=rem_inv_req", false,
+                true, nullptr},
         UcpCase{"PostSendEnomem", "post_send/qp=@QP@/after=20/count=1", false,
                 true, nullptr},
+        /* C1's rc_ib2 CQs: the completion that does not fit fails its QP,
+         * CQ_ERR fails the interface's endpoints */
+        UcpCase{"SendCqOverrun", "cq_overrun/cq=@SCQ@/after=10/count=1",
+                false, true, nullptr},
+        UcpCase{"RecvCqOverrun", "cq_overrun/cq=@RCQ@/after=5/count=1",
+                false, true, nullptr},
         UcpCase{"Delay", "delay/qp=@QP@/after=10/count=3/time=200ms", false,
                 false, nullptr},
         /* per-peer buffers replaced every 8 messages */
