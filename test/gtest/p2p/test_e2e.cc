@@ -8,7 +8,9 @@
 #include <p2p_fault.h>
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
+/* libasan's allocator statistics (declared here: Debian's gcc ships the
+ * library but not its sanitizer/ headers) */
+extern "C" size_t __sanitizer_get_current_allocated_bytes(void);
 #endif
 
 #include <algorithm>
