@@ -17,6 +17,8 @@
 
 #include <p2p.h>
 
+#include "p2p_heap.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <string>

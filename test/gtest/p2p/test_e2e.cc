@@ -7,11 +7,6 @@
 
 #include <p2p_fault.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-/* libasan's allocator statistics (declared here: Debian's gcc ships the
- * library but not its sanitizer/ headers) */
-extern "C" size_t __sanitizer_get_current_allocated_bytes(void);
-#endif
 
 #include <algorithm>
 #include <cstring>
@@ -795,21 +790,6 @@ TEST_F(P2P, AllocationFailureFailsTheReceive)
     }
 }
 
-namespace {
-
-/* bytes the allocator has handed out and not got back */
-size_t heap_in_use()
-{
-#if defined(__SANITIZE_ADDRESS__)
-    return __sanitizer_get_current_allocated_bytes();
-#else
-    /* in the arenas, and in blocks of their own (large ones are mmapped) */
-    struct mallinfo2 mi = mallinfo2();
-    return mi.uordblks + mi.hblkhd;
-#endif
-}
-
-}
 
 TEST_F(P2P, MillionCommunicatorsFlatMemory)
 {
@@ -822,7 +802,7 @@ TEST_F(P2P, MillionCommunicatorsFlatMemory)
     size_t     before = 0;
     for (long i = 0; i < loops; ++i) {
         if (i == warm) {
-            before = heap_in_use();
+            before = p2p_test_heap_in_use();
         }
         p2p_comm_t *c;
         ASSERT_EQ(P2P_OK, p2p_comm_dup(comm, &c)) << "dup " << i;
@@ -832,7 +812,7 @@ TEST_F(P2P, MillionCommunicatorsFlatMemory)
         }
         ASSERT_EQ(P2P_OK, p2p_comm_free(&c));
     }
-    size_t after = heap_in_use();
+    size_t after = p2p_test_heap_in_use();
     printf("%ld communicators duplicated and freed; heap in use after %ld:"
            " %zu bytes, at the end: %zu\n", loops, warm, before, after);
     EXPECT_LT(after, before + 256 * 1024)
