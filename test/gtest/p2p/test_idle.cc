@@ -50,6 +50,8 @@ TEST_F(P2P, ReceiveCancelRaces)
 {
     const int rounds  = 300;
     const int partner = rank ^ 1;
+    /* suite 40 runs every P2P test in a singleton job too; this one
+     * runs in its two-rank jobs (shm, tcp, rc_ib2) */
     if (size < 2) {
         GTEST_SKIP() << "needs two ranks";
     }

@@ -103,6 +103,8 @@ TEST_F(P2P, EnvironmentIsLeftAlone)
  * shared-memory transport for their active messages. */
 TEST_F(P2P, SharedMemoryKeepsPeerErrorHandling)
 {
+    /* a question about the shared-memory transports: it runs in suite
+     * 40's two-rank shm job and skips in the others */
     const char *tls = getenv("UCX_TLS");
     if ((size == 1) || (tls == nullptr) || (strcmp(tls, "shm") != 0)) {
         GTEST_SKIP() << "needs two ranks and UCX_TLS=shm";
@@ -135,6 +137,8 @@ TEST_F(P2P, SharedMemoryKeepsPeerErrorHandling)
 /* Before, every bad argument was also printed to stderr. */
 TEST_F(P2P, UserErrorsAreReturnedNotPrinted)
 {
+    /* the user who asks for debug logging asks for these lines; suite 40
+     * never runs this test so */
     if (log_level_is("debug")) {
         GTEST_SKIP() << "P2P_LOG_LEVEL=debug prints returned errors";
     }
@@ -282,6 +286,9 @@ TEST_F(P2P, CallersActiveMessagesCoexist)
 /* A second context alone in the process takes the id it is given. */
 TEST_F(P2P, ActiveMessageIdFromParameter)
 {
+    /* under mpirun every process would have to create the same second
+     * context (its PMIx key); the singleton job of suite 40 runs it, and
+     * P2PLifecycle.SecondContextIsItsOwn covers two contexts under mpirun */
     if (wsize != 1) {
         GTEST_SKIP() << "a second context of one process: singleton only";
     }

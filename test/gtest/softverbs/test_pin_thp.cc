@@ -144,8 +144,11 @@ struct Pair {
     }
 };
 
-/* Skips unless this kernel collapses small pages here: then a region
- * could be moved under the device. Returns the huge page size. */
+/* Skips unless this kernel collapses small pages here (root for frame
+ * numbers, transparent huge pages, MADV_COLLAPSE: Linux 6.1): where it
+ * cannot, no region can be moved under the device either, and there is
+ * nothing to hold against. CI's machines can (suite 20 shows the skip
+ * reason if one cannot). Returns the huge page size. */
 size_t need_collapse(std::string *why)
 {
     size_t huge = huge_size();
