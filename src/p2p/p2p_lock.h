@@ -10,6 +10,13 @@
  * ucp_worker_progress, under the lock of the thread that progresses.
  * Without the flag the lock is never touched: one load and a predictable
  * branch per call.
+ *
+ * Not UCS's ucs_recursive_spinlock_t: a spinning waiter takes a core from
+ * the thread or process it waits for when threads outnumber cores (the
+ * case idle waiting exists for), and a pause must let go of every level
+ * at once and see whether anyone waits. Not a PTHREAD_MUTEX_RECURSIVE
+ * mutex either: it keeps its depth to itself, so a pause would unlock and
+ * relock once per level.
  */
 #ifndef P2P_LOCK_H
 #define P2P_LOCK_H
