@@ -17,7 +17,7 @@
 
 #include <p2p.h>
 
-#include "p2p_heap.h"
+#include "p2p_util.h"
 
 #include <cstdint>
 #include <cstdlib>

@@ -1,6 +1,7 @@
 /*
  * Harness of the end-to-end p2p tests (see p2p_test.h).
  */
+#include "p2p_util.h"
 #include "p2p_test.h"
 
 #include <chrono>
@@ -19,13 +20,6 @@ p2p_comm_t    *world;
 p2p_comm_t    *ctrl;
 int           wrank, wsize;
 std::vector<std::string> env_before_init;
-
-static double now()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 double wait_limit()
 {

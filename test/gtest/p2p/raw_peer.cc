@@ -1,6 +1,7 @@
 /*
  * The raw peer (raw_peer.h): PMIx and UCP by hand, p2p_wire.h on the wire.
  */
+#include "p2p_util.h"
 #include "raw_peer.h"
 
 #include <pmix.h>
@@ -18,13 +19,6 @@ namespace p2ptest {
 namespace {
 
 pmix_proc_t raw_proc;
-
-double now()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void die(const char *what)
 {

@@ -24,6 +24,7 @@
  * Run over rc_ib2 only: mpirun -np 2 (or 3) under softverbs-run, with
  * UCX_TLS=rc_ib2,ud_verbs:aux (test/suites/38-ib2-faults-fabric.sh).
  */
+#include "p2p_util.h"
 #include <gtest/gtest.h>
 
 #include <p2p.h>
@@ -94,13 +95,6 @@ namespace {
 p2p_context_t *ctx;
 p2p_comm_t    *world;
 int           rank, size;
-
-double now()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* softverbs' run-time fault rules (softverbs.h), found in the preloaded
  * library. */

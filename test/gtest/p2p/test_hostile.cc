@@ -15,6 +15,7 @@
  *
  * Run: mpirun -np 3 test_p2p_hostile (or -np 2, without the honest rank).
  */
+#include "p2p_util.h"
 #include "raw_peer.h"
 
 #include <gtest/gtest.h>
@@ -72,34 +73,11 @@ uint8_t byte_at(size_t i)
     return (uint8_t)(i * 7 + 3);
 }
 
-double now()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 p2p_stats_t stats()
 {
     p2p_stats_t s;
     p2p_get_stats(ctx, &s);
     return s;
-}
-
-/* bounded wait: the test fails instead of hanging */
-int wait_req(p2p_request_t **req, p2p_status_t *st, const char *what)
-{
-    double deadline = now() + 60;
-    int    flag = 0, ret;
-    do {
-        ret = p2p_test(req, &flag, st);
-        if (!flag && (now() > deadline)) {
-            ADD_FAILURE() << "timed out waiting for " << what;
-            fflush(stdout);
-            _exit(3);
-        }
-    } while (!flag);
-    return ret;
 }
 
 /* the marker ending a phase of rank 1 */

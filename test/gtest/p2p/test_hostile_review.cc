@@ -25,7 +25,7 @@
  *   mpirun -np 2 ... --gtest_filter=*HeldTables*
  *   P2PTEST_RAW_RECORD=v2 (and v99) mpirun -np 2 ... --gtest_filter=*Record*
  */
-#include "p2p_heap.h"
+#include "p2p_util.h"
 #include "raw_peer.h"
 
 #include <gtest/gtest.h>
@@ -70,34 +70,11 @@ enum {
     TAG_HONEST_GO = 104, TAG_HONEST_DONE = 105
 };
 
-double now()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 p2p_stats_t stats()
 {
     p2p_stats_t s;
     p2p_get_stats(ctx, &s);
     return s;
-}
-
-/* bounded wait: the test fails instead of hanging */
-int wait_req(p2p_request_t **req, p2p_status_t *st, const char *what)
-{
-    double deadline = now() + 60;
-    int    flag = 0, ret;
-    do {
-        ret = p2p_test(req, &flag, st);
-        if (!flag && (now() > deadline)) {
-            ADD_FAILURE() << "timed out waiting for " << what;
-            fflush(stdout);
-            _exit(3);
-        }
-    } while (!flag);
-    return ret;
 }
 
 /* rank 0: let rank 1 run a phase, and wait for its marker (everything it

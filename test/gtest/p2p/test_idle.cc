@@ -5,6 +5,7 @@
  * once P2P_WAIT_SPIN polls in a row found nothing to do (docs/p2p.md,
  * "Idle waiting").
  */
+#include "p2p_util.h"
 #include "p2p_test.h"
 
 #include <cstdio>
@@ -16,13 +17,6 @@
 using namespace p2ptest;
 
 namespace {
-
-double now()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Busy for about us microseconds (a random moment in a race). */
 void spin(double us)

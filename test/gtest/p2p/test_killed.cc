@@ -19,6 +19,7 @@
  * --gtest_filter, under mpirun --enable-recovery (without it mpirun kills
  * the survivors too). test/suites/40-p2p.sh shows the command lines.
  */
+#include "p2p_util.h"
 #include <gtest/gtest.h>
 
 #include <p2p.h>
@@ -37,13 +38,6 @@ namespace {
 p2p_context_t *ctx;
 p2p_comm_t    *world;
 int           rank, size;
-
-double now()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 }
 

@@ -17,6 +17,7 @@
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
  */
+#include "p2p_util.h"
 #include "raw_peer.h"
 
 #include <gtest/gtest.h>
@@ -40,13 +41,6 @@ namespace {
 p2p_context_t *ctx;
 p2p_comm_t    *world;
 int           rank, size;
-
-double now()
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 double wait_limit()
 {

@@ -163,6 +163,41 @@ int run_child_env(const std::vector<std::string> &env,
 int run_fresh(const char *test, const std::vector<std::string> &env = {},
               bool quiet = false, int timeout_ms = 60000);
 
+/* An RC pair in this process: a requests, b responds. */
+struct Pair {
+    Dev     d;
+    ibv_cq *cq = nullptr;
+    ibv_qp *a = nullptr, *b = nullptr;
+
+    bool up()
+    {
+        if (!d.ok()) {
+            return false;
+        }
+        cq = make_cq(d.ctx);
+        a  = make_qp(d, IBV_QPT_RC, cq, cq);
+        b  = make_qp(d, IBV_QPT_RC, cq, cq);
+        return a && b && connect_rc(a, b->qp_num, d.lid, 1) == 0 &&
+               connect_rc(b, a->qp_num, d.lid, 1) == 0;
+    }
+    ~Pair()
+    {
+        if (a) ibv_destroy_qp(a);
+        if (b) ibv_destroy_qp(b);
+        if (cq) ibv_destroy_cq(cq);
+    }
+    /* one signaled request of a, completed successfully */
+    bool rdma(ibv_wr_opcode op, void *local, uint32_t len, uint32_t lkey,
+              uint64_t raddr, uint32_t rkey)
+    {
+        ibv_wc wc;
+
+        return post_send(a, op, local, len, lkey, 1, IBV_SEND_SIGNALED,
+                         raddr, rkey) == 0 &&
+               poll_wc(cq, &wc) && wc.status == IBV_WC_SUCCESS;
+    }
+};
+
 } // namespace sv
 
 /* In a child: fail with a message and a distinct exit code. */

@@ -110,40 +110,6 @@ bool all_are(const char *p, size_t n, char v)
     return true;
 }
 
-/* An RC pair in this process: a requests, b responds. */
-struct Pair {
-    Dev     d;
-    ibv_cq *cq = nullptr;
-    ibv_qp *a = nullptr, *b = nullptr;
-
-    bool up()
-    {
-        if (!d.ok()) {
-            return false;
-        }
-        cq = make_cq(d.ctx);
-        a  = make_qp(d, IBV_QPT_RC, cq, cq);
-        b  = make_qp(d, IBV_QPT_RC, cq, cq);
-        return a && b && connect_rc(a, b->qp_num, d.lid, 1) == 0 &&
-               connect_rc(b, a->qp_num, d.lid, 1) == 0;
-    }
-    ~Pair()
-    {
-        if (a) ibv_destroy_qp(a);
-        if (b) ibv_destroy_qp(b);
-        if (cq) ibv_destroy_cq(cq);
-    }
-    bool rdma(ibv_wr_opcode op, void *local, uint32_t len, uint32_t lkey,
-              uint64_t raddr, uint32_t rkey)
-    {
-        ibv_wc wc;
-
-        return post_send(a, op, local, len, lkey, 1, IBV_SEND_SIGNALED,
-                         raddr, rkey) == 0 &&
-               poll_wc(cq, &wc) && wc.status == IBV_WC_SUCCESS;
-    }
-};
-
 /* Skips unless this kernel collapses small pages here (root for frame
  * numbers, transparent huge pages, MADV_COLLAPSE: Linux 6.1): where it
  * cannot, no region can be moved under the device either, and there is
