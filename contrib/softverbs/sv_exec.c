@@ -493,9 +493,10 @@ static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
         sv_mutex_unlock(&dst->lock);
         a->res       = uc ? SV_OK : SV_RNR;
         a->rnr_timer = dst->min_rnr_timer;
+        /* the receiving process: for XRC the SRQ's owner, which need
+         * not own the TGT QP */
         a->peer_pid  = rp->pid;
-        a->peer_proc = atomic_load_explicit(&dst->s.proc,
-                                            memory_order_relaxed);
+        a->peer_proc = rp->proc;
         return;
     }
 
