@@ -27,7 +27,7 @@
 typedef struct p2p_bblock {
     ucs_list_link_t list;       /* ctx->bsend.blocks, by address */
     size_t          size;       /* whole block, header included */
-    p2p_request_t   *req;       /* the send of the copy */
+    size_t          pad;        /* to P2P_BSEND_ALIGN */
 } p2p_bblock_t;
 
 /* a block: header + len rounded up to the alignment (at most ALIGN - 1
@@ -150,7 +150,6 @@ static p2p_bblock_t *p2p_bblock_alloc(p2p_bsend_t *bs, size_t need)
     ucs_list_add_tail(&bs->blocks, &nb->list);
 found:
     nb->size  = need;
-    nb->req   = NULL;
     bs->used += need;
     ++bs->nmsgs;
     return nb;
@@ -234,7 +233,6 @@ static int p2p_bsend_start(const void *buf, size_t len, int dest, int tag,
     if (bs->used > ctx->stats.bsend_bytes_peak) {
         ctx->stats.bsend_bytes_peak = bs->used;
     }
-    b->req = req;
     if (req->complete) {
         /* sent already (or refused: then say why, nothing else will) */
         *send_err = req->status.error;

@@ -290,7 +290,6 @@ int p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen)
     } else if (cfg->unexp_limit == UCS_MEMUNITS_AUTO) {
         cfg->unexp_limit = (size_t)256 << 20;
     }
-    cfg->peer_errors = (cfg->error_mode == P2P_ERROR_MODE_PEER);
     if (cfg->wait_spin == UCS_ULUNITS_AUTO) {
         cfg->wait_spin = 1024;
     }

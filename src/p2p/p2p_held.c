@@ -94,18 +94,13 @@ static khint_t p2p_table_next(khint_t n_buckets, khint_t size,
             if (_now < *(_charged)) { \
                 p2p_uncharge((_ctx), NULL, *(_charged) - _now); \
             } else { \
-                p2p_charged_table((_ctx), _now - *(_charged)); \
+                /* not predicted (khash grew otherwise than \
+                 * p2p_table_next says): counted, not refused */ \
+                p2p_charged((_ctx), NULL, _now - *(_charged)); \
             } \
             *(_charged) = _now; \
         } \
     } while (0)
-
-/* a table's bytes that could not be predicted (there are none in
- * khash's growth rule as of now): counted, not refused */
-static void p2p_charged_table(p2p_context_t *ctx, size_t bytes)
-{
-    ctx->unexp_bytes += bytes;
-}
 
 /* A record for rx, charged to peer; NULL if it was dropped (and
  * accounted). */

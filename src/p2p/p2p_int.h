@@ -8,6 +8,12 @@
 
 #include "p2p_types.h"
 
+/* Peers' failures are detected and reported (P2P_ERROR_MODE=peer) */
+static inline int p2p_peer_errors(const p2p_context_t *ctx)
+{
+    return ctx->cfg.error_mode == P2P_ERROR_MODE_PEER;
+}
+
 /* p2p_log.c */
 /* ctx may be NULL (no context to keep it in: p2p_last_error(NULL)). */
 void p2p_set_error(p2p_context_t *ctx, const char *fmt, ...)
@@ -316,6 +322,8 @@ int  p2p_charge(p2p_context_t *ctx, p2p_peer_t *peer, size_t rec,
 /* A table of held messages grows by bytes for a message of peer: 0 if
  * that is over the hard limit even after making room. */
 int  p2p_charge_table(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes);
+/* bytes counted (peer: NULL for a table's bytes), peak kept; no check */
+void p2p_charged(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes);
 /* peer: NULL for a table's bytes */
 void p2p_uncharge(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes);
 size_t p2p_unexp_hard_limit(const p2p_context_t *ctx);

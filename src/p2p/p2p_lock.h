@@ -44,6 +44,18 @@ static inline uintptr_t p2p_self(void)
 int  p2p_lock_init(p2p_lock_t *l);
 void p2p_lock_destroy(p2p_lock_t *l);
 
+/* The mutex, counted as waited for only when it is not free at once: an
+ * uncontended lock costs no shared-counter updates. */
+static inline void p2p_lock_take(p2p_lock_t *l)
+{
+    if (pthread_mutex_trylock(&l->mutex) != 0) {
+        atomic_fetch_add_explicit(&l->waiters, 1, memory_order_relaxed);
+        pthread_mutex_lock(&l->mutex);
+        atomic_fetch_sub_explicit(&l->waiters, 1, memory_order_relaxed);
+    }
+    atomic_store_explicit(&l->owner, p2p_self(), memory_order_relaxed);
+}
+
 static inline void p2p_lock_acquire(p2p_lock_t *l)
 {
     /* only this thread can have stored its own tag there */
@@ -52,10 +64,7 @@ static inline void p2p_lock_acquire(p2p_lock_t *l)
         ++l->depth;
         return;
     }
-    atomic_fetch_add_explicit(&l->waiters, 1, memory_order_relaxed);
-    pthread_mutex_lock(&l->mutex);
-    atomic_fetch_sub_explicit(&l->waiters, 1, memory_order_relaxed);
-    atomic_store_explicit(&l->owner, p2p_self(), memory_order_relaxed);
+    p2p_lock_take(l);
     l->depth = 1;
 }
 
@@ -79,8 +88,7 @@ static inline void p2p_lock_pause(p2p_lock_t *l)
     if (atomic_load_explicit(&l->waiters, memory_order_relaxed) != 0) {
         sched_yield();
     }
-    pthread_mutex_lock(&l->mutex);
-    atomic_store_explicit(&l->owner, p2p_self(), memory_order_relaxed);
+    p2p_lock_take(l);
     l->depth = depth;
 }
 

@@ -7,6 +7,7 @@
 #include "p2p_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,6 +26,8 @@ static __thread char p2p_noctx_error[512];
 /* the level of the most recent context: for messages without one */
 static int p2p_global_log_level = P2P_LOG_WARN;
 
+/* the label a message carries (P2P_LOG_LEVEL spells warning "warn", as
+ * UCX does) */
 static const char *p2p_log_level_names[] = {
     [P2P_LOG_NONE]  = "none",
     [P2P_LOG_ERROR] = "error",
@@ -36,18 +39,32 @@ static const char *p2p_log_level_names[] = {
 static void p2p_vlog(p2p_context_t *ctx, int level, const char *fmt,
                      va_list ap)
 {
-    char msg[512];
+    char    buf[512], *msg = buf;
+    int     len;
+    va_list aq;
 
     if (level > ((ctx != NULL) ? ctx->cfg.log_level :
                  p2p_global_log_level)) {
         return;
     }
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    /* one line, one write: a long message is allocated, not cut */
+    va_copy(aq, ap);
+    len = vsnprintf(buf, sizeof(buf), fmt, ap);
+    if ((len >= (int)sizeof(buf)) &&
+        ((msg = malloc((size_t)len + 1)) != NULL)) {
+        vsnprintf(msg, (size_t)len + 1, fmt, aq);
+    } else if (msg == NULL) {
+        msg = buf;
+    }
+    va_end(aq);
     if (ctx != NULL) {
         fprintf(stderr, "p2p[%d]: %s: %s\n", ctx->rank,
                 p2p_log_level_names[level], msg);
     } else {
         fprintf(stderr, "p2p: %s: %s\n", p2p_log_level_names[level], msg);
+    }
+    if (msg != buf) {
+        free(msg);
     }
 }
 

@@ -8,7 +8,6 @@
 #include "p2p_int.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,39 +55,12 @@ static const rcache_ops_t p2p_reg_ops = {
     .mem_dereg = p2p_dereg_mem
 };
 
-/* Hint of the cache's out-of-memory message: what of p2p's settings
- * bears on it. */
-#define P2P_REG_HINT_KEY "P2P_REG_MAX_BYTES"
-
-/* msg in lines of a few hundred characters, cut after a sentence: p2p's
- * log lines are shorter than the cache's advice. */
-static void p2p_reg_log_long(p2p_context_t *ctx, int level, const char *msg)
+static void p2p_reg_log(void *arg, int is_error, int err, const char *msg)
 {
-    const size_t max = 360;
-    size_t len = strlen(msg), n, i;
+    p2p_context_t *ctx   = arg;
+    int           level = is_error ? P2P_LOG_DEBUG : P2P_LOG_WARN;
 
-    while (len > 0) {
-        n = len;
-        if (len > max) {
-            for (n = 0, i = max / 2; i + 1 < max; ++i) {
-                if ((msg[i] == '.') && (msg[i + 1] == ' ')) {
-                    n = i + 2;
-                }
-            }
-            n = n ? n : max;
-        }
-        p2p_log(ctx, level, "registration cache: %.*s", (int)n, msg);
-        msg += n;
-        len -= n;
-    }
-}
-
-static void p2p_reg_log(void *arg, int is_error, const char *msg)
-{
-    static _Atomic unsigned long enomem_seen;
-    int level = is_error ? P2P_LOG_DEBUG : P2P_LOG_WARN;
-
-    if (((p2p_context_t*)arg)->reg_quiet) {
+    if (ctx->reg_quiet) {
         return;
     }
     /* A registration that failed for want of memory even after the cache
@@ -96,19 +68,17 @@ static void p2p_reg_log(void *arg, int is_error, const char *msg)
      * and nothing else would say why it is slow or what to raise (the
      * first, then every 1000th). Other errors are those of buffers that
      * cannot be registered at all (read-only memory): copied, quietly. */
-    if (is_error && (strstr(msg, P2P_REG_HINT_KEY) != NULL)) {
-        unsigned long n = atomic_fetch_add(&enomem_seen, 1);
+    if (is_error && (err == ENOMEM)) {
+        unsigned long n = ctx->reg_enomem_seen++;
 
         if ((n == 0) || ((n + 1) % 1000 == 0)) {
             level = P2P_LOG_WARN;
+            p2p_log(ctx, level, "registration cache: a send buffer could "
+                    "not be registered, the send is copied by UCP's "
+                    "protocols instead:");
         }
     }
-    if (level == P2P_LOG_WARN && is_error) {
-        p2p_log((p2p_context_t*)arg, level, "registration cache: a send "
-                "buffer could not be registered, the send is copied by "
-                "UCP's protocols instead:");
-    }
-    p2p_reg_log_long((p2p_context_t*)arg, level, msg);
+    p2p_log(ctx, level, "registration cache: %s", msg);
 }
 
 static int p2p_reg_create(p2p_context_t *ctx, int leave_pinned, int quiet)
@@ -122,7 +92,7 @@ static int p2p_reg_create(p2p_context_t *ctx, int leave_pinned, int quiet)
     } else {
         snprintf(bytes, sizeof(bytes), "%zu", ctx->cfg.reg_max_bytes);
     }
-    snprintf(hint, sizeof(hint), P2P_REG_HINT_KEY " (now %s) bounds what "
+    snprintf(hint, sizeof(hint), "P2P_REG_MAX_BYTES (now %s) bounds what "
              "p2p keeps registered: set it below the locked-memory limit, "
              "so that unused registrations go before the limit is reached",
              bytes);
@@ -149,6 +119,7 @@ static int p2p_reg_create(p2p_context_t *ctx, int leave_pinned, int quiet)
 
 int p2p_reg_init(p2p_context_t *ctx)
 {
+    /* the user's own spelling, for the message */
     const char *lp    = getenv("P2P_LEAVE_PINNED");
     int        asked  = (ctx->cfg.leave_pinned_mode == UCS_YES);
     int        ret;

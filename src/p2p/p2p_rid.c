@@ -7,7 +7,6 @@
 #include "p2p_int.h"
 
 #include <stdlib.h>
-#include <unistd.h>
 
 /*
  * Request ids on the wire (p2p_wire.h): slot index in the low 32 bits, the
@@ -17,17 +16,6 @@
  * request, and the table is the only thing an id is ever used to index.
  */
 #define P2P_RID_NONE UINT32_MAX
-
-static uint32_t p2p_rid_seed(void)
-{
-    uint64_t x = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^
-                 (uint64_t)(p2p_time() * 1e9);
-
-    x ^= x >> 31;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 29;
-    return (uint32_t)x;
-}
 
 uint64_t p2p_rid_alloc(p2p_request_t *req)
 {
@@ -44,7 +32,7 @@ uint64_t p2p_rid_alloc(p2p_request_t *req)
         if (n == NULL) {
             return 0;
         }
-        seed = p2p_rid_seed();
+        seed = (uint32_t)p2p_random64();
         for (i = ctx->nrids; i < size; ++i) {
             n[i].req       = NULL;
             n[i].gen       = seed + i;

@@ -100,7 +100,6 @@ typedef struct p2p_config {
     /* derived */
     int           parsed;           /* UCS's parser filled it: release */
     int           leave_pinned;     /* in effect (p2p_reg.c) */
-    int           peer_errors;      /* error_mode is peer */
     char          keepalive[32];    /* keepalive_sec as a UCX time value */
 } p2p_config_t;
 
@@ -326,6 +325,8 @@ struct p2p_context {
                                    long as UCP may write it (p2p_coll.c) */
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
+    unsigned long reg_enomem_seen; /* registrations refused for want of
+                                     memory (the warning's rate) */
     ucs_mpool_t   req_mp;       /* requests */
     int           have_req_mp;
     p2p_rid_slot_t *rids;       /* request table */

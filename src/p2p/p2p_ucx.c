@@ -102,7 +102,7 @@ static int p2p_ucp_config(p2p_context_t *ctx, ucp_config_t *config)
      * UCP configuration, which hands the setting to those transports when
      * it opens them -- not through the process environment, which is the
      * caller's. */
-    if (ctx->cfg.peer_errors && p2p_tls_may_use_mm() &&
+    if (p2p_peer_errors(ctx) && p2p_tls_may_use_mm() &&
         !p2p_user_set_mm_errors()) {
         status = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
         if (status != UCS_OK) {
@@ -114,7 +114,7 @@ static int p2p_ucp_config(p2p_context_t *ctx, ucp_config_t *config)
     }
     /* UCX checks peers every 20 s by default; a dead peer's requests
      * should fail within seconds. The user's own setting wins. */
-    if (ctx->cfg.peer_errors && (getenv("UCX_KEEPALIVE_INTERVAL") == NULL)) {
+    if (p2p_peer_errors(ctx) && (getenv("UCX_KEEPALIVE_INTERVAL") == NULL)) {
         status = ucp_config_modify(config, "KEEPALIVE_INTERVAL",
                                    (ctx->cfg.keepalive_sec > 0) ?
                                    ctx->cfg.keepalive : "inf");

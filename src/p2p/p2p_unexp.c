@@ -179,7 +179,7 @@ static int p2p_make_room(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
     return 1;
 }
 
-static void p2p_charged(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
+void p2p_charged(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
 {
     if ((peer != NULL) && (bytes != 0)) {
         if (peer->held_bytes == 0) {

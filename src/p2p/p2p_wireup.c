@@ -265,7 +265,7 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
     memset(&params, 0, sizeof(params));
     params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     params.address    = addr;
-    if (ctx->cfg.peer_errors) {
+    if (p2p_peer_errors(ctx)) {
         params.field_mask     |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
         params.err_mode        = UCP_ERR_HANDLING_MODE_PEER;

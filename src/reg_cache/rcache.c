@@ -73,23 +73,39 @@ static bool rgn_try_hold(rcache_rgn_t *rgn)
     return true;
 }
 
-void rcache_log(rcache_t *rcache, int is_error, const char *fmt, ...)
+static void rcache_vlog(rcache_t *rcache, int is_error, int err,
+                        const char *fmt, va_list ap)
 {
     char msg[sizeof(rcache->last_error)];
-    va_list ap;
 
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     if (is_error) {
         memcpy(rcache->last_error, msg, sizeof(msg));
     }
     if (rcache->params.log != NULL) {
-        rcache->params.log(rcache->params.log_arg, is_error, msg);
+        rcache->params.log(rcache->params.log_arg, is_error, err, msg);
     } else {
         fprintf(stderr, "rcache %s: %s: %s\n", rcache->name,
                 is_error ? "error" : "warning", msg);
     }
+}
+
+void rcache_log(rcache_t *rcache, int is_error, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    rcache_vlog(rcache, is_error, 0, fmt, ap);
+    va_end(ap);
+}
+
+void rcache_log_errno(rcache_t *rcache, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    rcache_vlog(rcache, 1, err, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- region lifetime (lock held) ---------------------------------------- */
@@ -295,7 +311,7 @@ static void rcache_report_reg_failure(rcache_t *rcache, uintptr_t start,
 
     rcache_format_memlock(memlock, sizeof(memlock));
     if (err == -ENOMEM || err == -EAGAIN) {
-        rcache_log(rcache, 1,
+        rcache_log_errno(rcache, ENOMEM,
                    "registering %zu bytes at 0x%" PRIxPTR " failed: %s, even "
                    "after evicting %zu unused registrations (%" PRIu64
                    " bytes still registered). The locked-memory limit "
@@ -310,9 +326,9 @@ static void rcache_report_reg_failure(rcache_t *rcache, uintptr_t start,
                    rcache->stats.pinned_bytes, memlock,
                    rcache->enomem_hint[0] ? " " : "", rcache->enomem_hint);
     } else {
-        rcache_log(rcache, 1, "registering %zu bytes at 0x%" PRIxPTR
-                   " failed: %s", (size_t)(end - start), start,
-                   strerror(-err));
+        rcache_log_errno(rcache, -err, "registering %zu bytes at 0x%"
+                         PRIxPTR " failed: %s", (size_t)(end - start),
+                         start, strerror(-err));
     }
 }
 

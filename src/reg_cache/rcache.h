@@ -99,8 +99,10 @@ typedef struct rcache_params {
      * memory even after eviction: the caller's own settings that bear on
      * it (e.g. its cache size limit). Copied; NULL = none. */
     const char         *enomem_hint;
-    /* Where errors and warnings go; NULL = stderr. */
-    void (*log)(void *log_arg, int is_error, const char *msg);
+    /* Where errors and warnings go; NULL = stderr. err: the errno behind
+     * an error when there is one (ENOMEM: a registration refused for
+     * want of memory even after eviction), else 0. */
+    void (*log)(void *log_arg, int is_error, int err, const char *msg);
     void               *log_arg;
 } rcache_params_t;
 

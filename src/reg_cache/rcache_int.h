@@ -175,5 +175,8 @@ unsigned rcache_monitor_take(rcache_t *rcache, rcache_inv_range_t *ranges);
 /* rcache.c */
 void rcache_log(rcache_t *rcache, int is_error, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* An error with its errno (positive), for the log callback */
+void rcache_log_errno(rcache_t *rcache, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -129,7 +129,8 @@ static const rcache_ops_t ib2_md_cache_ops = {
     .mem_dereg = ib2_md_cache_dereg,
 };
 
-static void ib2_md_cache_log(void *arg, int is_error, const char *msg)
+static void ib2_md_cache_log(void *arg, int is_error, int err,
+                             const char *msg)
 {
     ib2_md_t *md = arg;
 

@@ -256,7 +256,7 @@ protected:
     static constexpr const char *value = "stale-registrations-corrupt-data";
     std::string logged;
 
-    static void log_cb(void *arg, int is_error, const char *msg)
+    static void log_cb(void *arg, int is_error, int err, const char *msg)
     {
         RcacheNoInvalidation *self = (RcacheNoInvalidation*)arg;
         self->logged += std::string(is_error ? "error: " : "warning: ") +
