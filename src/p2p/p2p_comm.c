@@ -211,6 +211,11 @@ void p2p_comm_destroy_detached(p2p_context_t *ctx)
 
 void p2p_comm_probed(p2p_comm_t *comm, struct p2p_unexp *u)
 {
+    /* the application's now: no longer counted against the limit, nor
+     * charged to its sender, which could otherwise be cut off for a
+     * message already matched (and eviction could not free it) */
+    p2p_uncharge(comm->ctx, u->peer, u->charge);
+    u->charge = 0;
     ucs_list_add_tail(&comm->probed, &u->mq.link[P2P_MQ_L_ALL]);
 }
 

@@ -111,6 +111,7 @@ typedef struct p2p_peer {
     uint32_t      rank;
     uint8_t       failed;
     uint8_t       close_ep;     /* failed in a UCP callback: close later */
+    uint8_t       evicted;      /* cut off to make room (p2p_unexp.c) */
     uint8_t       local;        /* same host and PID namespace: watched by
                                    p2p_liveness.c */
     uint8_t       rma_sw;       /* UCP emulates RMA to it with active

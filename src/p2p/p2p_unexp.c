@@ -19,7 +19,8 @@
  * Over the limit a message keeps only its header, unless its sender holds
  * less than its share; headers alone may go over by the headroom (an
  * eighth of the limit, at least 16 KiB); past that the biggest holder is
- * cut off (p2p_charge says how).
+ * cut off (p2p_charge says how). A message taken by a matched probe is
+ * the application's: it is charged no longer.
  */
 #include "p2p_int.h"
 
@@ -110,16 +111,20 @@ size_t p2p_unexp_hard_limit(const p2p_context_t *ctx)
     return ctx->cfg.unexp_limit + ((headroom < 16384) ? 16384 : headroom);
 }
 
-/* The peer holding the most bytes, or NULL if none holds any. */
+/* The peer holding the most bytes that may still be cut off, or NULL:
+ * one already evicted is not chosen again, whatever it still holds (a
+ * chain being replayed) is on its way out, and choosing it again would
+ * free nothing (before, the loop in p2p_make_room then ran for ever). */
 static p2p_peer_t *p2p_biggest_holder(p2p_context_t *ctx)
 {
-    p2p_peer_t *big = NULL;
+    p2p_peer_t *big = NULL, *p;
     int        i;
 
     for (i = 0; (i < ctx->size) && (ctx->n_holders != 0); ++i) {
-        if ((ctx->peers[i].held_bytes != 0) &&
-            ((big == NULL) || (ctx->peers[i].held_bytes > big->held_bytes))) {
-            big = &ctx->peers[i];
+        p = &ctx->peers[i];
+        if ((p->held_bytes != 0) && !p->evicted &&
+            ((big == NULL) || (p->held_bytes > big->held_bytes))) {
+            big = p;
         }
     }
     return big;
@@ -149,6 +154,7 @@ static void p2p_evict(p2p_context_t *ctx, p2p_peer_t *victim)
             "its headroom are full: it is cut off and its messages are "
             "dropped, so that the other ranks' messages still get through",
             victim->rank, victim->held_bytes, ctx->cfg.unexp_limit);
+    victim->evicted = 1;
     p2p_peer_failed(victim, UCS_ERR_EXCEEDS_LIMIT, 1);
     for (cid = 0; cid < ctx->ncomms; ++cid) {
         if (ctx->comms[cid] != NULL) {
@@ -163,7 +169,8 @@ static void p2p_evict(p2p_context_t *ctx, p2p_peer_t *victim)
 
 /* Make room for bytes more of peer's within the hard limit: while they do
  * not fit, a rank holding more than peer would then is cut off and its
- * messages dropped. 0 if they still do not fit: peer holds the most. */
+ * messages dropped (each rank at most once: the loop ends). 0 if they
+ * still do not fit: peer holds the most. */
 static int p2p_make_room(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
 {
     p2p_peer_t *big;

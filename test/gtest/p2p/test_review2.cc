@@ -1,0 +1,172 @@
+/*
+ * The second review of the limit, eviction and creation fixes: each test
+ * is one finding, run in its own job as test/suites/40-p2p.sh shows:
+ *
+ *   ProbedMessagesAreNotEvictable   -np 3, P2P_UNEXPECTED_LIMIT=64k
+ *
+ * Every wait has an end: a call that does not return within
+ * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
+ */
+#include <gtest/gtest.h>
+
+#include <p2p.h>
+#include <p2p_fault.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+#include <time.h>
+#include <unistd.h>
+
+namespace {
+
+p2p_context_t *ctx;
+p2p_comm_t    *world;
+int           rank, size;
+
+double now()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double wait_limit()
+{
+    const char *e = getenv("P2PTEST_WAIT_LIMIT");
+    return (e != nullptr) ? atof(e) : 60.0;
+}
+
+/* A blocking call that does not return fails the process, not hangs it. */
+std::atomic<const char*> in_call{nullptr};
+std::atomic<double>      call_deadline{0};
+
+void start_watchdog()
+{
+    std::thread([] {
+        for (;;) {
+            usleep(100000);
+            const char *what = in_call.load();
+            if ((what != nullptr) && (now() > call_deadline.load())) {
+                fprintf(stderr, "[rank %d] %s did not return within %.0f s\n",
+                        rank, what, wait_limit());
+                _exit(3);
+            }
+        }
+    }).detach();
+}
+
+struct Blocking {
+    explicit Blocking(const char *what)
+    {
+        call_deadline = now() + wait_limit();
+        in_call       = what;
+    }
+    ~Blocking() { in_call = nullptr; }
+};
+
+std::vector<char> pattern(size_t len, int seed)
+{
+    std::vector<char> v(len);
+    for (size_t i = 0; i < len; ++i) {
+        v[i] = (char)(seed * 31 + i * 7);
+    }
+    return v;
+}
+
+}
+
+/*
+ * Matched-probe handles are the application's: they are not charged to
+ * their sender and cannot be evicted. Rank 1 sends 8 messages of 7000
+ * bytes that rank 0 mprobes and keeps; then rank 2 sends 40 of 1 KiB that
+ * wait unexpected. Before, the handles stayed charged to rank 1, which
+ * thus held the most when the headroom filled: rank 1 was "evicted",
+ * which freed nothing (handles are in no queue), and the eviction loop
+ * ran for ever inside the receive callback (rank 0 hung).
+ */
+TEST(P2PReview2, ProbedMessagesAreNotEvictable)
+{
+    ASSERT_EQ(3, size) << "run with -np 3, P2P_UNEXPECTED_LIMIT=64k";
+    const int    n_big = 8, n_small = 40;
+    const size_t big = 7000, small = 1024;
+
+    if (rank == 1) {
+        for (int i = 0; i < n_big; ++i) {
+            auto d = pattern(big, i);
+            ASSERT_EQ(P2P_OK, p2p_send(d.data(), big, 0, 10, world));
+        }
+    } else if (rank == 2) {
+        Blocking b("rank 2");
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, 11, world, nullptr));
+        for (int i = 0; i < n_small; ++i) {
+            auto d = pattern(small, 100 + i);
+            ASSERT_EQ(P2P_OK, p2p_send(d.data(), small, 0, 12, world));
+        }
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 0, 13, world));
+    } else {
+        std::vector<p2p_message_t*> h(n_big);
+        p2p_status_t                st;
+        p2p_stats_t                 s;
+        {
+            Blocking b("rank 0 mprobing rank 1's messages");
+            for (int i = 0; i < n_big; ++i) {
+                ASSERT_EQ(P2P_OK, p2p_mprobe(1, 10, world, &h[i], &st));
+                EXPECT_EQ(big, st.count);
+            }
+        }
+        p2p_get_stats(ctx, &s);
+        EXPECT_LT(s.unexp_bytes, (size_t)n_big * big)
+            << "matched messages are still charged as unexpected";
+        {
+            Blocking b("rank 0 waiting for rank 2's messages");
+            ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 2, 11, world));
+            ASSERT_EQ(P2P_OK, p2p_probe(2, 13, world, &st));
+        }
+        EXPECT_EQ(0, p2p_comm_failure_count(world))
+            << "an honest sender was cut off";
+        for (int i = 0; i < n_small; ++i) {
+            std::vector<char> in(small);
+            ASSERT_EQ(P2P_OK, p2p_recv(in.data(), small, 2, 12, world, &st));
+            EXPECT_EQ(pattern(small, 100 + i), in) << "message " << i;
+        }
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, 13, world, &st));
+        for (int i = 0; i < n_big; ++i) {
+            std::vector<char> in(big);
+            ASSERT_EQ(P2P_OK, p2p_mrecv(in.data(), big, &h[i], &st));
+            EXPECT_EQ(pattern(big, i), in) << "handle " << i;
+        }
+        EXPECT_EQ(0, p2p_comm_failure_count(world));
+        p2p_get_stats(ctx, &s);
+        EXPECT_EQ(0u, s.rx_over_limit);
+    }
+    Blocking b("closing barrier");
+    EXPECT_EQ(P2P_OK, p2p_barrier(world));
+}
+
+int main(int argc, char **argv)
+{
+    ::testing::InitGoogleTest(&argc, argv);
+    if (p2p_init(nullptr, &ctx) != P2P_OK) {
+        fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
+        return 2;
+    }
+    world = p2p_comm_world(ctx);
+    rank  = p2p_comm_rank(world);
+    size  = p2p_comm_size(world);
+    if (rank != 0) {
+        auto &l = ::testing::UnitTest::GetInstance()->listeners();
+        delete l.Release(l.default_result_printer());
+    }
+    start_watchdog();
+    int rc = RUN_ALL_TESTS();
+    {
+        Blocking b("p2p_finalize");
+        p2p_finalize(ctx);
+    }
+    return rc;
+}
