@@ -149,11 +149,15 @@ for tl in shm tcp; do
         -x P2P_KEEPALIVE_INTERVAL -np 3 "$p2pt/test_p2p_lifecycle" \
         "${p2p_gt[@]}" --gtest_filter=P2PLifecycle.AnySourceAfterFailure*
     # the second review (test_review2.cc): matched-probe handles are not
-    # evictable
+    # evictable, and a rank holding the most never cuts itself off
     P2P_UNEXPECTED_LIMIT=64k ib2_gtest "p2p-$tl-review2-probed" \
         "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 3 \
         "$p2pt/test_p2p_review2" "${p2p_gt[@]}" \
         --gtest_filter=P2PReview2.ProbedMessagesAreNotEvictable
+    P2P_UNEXPECTED_LIMIT=64k ib2_gtest "p2p-$tl-review2-self" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 2 \
+        "$p2pt/test_p2p_review2" "${p2p_gt[@]}" \
+        --gtest_filter=P2PReview2.SelfIsNeverCutOff
     # without --enable-recovery mpirun would kill the survivor as well
     ib2_gtest "p2p-$tl-killed" "$p2p_mpirun" "${p2p_mpi[@]}" \
         --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \

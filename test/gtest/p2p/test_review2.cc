@@ -3,6 +3,7 @@
  * is one finding, run in its own job as test/suites/40-p2p.sh shows:
  *
  *   ProbedMessagesAreNotEvictable   -np 3, P2P_UNEXPECTED_LIMIT=64k
+ *   SelfIsNeverCutOff               -np 2, P2P_UNEXPECTED_LIMIT=64k
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -143,6 +144,82 @@ TEST(P2PReview2, ProbedMessagesAreNotEvictable)
         EXPECT_EQ(0, p2p_comm_failure_count(world));
         p2p_get_stats(ctx, &s);
         EXPECT_EQ(0u, s.rx_over_limit);
+    }
+    Blocking b("closing barrier");
+    EXPECT_EQ(P2P_OK, p2p_barrier(world));
+}
+
+/*
+ * A rank never cuts itself off. Rank 0 sends 400 messages of 1 KiB to
+ * itself and receives none yet: past the limit they keep only their
+ * headers, past the headroom they still do (over it: they are this
+ * process's own). Then rank 1's messages arrive while rank 0 itself holds
+ * the most: they keep their headers, and their receives fail with
+ * P2P_ERR_UNEXP_LIMIT; nobody is cut off. Before, rank 0 "evicted"
+ * itself: it counted itself failed on every communicator and its further
+ * sends to itself failed.
+ */
+TEST(P2PReview2, SelfIsNeverCutOff)
+{
+    ASSERT_EQ(2, size) << "run with -np 2, P2P_UNEXPECTED_LIMIT=64k";
+    const int    n_self = 400, n_other = 4;
+    const size_t len = 1024;
+    p2p_status_t st;
+
+    if (rank == 1) {
+        Blocking b("rank 1");
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, 21, world, nullptr));
+        for (int i = 0; i < n_other; ++i) {
+            auto d = pattern(len, 50 + i);
+            ASSERT_EQ(P2P_OK, p2p_send(d.data(), len, 0, 22, world));
+        }
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 0, 23, world));
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, 26, world, nullptr));
+        auto d = pattern(len, 99);
+        ASSERT_EQ(P2P_OK, p2p_send(d.data(), len, 0, 24, world));
+    } else {
+        Blocking b("rank 0");
+        for (int i = 0; i < n_self; ++i) {
+            auto d = pattern(len, i);
+            ASSERT_EQ(P2P_OK, p2p_send(d.data(), len, 0, 20, world))
+                << "send to itself " << i << ": " << p2p_last_error(ctx);
+        }
+        EXPECT_EQ(0, p2p_comm_failure_count(world)) << "cut itself off";
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 1, 21, world));
+        ASSERT_EQ(P2P_OK, p2p_probe(1, 23, world, &st));
+        EXPECT_EQ(0, p2p_comm_failure_count(world));
+        for (int i = 0; i < n_other; ++i) {
+            std::vector<char> in(len);
+            EXPECT_EQ(P2P_ERR_UNEXP_LIMIT,
+                      p2p_recv(in.data(), len, 1, 22, world, &st))
+                << "rank 1's message " << i << " while rank 0 holds the most";
+            EXPECT_EQ(P2P_ERR_UNEXP_LIMIT, st.error);
+        }
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 1, 23, world, &st));
+        int kept = 0, dropped = 0;
+        for (int i = 0; i < n_self; ++i) {
+            std::vector<char> in(len);
+            int e = p2p_recv(in.data(), len, 0, 20, world, &st);
+            if (e == P2P_OK) {
+                ++kept;
+                EXPECT_EQ(pattern(len, i), in) << "message to itself " << i;
+            } else {
+                ++dropped;
+                EXPECT_EQ(P2P_ERR_UNEXP_LIMIT, e) << "message to itself " << i;
+            }
+        }
+        EXPECT_GT(kept, 0);
+        EXPECT_GT(dropped, 0) << "the test did not reach the limit";
+        /* drained: everyone's messages keep their data again */
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 1, 26, world));
+        std::vector<char> in(len);
+        ASSERT_EQ(P2P_OK, p2p_recv(in.data(), len, 1, 24, world, &st));
+        EXPECT_EQ(pattern(len, 99), in);
+        auto d = pattern(len, 7);
+        ASSERT_EQ(P2P_OK, p2p_send(d.data(), len, 0, 25, world));
+        ASSERT_EQ(P2P_OK, p2p_recv(in.data(), len, 0, 25, world, &st));
+        EXPECT_EQ(d, in);
+        EXPECT_EQ(0, p2p_comm_failure_count(world));
     }
     Blocking b("closing barrier");
     EXPECT_EQ(P2P_OK, p2p_barrier(world));
