@@ -135,37 +135,38 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
     p2p_context_t *ctx     = comm->ctx;
     double        deadline = p2p_time() + timeout;
     p2p_request_t *reqs[2];
-    int           k, ret, err = my_err;
+    int           k, ret, ret_r, ret_s, err = my_err;
     uint8_t       failed = (my_err != P2P_OK), in;
 
     for (k = 1; k < comm->size; k <<= 1) {
         reqs[0] = reqs[1] = NULL;
         /* the receive lands in the context, the send is a constant: a
-         * timeout may abandon both while UCP still holds them */
+         * timeout may abandon both while UCP still holds them. The send
+         * goes out even if the receive could not be posted: its partner
+         * waits for it. */
         ctx->coll_in = 0;
-        ret = p2p_post_recv(comm, &ctx->coll_in, sizeof(ctx->coll_in),
-                            (comm->rank - k + comm->size) % comm->size,
-                            P2P_TAG_BARRIER, &reqs[0]);
-        if (ret == P2P_OK) {
-            ret = p2p_send_start(comm, &p2p_coll_flag[failed],
-                                 P2P_WIRE_BARRIER_LEN,
-                                 (comm->rank + k) % comm->size,
-                                 P2P_TAG_BARRIER, 0, &reqs[1]);
-        }
-        if (ret == P2P_OK) {
-            ret = p2p_wait_bounded(ctx, 2, reqs,
-                                   (timeout < 0) ? -1 :
-                                   (deadline - p2p_time() > 0 ?
-                                    deadline - p2p_time() : 0), NULL);
-        } else {
-            p2p_wait_bounded(ctx, 2, reqs, 0, NULL);
-        }
-        if ((ret == P2P_ERR_TIMEOUT) || (ret == P2P_ERR_NO_MEMORY)) {
+        ret_r = p2p_post_recv(comm, &ctx->coll_in, sizeof(ctx->coll_in),
+                              (comm->rank - k + comm->size) % comm->size,
+                              P2P_TAG_BARRIER, &reqs[0]);
+        ret_s = p2p_send_start(comm, &p2p_coll_flag[failed],
+                               P2P_WIRE_BARRIER_LEN,
+                               (comm->rank + k) % comm->size,
+                               P2P_TAG_BARRIER, 0, &reqs[1]);
+        ret = p2p_wait_bounded(ctx, 2, reqs,
+                               (timeout < 0) ? -1 :
+                               (deadline - p2p_time() > 0 ?
+                                deadline - p2p_time() : 0), NULL);
+        if (ret == P2P_ERR_TIMEOUT) {
             return ret;
         }
-        in = (ret == P2P_OK) ? ctx->coll_in : 0;
+        in = ((ret_r == P2P_OK) && (ret == P2P_OK)) ? ctx->coll_in : 0;
+        if (ret == P2P_OK) {
+            ret = (ret_r != P2P_OK) ? ret_r : ret_s;
+        }
         if ((ret != P2P_OK) || (in != 0)) {
-            /* a partner died, or knows of a failure */
+            /* a partner died or was cut off, a request could not be
+             * made, or a partner knows of a failure: any error, also
+             * P2P_ERR_NO_MEMORY, goes through the remaining rounds */
             failed = 1;
             if (err == P2P_OK) {
                 err = (ret != P2P_OK) ? ret : P2P_ERR_PEER_FAILED;

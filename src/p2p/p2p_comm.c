@@ -110,6 +110,17 @@ static int p2p_comm_alloc(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
 
 static void p2p_comm_install(p2p_comm_t *comm)
 {
+    int r;
+
+    /* members known failed before it was in the table (p2p_peer_failed
+     * counts only on installed ones, and a member may die during the
+     * commit round after its last message): counted now, unacknowledged,
+     * so that a wildcard on it fails instead of waiting for the dead */
+    for (r = 0; r < comm->size; ++r) {
+        if (p2p_comm_peer(comm, r)->failed) {
+            ++comm->n_failed;
+        }
+    }
     comm->ctx->comms[comm->cid] = comm;
     /* messages that raced ahead of our creating it, in arrival order */
     p2p_early_replay(comm->ctx, comm);

@@ -4,6 +4,7 @@
  *
  *   ProbedMessagesAreNotEvictable   -np 3, P2P_UNEXPECTED_LIMIT=64k
  *   SelfIsNeverCutOff               -np 2, P2P_UNEXPECTED_LIMIT=64k
+ *   CommitRoundGoesOnPastNoMemory   -np 4, --enable-recovery
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -223,6 +224,70 @@ TEST(P2PReview2, SelfIsNeverCutOff)
     }
     Blocking b("closing barrier");
     EXPECT_EQ(P2P_OK, p2p_barrier(world));
+}
+
+/*
+ * Communicator creation when a member was cut off for running out of
+ * memory: rank 0's allocations fail while rank 1 floods it, until rank 0
+ * cuts rank 1 off (P2P_ERR_NO_MEMORY); then rank 1 dies and the others
+ * create a communicator. Rank 0's commit-round send to rank 1 fails with
+ * P2P_ERR_NO_MEMORY. Before, rank 0 left the round there and never sent
+ * its later rounds' messages: rank 2 waited for ever. Now every live
+ * member returns, all with an error.
+ */
+TEST(P2PReview2, CommitRoundGoesOnPastNoMemory)
+{
+    ASSERT_EQ(4, size) << "run with -np 4 under mpirun --enable-recovery";
+    if (rank == 1) {
+        {
+            Blocking b("rank 1 waiting for go");
+            ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, 30, world, nullptr));
+        }
+        for (int i = 0; i < 300; ++i) {
+            /* refused once rank 0 has cut it off: that is the point */
+            (void)p2p_send("x", 1, 0, 31, world);
+        }
+        Blocking b("rank 1 waiting to die");
+        p2p_recv(nullptr, 0, 2, 32, world, nullptr);
+        raise(SIGKILL);
+    }
+    if (rank == 0) {
+        p2p_fault_inject(ctx, P2P_FAULT_ALLOC, 1000);
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 1, 30, world));
+        double end = now() + wait_limit();
+        while (p2p_comm_failure_count(world) == 0) {
+            p2p_progress(ctx);
+            ASSERT_LT(now(), end) << "rank 1 was never cut off";
+        }
+        p2p_fault_inject(ctx, P2P_FAULT_ALLOC, 0);
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 2, 33, world));
+    } else if (rank == 2) {
+        Blocking b("rank 2 waiting for the cut-off");
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, 33, world, nullptr));
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 1, 32, world));
+    }
+    p2p_comm_t *n = nullptr;
+    int        e;
+    {
+        Blocking b("p2p_comm_dup after a cut-off");
+        e = p2p_comm_dup(world, &n);
+    }
+    printf("[%d] p2p_comm_dup: %d (%s)\n", rank, e, p2p_strerror(e));
+    EXPECT_NE(P2P_OK, e);
+    EXPECT_EQ(nullptr, n);
+    /* rank 0 stays until the others are out (its exit would end their
+     * wait as a failure) */
+    if (rank == 0) {
+        EXPECT_EQ(P2P_ERR_NO_MEMORY, e);
+        Blocking b("rank 0 waiting for ranks 2 and 3 to leave the round");
+        EXPECT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, 34, world, nullptr));
+        EXPECT_EQ(P2P_OK, p2p_recv(nullptr, 0, 3, 34, world, nullptr));
+    } else {
+        EXPECT_EQ(P2P_OK, p2p_send(nullptr, 0, 0, 34, world));
+    }
+    if (n != nullptr) {
+        p2p_comm_free(&n);
+    }
 }
 
 int main(int argc, char **argv)
