@@ -138,6 +138,8 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
  * another member fails (p2p_pt2pt.c refuses it while n_acked differs). */
 int p2p_comm_failure_ack(p2p_comm_t *comm)
 {
+    /* n_failed changes under the lock, in another thread's progress */
+    P2P_API_ENTER_COMM(comm);
     if (comm == NULL) {
         p2p_set_error(NULL, "p2p_comm_failure_ack: no communicator (NULL)");
         return P2P_ERR_INVALID;
@@ -148,5 +150,6 @@ int p2p_comm_failure_ack(p2p_comm_t *comm)
 
 int p2p_comm_failure_count(const p2p_comm_t *comm)
 {
+    P2P_API_ENTER_COMM(comm);
     return (comm == NULL) ? P2P_ERR_INVALID : (int)comm->n_failed;
 }

@@ -4,7 +4,8 @@
  *
  *   ProbedMessagesAreNotEvictable   -np 3, P2P_UNEXPECTED_LIMIT=64k
  *   SelfIsNeverCutOff               -np 2, P2P_UNEXPECTED_LIMIT=64k
- *   CommitRoundGoesOnPastNoMemory   -np 4, --enable-recovery
+ *   CommitRoundGoesOnPastNoMemory,
+ *   NonBlockingProbesSayNoMessage   together, -np 4, --enable-recovery
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -288,6 +289,37 @@ TEST(P2PReview2, CommitRoundGoesOnPastNoMemory)
     if (n != nullptr) {
         p2p_comm_free(&n);
     }
+}
+
+/*
+ * After a failure not yet acknowledged, a non-blocking wildcard probe
+ * fails with P2P_ERR_PEER_FAILED and says there is no message: *flag 0,
+ * *msg NULL. Before, both were left as they were (here: garbage).
+ * Runs after CommitRoundGoesOnPastNoMemory (rank 1 is gone).
+ */
+TEST(P2PReview2, NonBlockingProbesSayNoMessage)
+{
+    ASSERT_EQ(4, size) << "run after CommitRoundGoesOnPastNoMemory";
+    if (rank == 1) {
+        return;
+    }
+    double end = now() + wait_limit();
+    while (p2p_comm_failure_count(world) == 0) {
+        p2p_progress(ctx);
+        ASSERT_LT(now(), end) << "rank 1's failure never noticed";
+    }
+    int           flag = 7;
+    p2p_message_t *m   = (p2p_message_t*)&flag;
+    p2p_status_t  st;
+
+    EXPECT_EQ(P2P_ERR_PEER_FAILED,
+              p2p_iprobe(P2P_ANY_SOURCE, 40, world, &flag, &st));
+    EXPECT_EQ(0, flag);
+    flag = 7;
+    EXPECT_EQ(P2P_ERR_PEER_FAILED,
+              p2p_improbe(P2P_ANY_SOURCE, 40, world, &flag, &m, &st));
+    EXPECT_EQ(0, flag);
+    EXPECT_EQ(nullptr, m);
 }
 
 int main(int argc, char **argv)
