@@ -110,17 +110,7 @@ static int p2p_comm_alloc(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
 
 static void p2p_comm_install(p2p_comm_t *comm)
 {
-    int r;
-
-    /* members known failed before it was in the table (p2p_peer_failed
-     * counts only on installed ones, and a member may die during the
-     * commit round after its last message): counted now, unacknowledged,
-     * so that a wildcard on it fails instead of waiting for the dead */
-    for (r = 0; r < comm->size; ++r) {
-        if (p2p_comm_peer(comm, r)->failed) {
-            ++comm->n_failed;
-        }
-    }
+    p2p_comm_count_failed(comm);
     comm->ctx->comms[comm->cid] = comm;
     /* messages that raced ahead of our creating it, in arrival order */
     p2p_early_replay(comm->ctx, comm);
@@ -222,9 +212,8 @@ void p2p_comm_destroy_detached(p2p_context_t *ctx)
 
 void p2p_comm_probed(p2p_comm_t *comm, struct p2p_unexp *u)
 {
-    /* the application's now: no longer counted against the limit, nor
-     * charged to its sender, which could otherwise be cut off for a
-     * message already matched (and eviction could not free it) */
+    /* the application's now: not counted against the limit, and its
+     * sender is not cut off for it (eviction could not free it) */
     p2p_uncharge(comm->ctx, u->peer, u->charge);
     u->charge = 0;
     ucs_list_add_tail(&comm->probed, &u->mq.link[P2P_MQ_L_ALL]);

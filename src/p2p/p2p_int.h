@@ -326,6 +326,7 @@ void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u);
 
 /* p2p_failure.c */
 void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp);
+void p2p_comm_count_failed(p2p_comm_t *comm);
 void p2p_peer_watch(p2p_peer_t *peer);
 void p2p_comm_watch_all(p2p_comm_t *comm);
 
