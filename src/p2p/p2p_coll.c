@@ -111,6 +111,27 @@ int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out)
     return ret;
 }
 
+/* A barrier's receive byte. One per call: in thread mode a user's
+ * barrier and a creation's commit round on the same context run at once
+ * (the lock is let go while they wait); sharing one byte, either read the
+ * other's flag or reset it (before). A cell whose receive was given up at
+ * a timeout may still be written by UCP: it is kept on
+ * ctx->coll_abandoned until the worker is gone. */
+struct p2p_coll_cell {
+    struct p2p_coll_cell *next;
+    uint8_t              in;
+};
+
+void p2p_coll_cleanup(p2p_context_t *ctx)
+{
+    struct p2p_coll_cell *c;
+
+    while ((c = ctx->coll_abandoned) != NULL) {
+        ctx->coll_abandoned = c->next;
+        free(c);
+    }
+}
+
 /* What a barrier message says (P2P_WIRE_BARRIER_LEN: 0, or 1 if its
  * sender knows of a failure), as constants: buffers that never go away,
  * whatever happens to a send abandoned at a timeout (finalize). */
@@ -137,15 +158,19 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
     p2p_request_t *reqs[2];
     int           k, ret, ret_r, ret_s, err = my_err;
     uint8_t       failed = (my_err != P2P_OK), in;
+    /* out of memory: the context's byte, shared (thread mode only then
+     * races, and every barrier still ends) */
+    struct p2p_coll_cell *cell = malloc(sizeof(*cell));
+    uint8_t              *buf  = (cell != NULL) ? &cell->in : &ctx->coll_in;
 
     for (k = 1; k < comm->size; k <<= 1) {
         reqs[0] = reqs[1] = NULL;
-        /* the receive lands in the context, the send is a constant: a
+        /* the receive lands in the cell, the send is a constant: a
          * timeout may abandon both while UCP still holds them. The send
          * goes out even if the receive could not be posted: its partner
          * waits for it. */
-        ctx->coll_in = 0;
-        ret_r = p2p_post_recv(comm, &ctx->coll_in, sizeof(ctx->coll_in),
+        *buf  = 0;
+        ret_r = p2p_post_recv(comm, buf, sizeof(*buf),
                               (comm->rank - k + comm->size) % comm->size,
                               P2P_TAG_BARRIER, &reqs[0]);
         ret_s = p2p_send_start(comm, &p2p_coll_flag[failed],
@@ -157,9 +182,13 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
                                (deadline - p2p_time() > 0 ?
                                 deadline - p2p_time() : 0), NULL);
         if (ret == P2P_ERR_TIMEOUT) {
+            if (cell != NULL) {
+                cell->next          = ctx->coll_abandoned;
+                ctx->coll_abandoned = cell;
+            }
             return ret;
         }
-        in = ((ret_r == P2P_OK) && (ret == P2P_OK)) ? ctx->coll_in : 0;
+        in = ((ret_r == P2P_OK) && (ret == P2P_OK)) ? *buf : 0;
         if (ret == P2P_OK) {
             ret = (ret_r != P2P_OK) ? ret_r : ret_s;
         }
@@ -173,6 +202,7 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
             }
         }
     }
+    free(cell);
     return err;
 }
 

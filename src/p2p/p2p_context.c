@@ -29,6 +29,7 @@ static void p2p_teardown(p2p_context_t *ctx)
     if (ctx->worker != NULL) {
         ucp_worker_destroy(ctx->worker);
     }
+    p2p_coll_cleanup(ctx);
     if (ctx->ucp != NULL) {
         ucp_cleanup(ctx->ucp);
     }

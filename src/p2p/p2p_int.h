@@ -375,6 +375,7 @@ int  p2p_barrier_timeout(p2p_comm_t *comm, double timeout);
 /* A barrier every member joins with its own result: P2P_OK at all of them
  * only if every one joined with P2P_OK and none failed meanwhile. */
 int  p2p_coll_commit(p2p_comm_t *comm, int my_err);
+void p2p_coll_cleanup(p2p_context_t *ctx);
 
 static inline p2p_comm_t *p2p_comm_by_cid(p2p_context_t *ctx, uint32_t cid)
 {

@@ -323,8 +323,11 @@ struct p2p_context {
                                    handles still out (p2p_comm.c) */
     char          pmix_key[64]; /* this context's address key (wire-up) */
     int           closing;      /* teardown: no new endpoints */
-    uint8_t       coll_in;      /* the barrier's receive buffer: lives as
-                                   long as UCP may write it (p2p_coll.c) */
+    uint8_t       coll_in;      /* a barrier's receive buffer if none
+                                   could be allocated (p2p_coll.c) */
+    struct p2p_coll_cell *coll_abandoned; /* receive buffers of barriers
+                                   given up at a timeout: UCP may still
+                                   write them until the worker is gone */
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
     ucs_mpool_t   req_mp;       /* requests */

@@ -6,6 +6,7 @@
  *   SelfIsNeverCutOff               -np 2, P2P_UNEXPECTED_LIMIT=64k
  *   CommitRoundGoesOnPastNoMemory,
  *   NonBlockingProbesSayNoMessage   together, -np 4, --enable-recovery
+ *   ConcurrentBarrierAndCreation    -np 3, --enable-recovery
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -320,6 +321,68 @@ TEST(P2PReview2, NonBlockingProbesSayNoMessage)
               p2p_improbe(P2P_ANY_SOURCE, 40, world, &flag, &m, &st));
     EXPECT_EQ(0, flag);
     EXPECT_EQ(nullptr, m);
+}
+
+/*
+ * Thread mode: one thread creates communicators on P (ranks 0 and 1, all
+ * alive) while another runs barriers on the world of the same context,
+ * whose rank 2 is dead, so its barrier messages say "failure" (1). Each
+ * barrier and commit round needs its own receive byte. Before, all shared
+ * ctx->coll_in: the commit round read the world barrier's 1 and dropped
+ * the new communicator at one rank (or a barrier's reset hid a 1).
+ */
+TEST(P2PReview2, ConcurrentBarrierAndCreation)
+{
+    ASSERT_EQ(3, size) << "run with -np 3 under mpirun --enable-recovery";
+    p2p_init_params_t params;
+    p2p_context_t     *c2;
+    p2p_comm_t        *w2, *p = nullptr;
+    const int         n_dup = 200, n_barrier = 2000;
+
+    memset(&params, 0, sizeof(params));
+    params.flags = P2P_INIT_F_THREAD_MULTIPLE;
+    ASSERT_EQ(P2P_OK, p2p_init(&params, &c2));
+    w2 = p2p_comm_world(c2);
+    {
+        Blocking b("p2p_comm_split");
+        ASSERT_EQ(P2P_OK, p2p_comm_split(w2, (rank == 2) ? P2P_UNDEFINED : 0,
+                                         rank, &p));
+    }
+    if (rank == 2) {
+        raise(SIGKILL);
+    }
+    double end = now() + wait_limit();
+    while (p2p_comm_failure_count(w2) == 0) {
+        p2p_progress(c2);
+        ASSERT_LT(now(), end) << "rank 2's death never noticed";
+    }
+    std::atomic<int> barrier_ok{0};
+    Blocking         b("concurrent barriers and creations");
+    std::thread      t([&] {
+        for (int i = 0; i < n_barrier; ++i) {
+            if (p2p_barrier(w2) == P2P_OK) {
+                ++barrier_ok;
+            }
+        }
+    });
+    int dup_failed = 0;
+    for (int i = 0; i < n_dup; ++i) {
+        p2p_comm_t *d = nullptr;
+        int        e  = p2p_comm_dup(p, &d);
+        if (e != P2P_OK) {
+            if (dup_failed++ == 0) {
+                printf("[%d] p2p_comm_dup %d on live members: %s: %s\n",
+                       rank, i, p2p_strerror(e), p2p_last_error(c2));
+            }
+        } else {
+            EXPECT_EQ(P2P_OK, p2p_comm_free(&d));
+        }
+    }
+    t.join();
+    EXPECT_EQ(0, dup_failed) << "creations among live members failed";
+    EXPECT_EQ(0, barrier_ok.load()) << "a barrier missed the failure";
+    EXPECT_EQ(P2P_OK, p2p_comm_free(&p));
+    p2p_finalize(c2);
 }
 
 int main(int argc, char **argv)
