@@ -323,6 +323,7 @@ struct p2p_context {
                                    handles still out (p2p_comm.c) */
     char          pmix_key[64]; /* this context's address key (wire-up) */
     int           closing;      /* teardown: no new endpoints */
+    int           teardown;     /* nothing held as early any more */
     uint8_t       coll_in;      /* a barrier's receive buffer if none
                                    could be allocated (p2p_coll.c) */
     struct p2p_coll_cell *coll_abandoned; /* receive buffers of barriers
