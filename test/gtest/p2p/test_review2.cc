@@ -381,6 +381,15 @@ TEST(P2PReview2, ConcurrentBarrierAndCreation)
     t.join();
     EXPECT_EQ(0, dup_failed) << "creations among live members failed";
     EXPECT_EQ(0, barrier_ok.load()) << "a barrier missed the failure";
+    /* rank 1's outcome, where it is reported */
+    int mine[2] = { dup_failed, barrier_ok.load() }, other[2] = { -1, -1 };
+    if (rank == 1) {
+        EXPECT_EQ(P2P_OK, p2p_send(mine, sizeof(mine), 0, 60, p));
+    } else {
+        EXPECT_EQ(P2P_OK, p2p_recv(other, sizeof(other), 1, 60, p, nullptr));
+        EXPECT_EQ(0, other[0]) << "creations failed at rank 1";
+        EXPECT_EQ(0, other[1]) << "barriers missed the failure at rank 1";
+    }
     EXPECT_EQ(P2P_OK, p2p_comm_free(&p));
     p2p_finalize(c2);
 }
