@@ -241,8 +241,9 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
     if (P2P_UNLIKELY((comm == NULL) || (comm->cepoch != rx->m.cepoch))) {
         /* Every communicator this process has had bears an epoch it has
          * seen; one it will create bears a higher one (p2p_comm.c). */
-        if ((int32_t)(rx->m.cepoch - ctx->epoch) > 0) {
-            /* its communicator is being created here: keep it for then */
+        if (((int32_t)(rx->m.cepoch - ctx->epoch) > 0) && !ctx->teardown) {
+            /* its communicator is being created here: keep it for then
+             * (not in teardown: the table of early ones is gone) */
             return p2p_arrival_early(ctx, rx);
         }
         ++ctx->stats.rx_stale_comm;

@@ -111,6 +111,27 @@ int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out)
     return ret;
 }
 
+/* A barrier's receive byte. One per call: in thread mode a user's
+ * barrier and a creation's commit round on the same context run at once
+ * (the lock is let go while they wait); sharing one byte, either read the
+ * other's flag or reset it (before). A cell whose receive was given up at
+ * a timeout may still be written by UCP: it is kept on
+ * ctx->coll_abandoned until the worker is gone. */
+struct p2p_coll_cell {
+    struct p2p_coll_cell *next;
+    uint8_t              in;
+};
+
+void p2p_coll_cleanup(p2p_context_t *ctx)
+{
+    struct p2p_coll_cell *c;
+
+    while ((c = ctx->coll_abandoned) != NULL) {
+        ctx->coll_abandoned = c->next;
+        free(c);
+    }
+}
+
 /* What a barrier message says (P2P_WIRE_BARRIER_LEN: 0, or 1 if its
  * sender knows of a failure), as constants: buffers that never go away,
  * whatever happens to a send abandoned at a timeout (finalize). */
@@ -135,43 +156,53 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
     p2p_context_t *ctx     = comm->ctx;
     double        deadline = p2p_time() + timeout;
     p2p_request_t *reqs[2];
-    int           k, ret, err = my_err;
+    int           k, ret, ret_r, ret_s, err = my_err;
     uint8_t       failed = (my_err != P2P_OK), in;
+    /* out of memory: the context's byte, shared (thread mode only then
+     * races, and every barrier still ends) */
+    struct p2p_coll_cell *cell = malloc(sizeof(*cell));
+    uint8_t              *buf  = (cell != NULL) ? &cell->in : &ctx->coll_in;
 
     for (k = 1; k < comm->size; k <<= 1) {
         reqs[0] = reqs[1] = NULL;
-        /* the receive lands in the context, the send is a constant: a
-         * timeout may abandon both while UCP still holds them */
-        ctx->coll_in = 0;
-        ret = p2p_post_recv(comm, &ctx->coll_in, sizeof(ctx->coll_in),
-                            (comm->rank - k + comm->size) % comm->size,
-                            P2P_TAG_BARRIER, &reqs[0]);
-        if (ret == P2P_OK) {
-            ret = p2p_send_start(comm, &p2p_coll_flag[failed],
-                                 P2P_WIRE_BARRIER_LEN,
-                                 (comm->rank + k) % comm->size,
-                                 P2P_TAG_BARRIER, 0, &reqs[1]);
-        }
-        if (ret == P2P_OK) {
-            ret = p2p_wait_bounded(ctx, 2, reqs,
-                                   (timeout < 0) ? -1 :
-                                   (deadline - p2p_time() > 0 ?
-                                    deadline - p2p_time() : 0), NULL);
-        } else {
-            p2p_wait_bounded(ctx, 2, reqs, 0, NULL);
-        }
-        if ((ret == P2P_ERR_TIMEOUT) || (ret == P2P_ERR_NO_MEMORY)) {
+        /* the receive lands in the cell, the send is a constant: a
+         * timeout may abandon both while UCP still holds them. The send
+         * goes out even if the receive could not be posted: its partner
+         * waits for it. */
+        *buf  = 0;
+        ret_r = p2p_post_recv(comm, buf, sizeof(*buf),
+                              (comm->rank - k + comm->size) % comm->size,
+                              P2P_TAG_BARRIER, &reqs[0]);
+        ret_s = p2p_send_start(comm, &p2p_coll_flag[failed],
+                               P2P_WIRE_BARRIER_LEN,
+                               (comm->rank + k) % comm->size,
+                               P2P_TAG_BARRIER, 0, &reqs[1]);
+        ret = p2p_wait_bounded(ctx, 2, reqs,
+                               (timeout < 0) ? -1 :
+                               (deadline - p2p_time() > 0 ?
+                                deadline - p2p_time() : 0), NULL);
+        if (ret == P2P_ERR_TIMEOUT) {
+            if (cell != NULL) {
+                cell->next          = ctx->coll_abandoned;
+                ctx->coll_abandoned = cell;
+            }
             return ret;
         }
-        in = (ret == P2P_OK) ? ctx->coll_in : 0;
+        in = ((ret_r == P2P_OK) && (ret == P2P_OK)) ? *buf : 0;
+        if (ret == P2P_OK) {
+            ret = (ret_r != P2P_OK) ? ret_r : ret_s;
+        }
         if ((ret != P2P_OK) || (in != 0)) {
-            /* a partner died, or knows of a failure */
+            /* a partner died or was cut off, a request could not be
+             * made, or a partner knows of a failure: any error, also
+             * P2P_ERR_NO_MEMORY, goes through the remaining rounds */
             failed = 1;
             if (err == P2P_OK) {
                 err = (ret != P2P_OK) ? ret : P2P_ERR_PEER_FAILED;
             }
         }
     }
+    free(cell);
     return err;
 }
 

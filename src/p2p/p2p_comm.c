@@ -110,6 +110,7 @@ static int p2p_comm_alloc(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
 
 static void p2p_comm_install(p2p_comm_t *comm)
 {
+    p2p_comm_count_failed(comm);
     comm->ctx->comms[comm->cid] = comm;
     /* messages that raced ahead of our creating it, in arrival order */
     p2p_early_replay(comm->ctx, comm);
@@ -211,6 +212,10 @@ void p2p_comm_destroy_detached(p2p_context_t *ctx)
 
 void p2p_comm_probed(p2p_comm_t *comm, struct p2p_unexp *u)
 {
+    /* the application's now: not counted against the limit, and its
+     * sender is not cut off for it (eviction could not free it) */
+    p2p_uncharge(comm->ctx, u->peer, u->charge);
+    u->charge = 0;
     ucs_list_add_tail(&comm->probed, &u->mq.link[P2P_MQ_L_ALL]);
 }
 

@@ -11,6 +11,10 @@ static void p2p_teardown(p2p_context_t *ctx)
 {
     uint32_t cid;
 
+    /* from now on nothing is held for later: arrivals while the
+     * endpoints flush (p2p_close_eps progresses) are dropped, not put in
+     * the table of early messages freed below */
+    ctx->teardown = 1;
     for (cid = 0; cid < ctx->ncomms; ++cid) {
         if (ctx->comms[cid] != NULL) {
             p2p_comm_destroy(ctx->comms[cid]);
@@ -29,6 +33,7 @@ static void p2p_teardown(p2p_context_t *ctx)
     if (ctx->worker != NULL) {
         ucp_worker_destroy(ctx->worker);
     }
+    p2p_coll_cleanup(ctx);
     if (ctx->ucp != NULL) {
         ucp_cleanup(ctx->ucp);
     }

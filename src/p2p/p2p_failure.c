@@ -134,10 +134,28 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
     }
 }
 
+/* A communicator about to be installed: members known failed before it
+ * was in the table (p2p_peer_failed counts only on installed ones, and a
+ * member may die during the commit round after its last message) are
+ * counted now, unacknowledged, so that a wildcard on it fails instead of
+ * waiting for the dead. */
+void p2p_comm_count_failed(p2p_comm_t *comm)
+{
+    int r;
+
+    for (r = 0; r < comm->size; ++r) {
+        if (p2p_comm_peer(comm, r)->failed) {
+            ++comm->n_failed;
+        }
+    }
+}
+
 /* ULFM's acknowledgement (p2p.h): ANY_SOURCE works again on comm until
  * another member fails (p2p_pt2pt.c refuses it while n_acked differs). */
 int p2p_comm_failure_ack(p2p_comm_t *comm)
 {
+    /* n_failed changes under the lock, in another thread's progress */
+    P2P_API_ENTER_COMM(comm);
     if (comm == NULL) {
         p2p_set_error(NULL, "p2p_comm_failure_ack: no communicator (NULL)");
         return P2P_ERR_INVALID;
@@ -148,5 +166,6 @@ int p2p_comm_failure_ack(p2p_comm_t *comm)
 
 int p2p_comm_failure_count(const p2p_comm_t *comm)
 {
+    P2P_API_ENTER_COMM(comm);
     return (comm == NULL) ? P2P_ERR_INVALID : (int)comm->n_failed;
 }

@@ -362,6 +362,8 @@ void p2p_held_drop_early(p2p_context_t *ctx)
         }
     });
     kh_destroy_inplace(p2p_early, &ctx->early);
+    /* empty, not freed: the eviction path may still look it through */
+    kh_init_inplace(p2p_early, &ctx->early);
     p2p_uncharge(ctx, NULL, ctx->early_table);
     ctx->early_table = 0;
 }

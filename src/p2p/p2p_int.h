@@ -334,6 +334,7 @@ void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u);
 
 /* p2p_failure.c */
 void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp);
+void p2p_comm_count_failed(p2p_comm_t *comm);
 void p2p_peer_watch(p2p_peer_t *peer);
 void p2p_comm_watch_all(p2p_comm_t *comm);
 
@@ -382,6 +383,7 @@ int  p2p_barrier_timeout(p2p_comm_t *comm, double timeout);
 /* A barrier every member joins with its own result: P2P_OK at all of them
  * only if every one joined with P2P_OK and none failed meanwhile. */
 int  p2p_coll_commit(p2p_comm_t *comm, int my_err);
+void p2p_coll_cleanup(p2p_context_t *ctx);
 
 static inline p2p_comm_t *p2p_comm_by_cid(p2p_context_t *ctx, uint32_t cid)
 {

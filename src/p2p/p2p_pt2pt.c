@@ -263,6 +263,11 @@ static int p2p_probe_common(int src, int tag, p2p_comm_t *comm, int *flag,
                                                  msg_p != NULL);
         if ((u == NULL) && (src == P2P_ANY_SOURCE) &&
             (comm->n_failed != comm->n_acked)) {
+            /* no message: callers that look at *flag see none */
+            *flag = 0;
+            if (msg_p != NULL) {
+                *msg_p = NULL;
+            }
             p2p_any_source_refused(comm, fn);
             return P2P_ERR_PEER_FAILED;
         }

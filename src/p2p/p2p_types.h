@@ -110,6 +110,7 @@ typedef struct p2p_peer {
     uint32_t      rank;
     uint8_t       failed;
     uint8_t       close_ep;     /* failed in a UCP callback: close later */
+    uint8_t       evicted;      /* cut off to make room (p2p_unexp.c) */
     uint8_t       local;        /* same host and PID namespace: watched by
                                    p2p_liveness.c */
     uint8_t       rma_sw;       /* UCP emulates RMA to it with active
@@ -321,8 +322,12 @@ struct p2p_context {
                                    handles still out (p2p_comm.c) */
     char          pmix_key[64]; /* this context's address key (wire-up) */
     int           closing;      /* teardown: no new endpoints */
-    uint8_t       coll_in;      /* the barrier's receive buffer: lives as
-                                   long as UCP may write it (p2p_coll.c) */
+    int           teardown;     /* nothing held as early any more */
+    uint8_t       coll_in;      /* a barrier's receive buffer if none
+                                   could be allocated (p2p_coll.c) */
+    struct p2p_coll_cell *coll_abandoned; /* receive buffers of barriers
+                                   given up at a timeout: UCP may still
+                                   write them until the worker is gone */
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
     unsigned long reg_enomem_seen; /* registrations refused for want of

@@ -3,6 +3,9 @@
  * wants to run UCP operations next to p2p on the same worker and endpoints
  * (benchmarks comparing against UCP's own tag API, tools). Using them does
  * not change p2p's behaviour; progress on the worker also progresses p2p.
+ * With P2P_INIT_F_THREAD_MULTIPLE that progress runs p2p's callbacks
+ * without p2p's lock: progress such a worker only through p2p calls, or
+ * serialise it with every p2p call yourself (docs/p2p.md, threads).
  */
 #ifndef IB2_P2P_UCP_H
 #define IB2_P2P_UCP_H

@@ -19,7 +19,8 @@
  * Over the limit a message keeps only its header, unless its sender holds
  * less than its share; headers alone may go over by the headroom (an
  * eighth of the limit, at least 16 KiB); past that the biggest holder is
- * cut off (p2p_charge says how).
+ * cut off (p2p_charge says how), never the local rank. A message taken
+ * by a matched probe is the application's: it is charged no longer.
  */
 #include "p2p_int.h"
 
@@ -110,16 +111,21 @@ size_t p2p_unexp_hard_limit(const p2p_context_t *ctx)
     return ctx->cfg.unexp_limit + ((headroom < 16384) ? 16384 : headroom);
 }
 
-/* The peer holding the most bytes, or NULL if none holds any. */
+/* The peer holding the most bytes that may still be cut off, or NULL:
+ * one already evicted is not chosen again, whatever it still holds (a
+ * chain being replayed) is on its way out, and choosing it again would
+ * free nothing. The local rank may be chosen: p2p_make_room never cuts
+ * it off. */
 static p2p_peer_t *p2p_biggest_holder(p2p_context_t *ctx)
 {
-    p2p_peer_t *big = NULL;
+    p2p_peer_t *big = NULL, *p;
     int        i;
 
     for (i = 0; (i < ctx->size) && (ctx->n_holders != 0); ++i) {
-        if ((ctx->peers[i].held_bytes != 0) &&
-            ((big == NULL) || (ctx->peers[i].held_bytes > big->held_bytes))) {
-            big = &ctx->peers[i];
+        p = &ctx->peers[i];
+        if ((p->held_bytes != 0) && !p->evicted &&
+            ((big == NULL) || (p->held_bytes > big->held_bytes))) {
+            big = p;
         }
     }
     return big;
@@ -149,6 +155,8 @@ static void p2p_evict(p2p_context_t *ctx, p2p_peer_t *victim)
             "its headroom are full: it is cut off and its messages are "
             "dropped, so that the other ranks' messages still get through",
             victim->rank, victim->held_bytes, ctx->cfg.unexp_limit);
+    ucs_assert(victim->rank != (uint32_t)ctx->rank);
+    victim->evicted = 1;
     p2p_peer_failed(victim, UCS_ERR_EXCEEDS_LIMIT, 1);
     for (cid = 0; cid < ctx->ncomms; ++cid) {
         if (ctx->comms[cid] != NULL) {
@@ -161,22 +169,41 @@ static void p2p_evict(p2p_context_t *ctx, p2p_peer_t *victim)
     ctx->stats.rx_over_limit += n;
 }
 
-/* Make room for bytes more of peer's within the hard limit: while they do
+/*
+ * Make room for bytes more of peer's within the hard limit: while they do
  * not fit, a rank holding more than peer would then is cut off and its
- * messages dropped. 0 if they still do not fit: peer holds the most. */
+ * messages dropped (each rank at most once: the loop ends). The local
+ * rank is never cut off -- what it holds it sent itself, and cutting it
+ * off would count it failed on every communicator. If it holds the most,
+ * or peer is the local rank and holds the most, the message goes over the
+ * hard limit with its header only (P2P_ROOM_OVER): its receive fails with
+ * P2P_ERR_UNEXP_LIMIT. Another sender doing so soon holds more than the
+ * local rank and is cut off, so the excess stays bounded by what the
+ * local rank holds. P2P_ROOM_NONE: peer holds the most and yields.
+ */
+enum {
+    P2P_ROOM_NONE,
+    P2P_ROOM_MADE,
+    P2P_ROOM_OVER
+};
+
 static int p2p_make_room(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
 {
+    p2p_peer_t *self = &ctx->peers[ctx->rank];
     p2p_peer_t *big;
 
     while (ctx->unexp_bytes + bytes > p2p_unexp_hard_limit(ctx)) {
         big = p2p_biggest_holder(ctx);
         if ((big == NULL) || (big == peer) ||
             (big->held_bytes <= peer->held_bytes + bytes)) {
-            return 0;
+            return (peer == self) ? P2P_ROOM_OVER : P2P_ROOM_NONE;
+        }
+        if (big == self) {
+            return P2P_ROOM_OVER;
         }
         p2p_evict(ctx, big);
     }
-    return 1;
+    return P2P_ROOM_MADE;
 }
 
 void p2p_charged(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
@@ -222,8 +249,19 @@ int p2p_charge(p2p_context_t *ctx, p2p_peer_t *peer, size_t rec,
         /* headers alone (no data, dropped data, or a rendezvous key,
          * which is its message) may use the headroom, and so may the
          * data of a sender within its share */
-        if (!p2p_make_room(ctx, peer, rec + data)) {
+        switch (p2p_make_room(ctx, peer, rec + data)) {
+        case P2P_ROOM_NONE:
             return -1;
+        case P2P_ROOM_OVER:
+            /* the local rank holds the most: over the hard limit, the
+             * header only (a descriptor or nothing has no data to drop) */
+            if (data != 0) {
+                data = 0;
+                keep = 0;
+            }
+            break;
+        default:
+            break;
         }
     }
     p2p_charged(ctx, peer, rec + data);
@@ -245,7 +283,7 @@ int p2p_charge(p2p_context_t *ctx, p2p_peer_t *peer, size_t rec,
 int p2p_charge_table(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
 {
     if ((ctx->unexp_bytes + bytes > p2p_unexp_hard_limit(ctx)) &&
-        !p2p_make_room(ctx, peer, bytes)) {
+        (p2p_make_room(ctx, peer, bytes) == P2P_ROOM_NONE)) {
         return 0;
     }
     p2p_charged(ctx, NULL, bytes);

@@ -148,6 +148,28 @@ for tl in shm tcp; do
         "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
         -x P2P_KEEPALIVE_INTERVAL -np 3 "$p2pt/test_p2p_lifecycle" \
         "${p2p_gt[@]}" --gtest_filter=P2PLifecycle.AnySourceAfterFailure*
+    # the second review (test_review2.cc): matched-probe handles are not
+    # evictable, and a rank holding the most never cuts itself off
+    P2P_UNEXPECTED_LIMIT=64k ib2_gtest "p2p-$tl-review2-probed" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 3 \
+        "$p2pt/test_p2p_review2" "${p2p_gt[@]}" \
+        --gtest_filter=P2PReview2.ProbedMessagesAreNotEvictable
+    P2P_UNEXPECTED_LIMIT=64k ib2_gtest "p2p-$tl-review2-self" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_UNEXPECTED_LIMIT -np 2 \
+        "$p2pt/test_p2p_review2" "${p2p_gt[@]}" \
+        --gtest_filter=P2PReview2.SelfIsNeverCutOff
+    # a member cut off for memory, then dead: every live member leaves
+    # the commit round; wildcard probes after it say "no message"
+    P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest "p2p-$tl-review2-no-memory" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
+        -x P2P_KEEPALIVE_INTERVAL -np 4 "$p2pt/test_p2p_review2" \
+        "${p2p_gt[@]}" --gtest_filter='P2PReview2.CommitRound*:*NonBlocking*'
+    # thread mode: barriers on a world with a dead member while another
+    # thread creates communicators among live ones (a byte per barrier)
+    P2P_KEEPALIVE_INTERVAL=200ms ib2_gtest "p2p-$tl-review2-barrier-threads" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
+        -x P2P_KEEPALIVE_INTERVAL -np 3 "$p2pt/test_p2p_review2" \
+        "${p2p_gt[@]}" --gtest_filter=P2PReview2.ConcurrentBarrierAndCreation
     # without --enable-recovery mpirun would kill the survivor as well
     ib2_gtest "p2p-$tl-killed" "$p2p_mpirun" "${p2p_mpi[@]}" \
         --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \

@@ -177,7 +177,11 @@ TEST(P2PLifecycle, MatchedProbeNeverReceivedIsReleased)
     ASSERT_EQ(P2P_OK, p2p_request_free(&r));
     p2p_stats_t s;
     p2p_get_stats(c2, &s);
-    EXPECT_GT(s.unexp_bytes, 0u);
+    /* matched messages are the application's: no longer charged (alone:
+     * with other ranks, their closing barrier's message may be here) */
+    if (p2p_comm_size(w2) == 1) {
+        EXPECT_EQ(0u, s.unexp_bytes);
+    }
     EXPECT_EQ(P2P_OK, p2p_finalize(c2));
 }
 
