@@ -233,6 +233,15 @@ typedef struct ib2_iface {
     uint32_t               rq_hash;
     ib2_iface_rxq_t        rxq[IB2_MAX_QUEUES];
     ucs_mpool_t            tx_mp;          /* bounce buffers */
+    struct {
+        unsigned           bufs;           /* in tx_mp's chunks */
+        ucs_status_t       error;          /* of a send without one */
+        int                refused;        /* none could be registered,
+                                              said so */
+        ucs_time_t         retry_at;       /* grow again from then on */
+        int                prepared;       /* next: a chunk's memory */
+        uct_allocated_memory_t next;
+    } tx_pool;                             /* ib2_tx_pool.c */
     ucs_mpool_t            op_mp;          /* ib2_op_t */
     size_t                 tx_buf_size;    /* bcopy buffer payload */
     int32_t                tx_cq_avail;    /* CQEs we may still cause */
@@ -535,7 +544,13 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q);
 void ib2_ep_signal_am_tails(ib2_ep_t *ep);
 ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
 void ib2_iface_fence_uncount(ib2_ep_t *ep);
-void ib2_iface_tx_desc_short(ib2_iface_t *iface);
+
+/* Send bounce buffers (ib2_tx_pool.c). */
+ucs_status_t ib2_tx_pool_init(ib2_iface_t *iface,
+                              const uct_iface_mpool_config_t *config);
+void ib2_tx_pool_cleanup(ib2_iface_t *iface, int leak_check);
+ib2_tx_desc_t *ib2_iface_tx_desc_short(ib2_iface_t *iface);
+int ib2_tx_pool_may_grow(ib2_iface_t *iface);
 
 /* Pending (ib2_pending.c). */
 ib2_tx_state_t ib2_ep_tx_state(ib2_ep_t *ep);

@@ -96,7 +96,7 @@ ssize_t ib2_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack, void *arg,
     }
     desc = ib2_ep_get_desc(iface);
     if (ucs_unlikely(desc == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return ib2_iface_no_desc(iface);
     }
     length = pack(ib2_tx_data(desc), arg);
     if (ucs_unlikely(length > iface->tx_buf_size)) {
@@ -222,7 +222,7 @@ ucs_status_t ib2_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t unpack,
     }
     desc = ib2_ep_get_desc(iface);
     if (ucs_unlikely(desc == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return ib2_iface_no_desc(iface);
     }
     desc->op.kind   = IB2_OP_GET_BCOPY;
     desc->op.comp   = comp;
@@ -255,7 +255,7 @@ static ucs_status_t ib2_ep_atomic(ib2_ep_t *ep, enum ibv_wr_opcode opcode,
     }
     desc = ib2_ep_get_desc(iface);
     if (ucs_unlikely(desc == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return ib2_iface_no_desc(iface);
     }
     if (result != NULL) {
         desc->op.kind   = IB2_OP_ATOMIC_FETCH;

@@ -118,15 +118,6 @@ static void ib2_iface_release_desc(uct_recv_desc_t *self, void *desc)
     ib2_rx_release_desc(iface, rx);
 }
 
-static void ib2_iface_tx_desc_init(uct_iface_h tl_iface, void *obj,
-                                   uct_mem_h memh)
-{
-    ib2_iface_t *iface  = ucs_derived_of(tl_iface, ib2_iface_t);
-    ib2_tx_desc_t *desc = obj;
-
-    desc->lkey = ib2_memh_mr(iface->md, memh)->lkey;
-}
-
 static ucs_mpool_ops_t ib2_op_mpool_ops = {
     .chunk_alloc   = ucs_mpool_chunk_malloc,
     .chunk_release = ucs_mpool_chunk_free,
@@ -230,7 +221,6 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     const ib2_iface_config_t *config = ucs_derived_of(tl_config,
                                                       ib2_iface_config_t);
     ib2_md_t *md = ucs_derived_of(tl_md, ib2_md_t);
-    uct_iface_mpool_config_t tx_mp;
     ucs_status_t status;
     size_t largest;
 
@@ -331,18 +321,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                                  0;
     self->config.am_short_q0   = ucs_min(self->config.max_inline,
                                          self->rq.q[0].size);
-    /* A chunk no larger than the pool may be (TX_MAX_BUFS below the
-     * default TX_BUFS_GROW). */
-    tx_mp = config->tx_mp;
-    if (((tx_mp.bufs_grow != 0) ? tx_mp.bufs_grow : 256u) >
-        tx_mp.max_bufs) {
-        tx_mp.bufs_grow = tx_mp.max_bufs;
-    }
-    status = uct_iface_mpool_init(&self->super, &self->tx_mp,
-                                  sizeof(ib2_tx_desc_t) + self->tx_buf_size,
-                                  sizeof(ib2_tx_desc_t), UCS_SYS_CACHE_LINE_SIZE,
-                                  &tx_mp, 256,
-                                  ib2_iface_tx_desc_init, "ib2_tx_desc");
+    status = ib2_tx_pool_init(self, &config->tx_mp);
     if (status != UCS_OK) {
         goto err_cleanup;
     }
@@ -350,7 +329,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                             UCS_SYS_CACHE_LINE_SIZE, 256, UINT_MAX,
                             &ib2_op_mpool_ops, "ib2_op");
     if (status != UCS_OK) {
-        ucs_mpool_cleanup(&self->tx_mp, 0);
+        ib2_tx_pool_cleanup(self, 0);
         goto err_cleanup;
     }
     self->qp_ep = kh_init(ib2_qp_ep);
@@ -383,7 +362,7 @@ err_cleanup_hash:
     kh_destroy(ib2_qp_ep, self->qp_ep);
 err_cleanup_mp:
     ucs_mpool_cleanup(&self->op_mp, 0);
-    ucs_mpool_cleanup(&self->tx_mp, 0);
+    ib2_tx_pool_cleanup(self, 0);
 err_cleanup:
     ucs_arbiter_cleanup(&self->arbiter);
     if (self->recv_cq != NULL) {
@@ -429,7 +408,7 @@ static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
     ib2_rxq_cleanup(self);
     kh_destroy(ib2_qp_ep, self->qp_ep);
     ucs_mpool_cleanup(&self->op_mp, 1);
-    ucs_mpool_cleanup(&self->tx_mp, 1);
+    ib2_tx_pool_cleanup(self, 1);
     ucs_arbiter_cleanup(&self->arbiter);
     ibv_destroy_cq(self->recv_cq);
     ibv_destroy_cq(self->send_cq);
