@@ -70,8 +70,11 @@ enum {
     P2P_ERR_IN_STATUS    = -8,  /* waitall/testall: see each status.error */
     P2P_ERR_PENDING      = -9,  /* operation still in progress */
     P2P_ERR_TIMEOUT      = -10, /* an internal wait gave up (finalize) */
-    P2P_ERR_BUFFER       = -11  /* buffered send: no buffer attached, or
+    P2P_ERR_BUFFER       = -11, /* buffered send: no buffer attached, or
                                    no room in it (see p2p_last_error) */
+    P2P_ERR_COMM_ABORTED = -12  /* the peer does not have this communicator:
+                                   its creation failed there (a member died
+                                   during the creation; docs/p2p.md) */
 };
 
 typedef struct p2p_context p2p_context_t;
