@@ -184,6 +184,15 @@ for tl in shm tcp; do
             -x P2PTEST_RAW_MODE -np 3 "$p2pt/test_p2p_review3" \
             "${p2p_gt[@]}" --gtest_filter="P2PReview3.${mode#*:}"
     done
+    # a member cut off (thread mode: rank 0 holds rank 1 back until then)
+    # while the round goes on: the new communicator counts it
+    P2P_KEEPALIVE_INTERVAL=200ms P2PTEST_RAW_RANK=2 P2PTEST_RAW_MODE=cutoff \
+        P2PTEST_MT=1 P2P_UNEXPECTED_LIMIT=64k ib2_gtest \
+        "p2p-$tl-review3-cutoff" "$p2p_mpirun" "${p2p_mpi[@]}" \
+        --enable-recovery -x P2P_KEEPALIVE_INTERVAL -x P2PTEST_RAW_RANK \
+        -x P2PTEST_RAW_MODE -x P2PTEST_MT -x P2P_UNEXPECTED_LIMIT -np 3 \
+        "$p2pt/test_p2p_review3" "${p2p_gt[@]}" \
+        --gtest_filter=P2PReview3.NewCommunicatorCountsKnownFailures
     ib2_gtest "p2p-$tl-review3-split-no-memory" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p_review3" "${p2p_gt[@]}" \
         --gtest_filter=P2PReview3.SplitOutOfMemoryJoinsAgreement

@@ -10,6 +10,10 @@
  *                                   --enable-recovery
  *   SplitOutOfMemoryJoinsAgreement  -np 3
  *   AnswerTimeoutCountsProgressOnly -np 2, P2P_ANSWER_TIMEOUT=1s
+ *   NewCommunicatorCountsKnownFailures -np 3, rank 2 a raw peer (mode
+ *                                   cutoff), P2PTEST_MT=1 (thread mode),
+ *                                   P2P_UNEXPECTED_LIMIT=64k,
+ *                                   --enable-recovery
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -319,6 +323,68 @@ TEST(P2PReview3, AnswerTimeoutCountsProgressOnly)
     }
 }
 
+
+/*
+ * A communicator is created while one of its members is already known
+ * failed here: rank 0 cut rank 2 (a raw peer) off -- it flooded past
+ * P2P_UNEXPECTED_LIMIT -- after its last exchange with it in the commit
+ * round and before the round ended (rank 1 is held back in the agreement
+ * until then: a second thread of rank 0 tells rank 1's second thread,
+ * which tells rank 2 to send rank 1 its offer). The round succeeds, and
+ * the new communicator must count that failure: a wildcard receive on it
+ * fails with P2P_ERR_PEER_FAILED instead of waiting for ever. Before, it
+ * started with no failure counted (failures were counted only on
+ * communicators in the table), and the receive waited.
+ */
+TEST(P2PReview3, NewCommunicatorCountsKnownFailures)
+{
+    ASSERT_EQ(3, size) << "run with -np 3, P2PTEST_RAW_RANK=2, "
+                          "P2PTEST_RAW_MODE=cutoff, P2PTEST_MT=1, "
+                          "P2P_UNEXPECTED_LIMIT=64k";
+    p2p_comm_t  *n = nullptr;
+    int         e;
+    std::thread relay;
+
+    if (rank == 0) {
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 2, 50, world));
+        relay = std::thread([] {
+            double end = now() + wait_limit();
+            while (p2p_comm_failure_count(world) == 0) {
+                p2p_progress(ctx);
+                if (now() > end) {
+                    ADD_FAILURE() << "rank 2 was never cut off";
+                    _exit(3);
+                }
+            }
+            EXPECT_EQ(P2P_OK, p2p_send(nullptr, 0, 1, 77, world));
+        });
+    } else {
+        relay = std::thread([] {
+            EXPECT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, 77, world, nullptr));
+            EXPECT_EQ(P2P_OK, p2p_send(nullptr, 0, 2, 78, world));
+        });
+    }
+    {
+        Blocking b("p2p_comm_dup while rank 2 is cut off");
+        e = p2p_comm_dup(world, &n);
+    }
+    relay.join();
+    printf("[%d] p2p_comm_dup: %d (%s)\n", rank, e, p2p_strerror(e));
+    ASSERT_EQ(P2P_OK, e) << "the round did not succeed: not the case "
+                            "this test is about";
+    if (rank == 0) {
+        EXPECT_EQ(1, p2p_comm_failure_count(n));
+        char          c;
+        p2p_request_t *r;
+        p2p_status_t  st;
+        ASSERT_EQ(P2P_OK, p2p_irecv(&c, 1, P2P_ANY_SOURCE, 3, n, &r));
+        Blocking b("a wildcard receive on the new communicator");
+        EXPECT_EQ(P2P_ERR_PEER_FAILED, p2p_wait(&r, &st));
+    }
+    EXPECT_EQ(P2P_OK, p2p_comm_free(&n));
+    EXPECT_EQ(1, exchange(1, 52));
+}
+
 namespace {
 
 /* Rank 2, commit: offers to both, its round-1 commit byte to rank 0;
@@ -366,6 +432,42 @@ int raw_window_death(RawPeer &raw)
     return 0;
 }
 
+
+/* Rank 2, cutoff: its offer to rank 0, its round-1 byte to rank 0; once
+ * rank 0's round-2 byte is here, it floods rank 0 until cut off; when
+ * rank 1 says so, its offer and round-2 byte to rank 1. */
+int raw_cutoff(RawPeer &raw)
+{
+    raw.wait_tag(0, 50, "go");
+    p2p_wire_cid_offer_t o = raw_offer(0, 0);
+    raw.eager(0, P2P_WIRE_TAG_ALLGATHER, &o, sizeof(o));
+    raw.wait_tag(0, P2P_WIRE_TAG_ALLGATHER, "rank 0's offer");
+    uint8_t ok = 0;
+    raw.eager(0, P2P_WIRE_TAG_BARRIER, &ok, 1);
+    raw.wait_tag(0, P2P_WIRE_TAG_BARRIER, "rank 0's round-2 byte");
+    std::vector<char> junk(1024, 'j');
+    for (int i = 0; i < 400; ++i) {
+        /* refused once rank 0 has closed its end: that is the point */
+        p2p_wire_match_t m = RawPeer::match_hdr(P2P_WIRE_EAGER, raw.rank,
+                                                99, raw.next_seq(0));
+        m.token = raw.token(0);
+        raw.consume_seq(0);
+        (void)raw.send_raw(0, &m, sizeof(m), junk.data(), junk.size(),
+                           m.token == 0);
+    }
+    raw.wait_tag(1, 78, "rank 1's word");
+    raw.eager(1, P2P_WIRE_TAG_ALLGATHER, &o, sizeof(o));
+    raw.wait_tag(1, P2P_WIRE_TAG_ALLGATHER, "rank 1's offer");
+    raw.eager(1, P2P_WIRE_TAG_BARRIER, &ok, 1);
+    raw.wait_tag(1, P2P_WIRE_TAG_BARRIER, "rank 1's round-1 byte");
+    double end = now() + 1;
+    while (now() < end) {
+        raw.progress();
+    }
+    raise(SIGKILL);
+    return 0;
+}
+
 }
 
 int main(int argc, char **argv)
@@ -387,10 +489,19 @@ int main(int argc, char **argv)
         if (m == "window") {
             return raw_window_death(peer);
         }
-        fprintf(stderr, "P2PTEST_RAW_MODE must be commit or window\n");
+        if (m == "cutoff") {
+            return raw_cutoff(peer);
+        }
+        fprintf(stderr, "P2PTEST_RAW_MODE must be commit, window or "
+                "cutoff\n");
         return 2;
     }
-    if (p2p_init(nullptr, &ctx) != P2P_OK) {
+    p2p_init_params_t params;
+    memset(&params, 0, sizeof(params));
+    if (getenv("P2PTEST_MT") != nullptr) {
+        params.flags = P2P_INIT_F_THREAD_MULTIPLE;
+    }
+    if (p2p_init(&params, &ctx) != P2P_OK) {
         fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
         return 2;
     }
