@@ -142,6 +142,11 @@ P2P_API const char *p2p_last_error(p2p_context_t *ctx);
 P2P_API int  p2p_comm_rank(const p2p_comm_t *comm);
 P2P_API int  p2p_comm_size(const p2p_comm_t *comm);
 P2P_API p2p_context_t *p2p_comm_context(const p2p_comm_t *comm);
+/* Creation (dup, split) is collective on comm and all or nothing among its
+ * live members -- except when a member dies during its last round: then
+ * one live member may keep the new communicator and another not. The
+ * latter tells the former, at which every operation with it on the new
+ * communicator completes with P2P_ERR_COMM_ABORTED (docs/p2p.md). */
 P2P_API int  p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p);
 /* Processes with the same color form a communicator, ranked by key then by
  * rank in comm; color P2P_UNDEFINED gives *newcomm_p = NULL. */
