@@ -26,7 +26,8 @@ static const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST] = {
     [P2P_WIRE_RTS]        = sizeof(p2p_wire_rts_t),
     [P2P_WIRE_FIN]        = sizeof(p2p_wire_ctl_t),
     [P2P_WIRE_ACK]        = sizeof(p2p_wire_ctl_t),
-    [P2P_WIRE_TOKEN]      = sizeof(p2p_wire_token_t)
+    [P2P_WIRE_TOKEN]      = sizeof(p2p_wire_token_t),
+    [P2P_WIRE_ABORT]      = sizeof(p2p_wire_abort_t)
 };
 
 static void p2p_rx_malformed(p2p_context_t *ctx, const char *what,
@@ -308,6 +309,10 @@ static void p2p_am_ctl(p2p_context_t *ctx, unsigned type, const void *header,
     }
     if (peer == NULL) {
         ++ctx->stats.rx_unauthenticated;
+        return;
+    }
+    if (type == P2P_WIRE_ABORT) {
+        p2p_abort_arrived(ctx, peer, header);
         return;
     }
     if (type != P2P_WIRE_TOKEN) {

@@ -107,6 +107,12 @@ static ucs_config_field_t p2p_config_table[] = {
      "anyway.",
      ucs_offsetof(p2p_config_t, finalize_timeout), UCS_CONFIG_TYPE_TIME},
 
+    {"ANSWER_TIMEOUT", "10s",
+     "How long an answer (FIN, ACK) UCP keeps refusing is tried again\n"
+     "before its peer is taken as failed. Only time spent in p2p calls\n"
+     "counts: a compute phase between them gives the peer no chance.",
+     ucs_offsetof(p2p_config_t, answer_timeout), UCS_CONFIG_TYPE_TIME},
+
     {"UCT_IB2", "",
      "Path of libuct_ib2.so to load before UCP starts (UCX 1.13 does not\n"
      "find the rc_ib2 transport by itself). Empty: the one installed next\n"

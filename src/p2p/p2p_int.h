@@ -235,11 +235,14 @@ void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                      const p2p_wire_ctl_t *ctl);
 void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer);
 /* Answers UCP refused at once, tried again (slow progress path); after
- * this long a peer whose answers are still refused is taken as failed. */
+ * P2P_ANSWER_TIMEOUT of refusals while progressing, a peer whose answers
+ * are still refused is taken as failed. */
 void p2p_answers_retry(p2p_context_t *ctx);
 /* The peer we handed this token to (p2p_send_token), or NULL. */
 p2p_peer_t *p2p_token_peer(p2p_context_t *ctx, uint64_t token);
-#define P2P_ANSWER_RETRY_SEC 10.0
+/* At most this much of the time between two tries counts as refused
+ * time: longer, the process made no p2p call (it computed) */
+#define P2P_ANSWER_GAP_SEC   0.5
 
 /* p2p_arrival.c */
 int  p2p_recv_init(p2p_context_t *ctx);
@@ -257,6 +260,7 @@ void p2p_held_done(p2p_context_t *ctx, p2p_held_t *h, int kept);
 void p2p_early_replay(p2p_context_t *ctx, p2p_comm_t *comm);
 size_t p2p_held_drop_comm(p2p_comm_t *comm);
 void p2p_held_drop_early(p2p_context_t *ctx);
+void p2p_held_drop_stale_early(p2p_context_t *ctx, uint32_t cid);
 p2p_peer_t *p2p_rx_peer(p2p_context_t *ctx, ucp_ep_h ep);
 
 /* p2p_rndv.c */
@@ -366,6 +370,10 @@ int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
 int  p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
                      int rank, int size, const uint32_t *world,
                      p2p_comm_t **comm_p);
+/* Into the table (early messages replayed, known failures counted). */
+void p2p_comm_install(p2p_comm_t *comm);
+/* Allocated, never installed: freed. */
+void p2p_comm_discard(p2p_comm_t *comm);
 /* Everything of it, matched-probe handles too (finalize). */
 void p2p_comm_destroy(p2p_comm_t *comm);
 /* Freed communicators kept for their matched-probe handles (finalize). */
@@ -376,12 +384,35 @@ void p2p_comm_probed(p2p_comm_t *comm, struct p2p_unexp *u);
 void p2p_comm_unprobed(p2p_comm_t *comm, struct p2p_unexp *u);
 void p2p_comm_probed_done(p2p_comm_t *comm);
 
+/* p2p_create.c: creation's agreement and commit round on the parent */
+int  p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
+                   void *all, int my_err, uint32_t *cid_p,
+                   uint32_t *epoch_p, int *settled);
+int  p2p_comm_commit(p2p_comm_t *parent, int ret, p2p_comm_t *comm,
+                     const uint32_t *epoch, int settled);
+
+/* p2p_abort.c: a creation that failed at some members only */
+/* Tell every other member of parent that its creation number `creation`
+ * failed here. */
+void p2p_abort_send(p2p_comm_t *parent, uint32_t creation);
+void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
+                       const void *header);
+/* Whether member crank of parent left the creation under way on it. */
+int  p2p_abort_left(p2p_comm_t *parent, int crank);
+/* The creation under way on parent is over; comm: what it made here. */
+void p2p_abort_creation_over(p2p_comm_t *parent, p2p_comm_t *comm);
+/* comm is freed: notices of creations on it go. */
+void p2p_abort_forget_comm(p2p_comm_t *comm);
+/* After the worker is gone: notices kept or in flight. */
+void p2p_abort_cleanup(p2p_context_t *ctx);
+
 /* p2p_coll.c */
-/* Everyone's sz bytes, in comm rank order. */
+/* Everyone's sz bytes, in comm rank order (out NULL: take part only). */
 int  p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out);
 int  p2p_barrier_timeout(p2p_comm_t *comm, double timeout);
-/* A barrier every member joins with its own result: P2P_OK at all of them
- * only if every one joined with P2P_OK and none failed meanwhile. */
+/* A barrier every member joins with its own result: P2P_OK at a member
+ * only if every one joined with P2P_OK and no failure reached it (a
+ * member dying during it can reach some and not others: p2p_abort.c). */
 int  p2p_coll_commit(p2p_comm_t *comm, int my_err);
 void p2p_coll_cleanup(p2p_context_t *ctx);
 

@@ -1,5 +1,5 @@
 /*
- * ib2 p2p wire protocol, version 3 (P2P_WIRE_VERSION): every byte one p2p process sends
+ * ib2 p2p wire protocol, version 4 (P2P_WIRE_VERSION): every byte one p2p process sends
  * another, so that a peer written from this file alone interoperates (the
  * hostile-peer test is such a peer).
  *
@@ -20,7 +20,7 @@
  *    peer); from then on the sender puts it in every header and sends
  *    without the reply flag, which costs UCP an endpoint lookup per
  *    message. Token 0 means "none yet".
- * FIN, ACK and TOKEN are always sent with the reply flag.
+ * FIN, ACK, TOKEN and ABORT are always sent with the reply flag.
  *
  * Byte order: every multi-byte field is little-endian; the token is opaque
  * bytes. Alignment: none; a receiver copies the header out of UCP's buffer
@@ -63,6 +63,8 @@
  *                 receiver reads [address, address + length) with
  *                 ucp_get_nbx ... FIN(sreq, status)
  *   first contact any of the above by reply endpoint ... TOKEN(token)
+ *   creation      a member whose communicator creation failed tells every
+ *                 other member of the parent: ABORT (p2p_wire_abort_t)
  */
 #ifndef IB2_P2P_WIRE_H
 #define IB2_P2P_WIRE_H
@@ -75,8 +77,9 @@ extern "C" {
 
 /* 2: the PMIx record carries the PID namespace, communicator creation's
  * contributions are little-endian and a split's carries no rank;
- * 3: the PMIx record carries this version (and a new magic) */
-#define P2P_WIRE_VERSION        3
+ * 3: the PMIx record carries this version (and a new magic);
+ * 4: ABORT */
+#define P2P_WIRE_VERSION        4
 
 /* The UCP active message id p2p registers when none is given. */
 #define P2P_WIRE_AM_ID_DEFAULT  0x1b2
@@ -106,6 +109,7 @@ typedef enum p2p_wire_type {
     P2P_WIRE_FIN        = 5,    /* p2p_wire_ctl_t, no data */
     P2P_WIRE_ACK        = 6,    /* p2p_wire_ctl_t, no data */
     P2P_WIRE_TOKEN      = 7,    /* p2p_wire_token_t, no data */
+    P2P_WIRE_ABORT      = 8,    /* p2p_wire_abort_t, no data */
     P2P_WIRE_TYPE_LAST
 } p2p_wire_type_t;
 
@@ -154,6 +158,22 @@ typedef struct __attribute__((packed)) p2p_wire_token {
     uint32_t reserved2;                     /* 0 */
     uint64_t token;                         /* never 0 */
 } p2p_wire_token_t;                         /* 16 bytes */
+
+/* A creation on a parent communicator failed at the sender, which does not
+ * have the new communicator. Creations on a parent are numbered from 0 at
+ * every member (each member creates in the same order; a creation is
+ * counted once its agreement starts). A member that has the communicator
+ * of that creation takes the sender as absent from it: operations with it
+ * there fail with P2P_ERR_COMM_ABORTED. A member still in that creation
+ * stops waiting for the sender in it. */
+typedef struct __attribute__((packed)) p2p_wire_abort {
+    uint8_t  type;
+    uint8_t  version;
+    uint16_t reserved;                      /* 0 */
+    uint32_t cid;                           /* the parent: id, epoch */
+    uint32_t cepoch;
+    uint32_t creation;                      /* the parent's creation number */
+} p2p_wire_abort_t;                         /* 16 bytes */
 
 /*
  * Communicator creation (p2p_comm_dup, p2p_comm_split) is an allgather on
@@ -221,6 +241,7 @@ P2P_WIRE_SIZE_CHECK(p2p_wire_sync_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_rts_t, 60);
 P2P_WIRE_SIZE_CHECK(p2p_wire_ctl_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_token_t, 16);
+P2P_WIRE_SIZE_CHECK(p2p_wire_abort_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_cid_offer_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_split_t, 8);
 P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 160);
