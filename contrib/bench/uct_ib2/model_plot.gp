@@ -4,13 +4,13 @@
 # X 12-14; rc_verbs: S 3-5).
 set terminal pngcairo size 1100,480 font "sans,10"
 set output out
-set multiplot layout 1,2 title sprintf("rc_ib2 memory model: per process, %d processes per node, ConnectX (mlx5 queue layout)", ppn)
+set multiplot layout 1,2 title sprintf("rc\\_ib2 memory model: per process, %d processes per node, ConnectX (mlx5 queue layout)", ppn)
 set logscale xy
 set xrange [64:131072]
 set xtics ("64" 64, "256" 256, "1k" 1024, "4k" 4096, "16k" 16384, "64k" 65536, "128k" 131072)
 set xlabel "ranks"
 set grid
-set key top left
+set key top left Left reverse samplen 2 font ",9"
 
 set ylabel "QPs per process"
 set title sprintf("QPs (adapter limit max\\_qp / %d)", ppn)

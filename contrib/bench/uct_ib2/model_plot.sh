@@ -22,7 +22,9 @@ command -v gnuplot >/dev/null ||
 # openib's compiled-in default (btl_openib_mca.c: a P queue for small
 # messages, S queues of eager_limit/4 rounded to 2^n, eager_limit and
 # max_send_size); UCX rc_verbs: one SRQ of RX_QUEUE_LEN 4096 segments of
-# SEG_SIZE 8192 bytes.
+# SEG_SIZE 8192 bytes, and its QPs' smaller send WQEs (TX_MIN_SGE 5,
+# TX_MIN_INLINE 64: 48 + 80 bytes on mlx5, where rc_ib2 asks for the
+# device's gather list and 256 bytes inline: 576).
 openib=P,128,256,192,128:S,2048,1024,1008,64:S,12288,1024,1008,64:S,65536,1024,1008,64
 rcverbs=S,8192,4096
 ppn=64
@@ -33,7 +35,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$info" model --sweep 64:131072 --ppn $ppn --rq "$openib" --forms GPSX \
     --budget $budget >"$tmp/openib.dat"
 "$info" model --sweep 64:131072 --ppn $ppn --rq "$rcverbs" --forms S \
-    --budget $budget >"$tmp/rcverbs.dat"
+    --budget $budget --sq-wqe 128 >"$tmp/rcverbs.dat"
 max_qp=$(sed -n 's/^# device .* max_qp \([0-9]*\).*/\1/p' "$tmp/openib.dat")
 cat "$tmp/openib.dat" "$tmp/rcverbs.dat"
 gnuplot -e "openib='$tmp/openib.dat'; rcverbs='$tmp/rcverbs.dat'; \
