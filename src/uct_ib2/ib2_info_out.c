@@ -9,7 +9,7 @@
 #include <string.h>
 
 int ib2i_forms(const ib2i_opts_t *o, const char *rq, ib2i_form_t *f,
-                      unsigned *count)
+               unsigned *count)
 {
     char err[512];
     const char *c;
@@ -59,7 +59,7 @@ int ib2i_forms(const ib2i_opts_t *o, const char *rq, ib2i_form_t *f,
 }
 
 int ib2i_compute(const ib2i_opts_t *o, const ib2_model_conf_t *conf,
-                        ib2i_form_t *f, unsigned count)
+                 ib2i_form_t *f, unsigned count)
 {
     char err[512];
     unsigned i;
@@ -74,13 +74,25 @@ int ib2i_compute(const ib2i_opts_t *o, const ib2_model_conf_t *conf,
     return 0;
 }
 
-static const char *ib2i_fit(const ib2i_opts_t *o, const ib2_model_result_t *r)
+/* What does not fit: the adapter's QPs (the node's count), its CQ size
+ * (the receive CQ rc_ib2 grows), the memory budget of a process. */
+static const char *ib2i_fit(const ib2i_opts_t *o, const ib2_model_result_t *r,
+                            char *buf, size_t max)
 {
-    int qp  = r->node_qps <= o->dev.max_qp;
-    int mem = r->total_bytes <= o->budget;
+    size_t len = 0;
 
-    return (qp && mem) ? "fits" : (!qp && !mem) ? "QPs+memory" :
-           !qp ? "QPs" : "memory";
+    buf[0] = '\0';
+    if (r->node_qps > o->dev.max_qp) {
+        len += (size_t)snprintf(buf + len, max - len, "QPs");
+    }
+    if (r->rx_cqe > o->dev.max_cqe && len < max) {
+        len += (size_t)snprintf(buf + len, max - len, "%sCQ", len ? "+" : "");
+    }
+    if (r->total_bytes > o->budget && len < max) {
+        len += (size_t)snprintf(buf + len, max - len, "%smemory",
+                                len ? "+" : "");
+    }
+    return len ? buf : "fits";
 }
 
 #define IB2I_ROW(title, fmt, expr)                                        \
@@ -94,10 +106,10 @@ static const char *ib2i_fit(const ib2i_opts_t *o, const ib2_model_result_t *r)
         printf("\n");                                                     \
     } while (0)
 
-void ib2i_table(const ib2i_opts_t *o, const ib2i_form_t *f,
-                       unsigned count)
+void ib2i_table(const ib2i_opts_t *o, const ib2i_form_t *f, unsigned count)
 {
     const ib2_model_conf_t *c = &o->conf;
+    char fit[32];
     unsigned i;
 
     for (i = 0; i < count; ++i) {
@@ -140,17 +152,18 @@ void ib2i_table(const ib2i_opts_t *o, const ib2i_form_t *f,
     IB2I_ROW("QPs", PRIu64, r->node_qps);
     IB2I_ROW("XRC TGT QPs", "lu", r->node_tgt);
     IB2I_ROW("SRQs", PRIu64, r->node_srqs);
-    printf("  %-34s", "fits (max_qp, budget)");
+    printf("  %-34s", "fits (max_qp, max_cqe, budget)");
     for (i = 0; i < count; ++i) {
-        printf(" %16s", ib2i_fit(o, &f[i].res));
+        printf(" %16s", ib2i_fit(o, &f[i].res, fit, sizeof(fit)));
     }
-    printf("\n  (budget %.0f MiB per process, max_qp %" PRIu64 " per "
-           "adapter)\n", o->budget / IB2I_MIB, o->dev.max_qp);
+    printf("\n  (budget %.0f MiB per process; max_qp %" PRIu64 ", max_cqe "
+           "%" PRIu64 " per adapter)\n", o->budget / IB2I_MIB, o->dev.max_qp,
+           o->dev.max_cqe);
 }
 
-void ib2i_kv(const ib2i_opts_t *o, const ib2i_form_t *f,
-                    unsigned count)
+void ib2i_kv(const ib2i_opts_t *o, const ib2i_form_t *f, unsigned count)
 {
+    char fit[32];
     unsigned i, q;
 
     for (i = 0; i < count; ++i) {
@@ -179,7 +192,7 @@ void ib2i_kv(const ib2i_opts_t *o, const ib2i_form_t *f,
                "%s.node_qps=%" PRIu64 "\n%s.fit=%s\n",
                l, r->rx_cqe, l, r->tx_cqe, l, r->sq_bytes, l, r->rq_bytes,
                l, r->cq_bytes, l, r->total_bytes, l, r->node_qps, l,
-               ib2i_fit(o, r));
+               ib2i_fit(o, r, fit, sizeof(fit)));
     }
 }
 
