@@ -148,7 +148,7 @@ void ib2i_table(const ib2i_opts_t *o, const ib2i_form_t *f, unsigned count)
     IB2I_ROW("receive rings MiB", ".2f", r->rq_bytes / IB2I_MIB);
     IB2I_ROW("CQ MiB", ".2f", r->cq_bytes / IB2I_MIB);
     IB2I_ROW("total MiB", ".2f", r->total_bytes / IB2I_MIB);
-    printf("  %-34s\n", "per node (one adapter)");
+    printf("  per node (one adapter)\n");
     IB2I_ROW("QPs", PRIu64, r->node_qps);
     IB2I_ROW("XRC TGT QPs", "lu", r->node_tgt);
     IB2I_ROW("SRQs", PRIu64, r->node_srqs);
