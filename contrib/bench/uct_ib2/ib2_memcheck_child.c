@@ -10,7 +10,9 @@
 
 #include <uct/api/uct.h>
 #include <ucs/async/async.h>
+#include <ucs/debug/log_def.h>
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,24 @@ typedef struct {
     unsigned            received;
     int                 failed;
 } ib2mc_uct_t;
+
+/* The last error UCX logged: rc_ib2 says there why it refuses a setting. */
+static char ib2mc_last_error[384];
+
+static ucs_log_func_rc_t
+ib2mc_log(const char *file, unsigned line, const char *function,
+          ucs_log_level_t level, const ucs_log_component_config_t *comp,
+          const char *message, va_list ap)
+{
+    if (level == UCS_LOG_LEVEL_ERROR) {
+        va_list copy;
+
+        va_copy(copy, ap);
+        vsnprintf(ib2mc_last_error, sizeof(ib2mc_last_error), message, copy);
+        va_end(copy);
+    }
+    return UCS_LOG_FUNC_RC_CONTINUE;
+}
 
 static ucs_status_t ib2mc_am_cb(void *arg, void *data, size_t length,
                                 unsigned flags)
@@ -136,13 +156,14 @@ static int ib2mc_open(ib2mc_uct_t *u, const char *dev, size_t headroom,
     params.err_handler          = ib2mc_err_cb;
     params.err_handler_arg      = u;
     params.err_handler_flags    = UCT_CB_FLAG_ASYNC;
+    ucs_log_push_handler(ib2mc_log);
     status = uct_iface_open(u->md, u->worker, &params, config, &u->iface);
+    ucs_log_pop_handler();
     uct_config_release(config);
     if (status != UCS_OK) {
-        /* rc_ib2 says why it refused (logged to stderr) */
-        snprintf(why, max, "refused uct_iface_open(rc_ib2, %s) with "
-                 "UCX_IB2_RECEIVE_QUEUES=%s: %s", dev,
-                 getenv("UCX_IB2_RECEIVE_QUEUES"), ucs_status_string(status));
+        snprintf(why, max, "refused uct_iface_open(rc_ib2, %s): %s%s%s", dev,
+                 ucs_status_string(status),
+                 ib2mc_last_error[0] ? ": " : "", ib2mc_last_error);
         return 1;
     }
     if (uct_iface_query(u->iface, &u->attr) != UCS_OK ||
