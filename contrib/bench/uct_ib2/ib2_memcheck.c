@@ -336,8 +336,8 @@ int main(int argc, char **argv)
            "process, registration %s\n", rq, nnodes, ppn,
            intra ? "all" : "other node", m.peers, reg);
     /* what every child needs to find its peers */
-    snprintf(args, sizeof(args), "%d,%d,%d,%d", nnodes * ppn, ppn, intra,
-             headroom);
+    snprintf(args, sizeof(args), "%d,%d,%d,%d,%d", nnodes * ppn, ppn, intra,
+             headroom, timeout);
     deadline = ib2mc_now() + timeout;
     memset(c, 0, sizeof(c));
     for (i = 0; i < nnodes * ppn; ++i) {

@@ -285,18 +285,22 @@ static void ib2mc_close(ib2mc_uct_t *u)
 
 int ib2mc_child_main(int index, int fd, const char *dev, const char *args)
 {
-    int nprocs, ppn, intra, headroom, peers[IB2MC_MAX_PROCS], rc = 1;
-    double deadline = ib2mc_now() + 3600; /* the parent's deadline rules */
+    int nprocs, ppn, intra, headroom, timeout, peers[IB2MC_MAX_PROCS];
+    int rc = 1;
+    double deadline;
     char why[512], line[64];
     ib2mc_uct_t u;
 
     memset(&u, 0, sizeof(u));
     if (fd < 0 || dev == NULL || args == NULL ||
-        sscanf(args, "%d,%d,%d,%d", &nprocs, &ppn, &intra, &headroom) != 4 ||
-        nprocs > IB2MC_MAX_PROCS || ppn < 1) {
+        sscanf(args, "%d,%d,%d,%d,%d", &nprocs, &ppn, &intra, &headroom,
+               &timeout) != 5 ||
+        nprocs > IB2MC_MAX_PROCS || ppn < 1 || timeout < 1) {
         fprintf(stderr, "ib2_memcheck: bad child arguments\n");
         return 1;
     }
+    /* the parent's own deadline, started a little earlier */
+    deadline = ib2mc_now() + timeout;
     u.neps = ib2mc_peers(index, nprocs, ppn, intra, peers);
     switch (ib2mc_open(&u, dev, (size_t)headroom, why, sizeof(why))) {
     case 0:
