@@ -165,8 +165,10 @@ static int ib2i_parse(int argc, char **argv, ib2i_opts_t *o)
 
     memset(ov, 0, sizeof(ov));
     while ((c = getopt_long(argc, argv, "", ib2i_long, NULL)) != -1) {
-        const char *name = (c >= OPT_RQ && c <= OPT_HELP) ?
-                           ib2i_long[c - OPT_RQ].name : "?";
+        char name[32];
+
+        snprintf(name, sizeof(name), "--%s", (c >= OPT_RQ && c <= OPT_HELP) ?
+                 ib2i_long[c - OPT_RQ].name : "?");
 
         switch (c) {
         case OPT_RQ:     o->rq = optarg; break;
