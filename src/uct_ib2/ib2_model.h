@@ -98,8 +98,8 @@ typedef struct ib2_model_result {
     double        qp_xrc_tgt;     /* average: the node's / P */
     unsigned long srq, srq_xrc, cq;
     unsigned long recv_posted;    /* receive buffers posted */
-    unsigned long mr;             /* pool chunks (the registration cache
-                                     may merge touching ones) */
+    unsigned long mr;             /* pool chunks, one registration each
+                                     (also through the cache) */
     ib2_model_pool_t rx[IB2_MAX_QUEUES];
     ib2_model_pool_t tx;
     uint64_t      rx_bytes;       /* receive buffers, registered */

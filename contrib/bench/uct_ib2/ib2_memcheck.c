@@ -16,8 +16,8 @@
  *
  * The pools are registered directly (UCX_IB2_REG_METHODS=direct) unless
  * --reg cache says otherwise: the model counts what the pools allocate,
- * and the registration cache registers more (it merges a chunk with the
- * chunks it touches, while those stay registered; docs/uct_ib2.md).
+ * and through the cache the same must be registered (it does not merge a
+ * chunk with the adjacent chunks the pools hold; docs/reg_cache.md).
  *
  * Exit 0: all equal; 1: a difference (listed) or a failure; 77: rc_ib2
  * refused the receive queues (the reason is printed), e.g. X queues before
@@ -201,8 +201,7 @@ static int ib2mc_compare(const ib2mc_child_t *c, int nprocs, int nnodes,
         bad |= ib2mc_check("registered bytes", i, p->reg_bytes, m->reg_bytes);
         bad |= ib2mc_check("ring bytes (receive rings and CQs)", i,
                            p->ring_bytes, m->rq_bytes + m->cq_bytes);
-        /* one registration per pool chunk, with or without the cache (the
-         * cache's merged regions replace the chunk's own) */
+        /* one registration per pool chunk, with or without the cache */
         bad |= ib2mc_check("memory regions", i, p->mr, m->mr);
     }
     for (k = 0; k < nnodes; ++k) {
