@@ -11,6 +11,11 @@
  *   unexpected   the message arrives first and waits in the unexpected
  *                queue; the receive finds it there
  *
+ * and with -u a third, the reference: UCP's own tag API on the same
+ * worker and endpoint (ucp_tag_recv_nbx posted, ucp_tag_send_nbx, progress
+ * until the receive completes), what p2p's expected loop does over UCP's
+ * matching instead of its own (the context then has UCP's tag feature).
+ *
  * Run it under callgrind with collection limited to the loops:
  *
  *   valgrind --tool=callgrind --collect-atstart=no \
@@ -22,7 +27,7 @@
  * without valgrind prints ns per message and the allocations per message
  * it counted (of the whole process: p2p, UCP, the C library).
  */
-#include <p2p.h>
+#include <p2p_ucp.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,18 +126,62 @@ __attribute__((noinline)) void p2p_cost_unexp(p2p_comm_t *comm, size_t len,
     }
 }
 
+static void cost_ucp_wait(ucp_worker_h worker, ucs_status_ptr_t sp)
+{
+    if (sp == NULL) {
+        return;
+    }
+    if (UCS_PTR_IS_ERR(sp)) {
+        fprintf(stderr, "p2p_cost: UCP operation failed: %s\n",
+                ucs_status_string(UCS_PTR_STATUS(sp)));
+        exit(1);
+    }
+    while (ucp_request_check_status(sp) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker);
+    }
+    ucp_request_free(sp);
+}
+
+/* The reference: the expected loop on UCP's tag API. */
+__attribute__((noinline)) void p2p_cost_ucp_tag(p2p_comm_t *comm,
+                                                size_t len, int n)
+{
+    ucp_request_param_t param = { .op_attr_mask = 0 };
+    ucp_worker_h        worker = p2p_ucp_worker(p2p_comm_context(comm));
+    char                sbuf[len + 1], rbuf[len + 1];
+    ucs_status_ptr_t    rsp;
+    ucp_ep_h            ep;
+    int                 i;
+
+    cost_check(p2p_ucp_ep(comm, 0, &ep), "p2p_ucp_ep");
+    memset(sbuf, 1, len);
+    for (i = 0; i < n; ++i) {
+        rsp = ucp_tag_recv_nbx(worker, rbuf, len, COST_TAG, (ucp_tag_t)-1,
+                               &param);
+        cost_ucp_wait(worker, ucp_tag_send_nbx(ep, sbuf, len, COST_TAG,
+                                               &param));
+        cost_ucp_wait(worker, rsp);
+    }
+}
+
 int main(int argc, char **argv)
 {
     p2p_context_t *ctx;
     p2p_comm_t    *world;
     size_t        len = 8;
     int           n = 10000, opt;
-    double        t0, t1, t2;
-    unsigned long a_exp, a_unexp;
+    double        t0, t1, t2, t3;
+    unsigned long a_exp, a_unexp, a_tag = 0;
+    int           tag = 0;
     p2p_init_params_t params = { 0 };
 
-    while ((opt = getopt(argc, argv, "n:s:th")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:tuh")) != -1) {
         switch (opt) {
+        case 'u':
+            /* also the reference loop on UCP's tag API */
+            params.flags |= P2P_INIT_F_UCP_TAG;
+            tag           = 1;
+            break;
         case 't':
             /* what the thread-safe mode costs one thread */
             params.flags |= P2P_INIT_F_THREAD_MULTIPLE;
@@ -145,7 +194,8 @@ int main(int argc, char **argv)
             break;
         default:
             fprintf(stderr, "usage: %s [-n iterations] [-s size] [-t: "
-                    "P2P_INIT_F_THREAD_MULTIPLE]\n", argv[0]);
+                    "P2P_INIT_F_THREAD_MULTIPLE] [-u: UCP tag "
+                    "reference]\n", argv[0]);
             return (opt == 'h') ? 0 : 1;
         }
     }
@@ -166,6 +216,9 @@ int main(int argc, char **argv)
     /* warm up: pools, bins, the endpoint to ourselves */
     p2p_cost_expected(world, len, 100);
     p2p_cost_unexp(world, len, 100);
+    if (tag) {
+        p2p_cost_ucp_tag(world, len, 100);
+    }
     cost_counting = 1;
     t0 = cost_now();
     p2p_cost_expected(world, len, n);
@@ -175,11 +228,21 @@ int main(int argc, char **argv)
     p2p_cost_unexp(world, len, n);
     t2 = cost_now();
     a_unexp       = cost_allocs;
+    cost_allocs   = 0;
+    if (tag) {
+        p2p_cost_ucp_tag(world, len, n);
+    }
+    t3            = cost_now();
+    a_tag         = cost_allocs;
     cost_counting = 0;
     printf("%zu-byte messages to self, %d each:\n"
            "  expected    %8.1f ns  %.3f allocations per message\n"
            "  unexpected  %8.1f ns  %.3f allocations per message\n",
            len, n, (t1 - t0) / n * 1e9, (double)a_exp / n,
            (t2 - t1) / n * 1e9, (double)a_unexp / n);
+    if (tag) {
+        printf("  UCP tag     %8.1f ns  %.3f allocations per message\n",
+               (t3 - t2) / n * 1e9, (double)a_tag / n);
+    }
     return (p2p_finalize(ctx) == P2P_OK) ? 0 : 1;
 }
