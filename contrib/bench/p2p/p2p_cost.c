@@ -10,8 +10,12 @@
  *   expected     the receive is posted before the message arrives
  *   unexpected   the message arrives first and waits in the unexpected
  *                queue; the receive finds it there
+ *   stream       a window of COST_WINDOW receives posted, as many sends
+ *                started, then both waited for, as p2p_bench's rate
+ *                test does (sender's and receiver's work in one process)
  *
- * and with -u a third, the reference: UCP's own tag API on the same
+ * and with -u the reference for the expected and stream loops: UCP's own
+ * tag API on the same
  * worker and endpoint (ucp_tag_recv_nbx posted, ucp_tag_send_nbx, progress
  * until the receive completes), what p2p's expected loop does over UCP's
  * matching instead of its own (the context then has UCP's tag feature).
@@ -35,7 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COST_TAG 7
+#define COST_TAG    7
+#define COST_WINDOW 32
 
 /*
  * Every allocation in the process while a loop runs -- p2p's, UCP's, the
@@ -126,6 +131,29 @@ __attribute__((noinline)) void p2p_cost_unexp(p2p_comm_t *comm, size_t len,
     }
 }
 
+__attribute__((noinline)) void p2p_cost_stream(p2p_comm_t *comm, size_t len,
+                                               int n)
+{
+    p2p_request_t *sreq[COST_WINDOW], *rreq[COST_WINDOW];
+    char          sbuf[len + 1], rbuf[len + 1];
+    int           i, k, w;
+
+    memset(sbuf, 1, len);
+    for (i = 0; i < n; i += w) {
+        w = (n - i < COST_WINDOW) ? n - i : COST_WINDOW;
+        for (k = 0; k < w; ++k) {
+            cost_check(p2p_irecv(rbuf, len, 0, COST_TAG, comm, &rreq[k]),
+                       "irecv");
+        }
+        for (k = 0; k < w; ++k) {
+            cost_check(p2p_isend(sbuf, len, 0, COST_TAG, comm, &sreq[k]),
+                       "isend");
+        }
+        cost_check(p2p_waitall(w, sreq, NULL), "waitall");
+        cost_check(p2p_waitall(w, rreq, NULL), "waitall");
+    }
+}
+
 static void cost_ucp_wait(ucp_worker_h worker, ucs_status_ptr_t sp)
 {
     if (sp == NULL) {
@@ -164,14 +192,45 @@ __attribute__((noinline)) void p2p_cost_ucp_tag(p2p_comm_t *comm,
     }
 }
 
+/* The reference: the stream loop on UCP's tag API. */
+__attribute__((noinline)) void p2p_cost_ucp_tag_stream(p2p_comm_t *comm,
+                                                       size_t len, int n)
+{
+    ucp_request_param_t param = { .op_attr_mask = 0 };
+    ucp_worker_h        worker = p2p_ucp_worker(p2p_comm_context(comm));
+    ucs_status_ptr_t    sreq[COST_WINDOW], rreq[COST_WINDOW];
+    char                sbuf[len + 1], rbuf[len + 1];
+    ucp_ep_h            ep;
+    int                 i, k, w;
+
+    cost_check(p2p_ucp_ep(comm, 0, &ep), "p2p_ucp_ep");
+    memset(sbuf, 1, len);
+    for (i = 0; i < n; i += w) {
+        w = (n - i < COST_WINDOW) ? n - i : COST_WINDOW;
+        for (k = 0; k < w; ++k) {
+            rreq[k] = ucp_tag_recv_nbx(worker, rbuf, len, COST_TAG,
+                                       (ucp_tag_t)-1, &param);
+        }
+        for (k = 0; k < w; ++k) {
+            sreq[k] = ucp_tag_send_nbx(ep, sbuf, len, COST_TAG, &param);
+        }
+        for (k = 0; k < w; ++k) {
+            cost_ucp_wait(worker, sreq[k]);
+        }
+        for (k = 0; k < w; ++k) {
+            cost_ucp_wait(worker, rreq[k]);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     p2p_context_t *ctx;
     p2p_comm_t    *world;
     size_t        len = 8;
     int           n = 10000, opt;
-    double        t0, t1, t2, t3;
-    unsigned long a_exp, a_unexp, a_tag = 0;
+    double        t0, t1, t2, t3, t4;
+    unsigned long a_exp, a_unexp, a_stream, a_tag = 0;
     int           tag = 0;
     p2p_init_params_t params = { 0 };
 
@@ -216,8 +275,10 @@ int main(int argc, char **argv)
     /* warm up: pools, bins, the endpoint to ourselves */
     p2p_cost_expected(world, len, 100);
     p2p_cost_unexp(world, len, 100);
+    p2p_cost_stream(world, len, 100);
     if (tag) {
         p2p_cost_ucp_tag(world, len, 100);
+        p2p_cost_ucp_tag_stream(world, len, 100);
     }
     cost_counting = 1;
     t0 = cost_now();
@@ -229,20 +290,28 @@ int main(int argc, char **argv)
     t2 = cost_now();
     a_unexp       = cost_allocs;
     cost_allocs   = 0;
+    p2p_cost_stream(world, len, n);
+    t3            = cost_now();
+    a_stream      = cost_allocs;
+    cost_allocs   = 0;
     if (tag) {
         p2p_cost_ucp_tag(world, len, n);
+        p2p_cost_ucp_tag_stream(world, len, n);
     }
-    t3            = cost_now();
+    t4            = cost_now();
     a_tag         = cost_allocs;
     cost_counting = 0;
     printf("%zu-byte messages to self, %d each:\n"
            "  expected    %8.1f ns  %.3f allocations per message\n"
-           "  unexpected  %8.1f ns  %.3f allocations per message\n",
+           "  unexpected  %8.1f ns  %.3f allocations per message\n"
+           "  stream      %8.1f ns  %.3f allocations per message\n",
            len, n, (t1 - t0) / n * 1e9, (double)a_exp / n,
-           (t2 - t1) / n * 1e9, (double)a_unexp / n);
+           (t2 - t1) / n * 1e9, (double)a_unexp / n,
+           (t3 - t2) / n * 1e9, (double)a_stream / n);
     if (tag) {
-        printf("  UCP tag     %8.1f ns  %.3f allocations per message\n",
-               (t3 - t2) / n * 1e9, (double)a_tag / n);
+        printf("  UCP tag, expected and stream: %.1f ns, %.3f allocations "
+               "per message\n", (t4 - t3) / n / 2 * 1e9,
+               (double)a_tag / n / 2);
     }
     return (p2p_finalize(ctx) == P2P_OK) ? 0 : 1;
 }

@@ -5,9 +5,9 @@
 # divided by the difference in messages leaves out start-up, warm-up and
 # finalize. Each count is split by where the instructions run: p2p's
 # library, UCX (libucp, libuct, libucs and transport modules), the C
-# library (memcpy, mostly) and the program itself. The "UCP tag" line is
-# the reference: the expected loop on UCP's own tag API, same worker and
-# endpoint (p2p_cost -u). The allocations are p2p_cost's own count,
+# library (memcpy, mostly) and the program itself. The "tag" lines are
+# the reference: the expected and stream loops on UCP's own tag API, same
+# worker and endpoint (p2p_cost -u). The allocations are p2p_cost's own count,
 # without valgrind.
 #
 #   contrib/bench/p2p/p2p_cost_callgrind.sh BUILD_DIR [SIZE [P2P_COST_OPTIONS]]
@@ -62,19 +62,21 @@ collected() {   # collected LOOP N: per-object instructions inside LOOP
 }
 
 echo "$size-byte messages to self ${extra[*]:-}; callgrind instructions per message:"
-printf "  %-10s %8s %8s %8s %8s %8s\n" "" total p2p UCX libc program
-for loop in p2p_cost_expected p2p_cost_unexp p2p_cost_ucp_tag; do
+printf "  %-14s %8s %8s %8s %8s %8s\n" "" total p2p UCX libc program
+for loop in p2p_cost_expected p2p_cost_unexp p2p_cost_stream \
+        p2p_cost_ucp_tag p2p_cost_ucp_tag_stream; do
     collected $loop $n1 > "$tmp/a"
     collected $loop $n2 > "$tmp/b"
     label=${loop#p2p_cost_}
-    [ "$label" = ucp_tag ] && label="UCP tag"
+    label=${label/ucp_tag_stream/tag stream}
+    label=${label/ucp_tag/tag expected}
     awk -v l="$label" -v d=$((n2 - n1)) '
         FNR == NR { a[$1] = $2; next }
         { b[$1] = $2 }
         END {
             n = split("p2p ucx libc prog other", g, " ")
             for (i = 1; i <= n; ++i) { v[g[i]] = (b[g[i]] - a[g[i]]) / d; t += v[g[i]] }
-            printf "  %-10s %8.1f %8.1f %8.1f %8.1f %8.1f\n", l, t, v["p2p"],
+            printf "  %-14s %8.1f %8.1f %8.1f %8.1f %8.1f\n", l, t, v["p2p"],
                    v["ucx"], v["libc"], v["prog"] + v["other"]
         }' "$tmp/a" "$tmp/b"
 done
