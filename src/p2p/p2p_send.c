@@ -114,8 +114,9 @@ static inline uint32_t p2p_auth_flag(const p2p_peer_t *peer)
  * and the message go without a request of UCP's or p2p's: the receiver's
  * checks are the same either way.
  */
-int p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
-                   size_t len, int dest, int tag)
+static inline __attribute__((always_inline))
+int p2p_send_small_inline(p2p_comm_t *comm, p2p_peer_t *peer,
+                          const void *buf, size_t len, int dest, int tag)
 {
     struct __attribute__((packed)) {
         p2p_wire_match_t h;
@@ -146,6 +147,13 @@ int p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
     p2p_set_error(ctx, "sending to rank %u failed: %s", peer->rank,
                   ucs_status_string(UCS_PTR_STATUS(sp)));
     return p2p_status_err(UCS_PTR_STATUS(sp));
+}
+
+/* for the blocking sends (p2p_pt2pt.c); p2p_send_start has it inline */
+int p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
+                   size_t len, int dest, int tag)
+{
+    return p2p_send_small_inline(comm, peer, buf, len, dest, tag);
 }
 
 int p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
@@ -296,7 +304,7 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     int           ret;
 
     if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
-        ret = p2p_send_small(comm, peer, buf, len, dest, tag);
+        ret = p2p_send_small_inline(comm, peer, buf, len, dest, tag);
         if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
             /* done: a complete request, with the outcome */
             req = p2p_req_get(ctx, P2P_REQ_SEND);
