@@ -18,8 +18,11 @@
 #   contrib/bench/p2p/p2p_speed_ab.sh BUILD_DIR [RUNS [OLD_BUILD_DIR]]
 #
 # P2P_SPEED_ROUNDS (9), P2P_SPEED_ITERS (2000), P2P_SPEED_MAX (16383, the
-# default eager limit: sizes 8 .. 8192) change what p2p_bench is given.
-# Wall-clock figures need a quiet machine: on a loaded one they scatter.
+# default eager limit: sizes 8 .. 8192) change what p2p_bench is given;
+# P2P_SPEED_SPIN sets P2P_WAIT_SPIN for p2p (default: p2p's default).
+# Wall-clock figures need a quiet machine: on a loaded one they scatter,
+# and p2p's blocking calls, which yield the core after P2P_WAIT_SPIN idle
+# polls, lose it to other processes where UCP's baseline spins on.
 #
 set -euo pipefail
 BUILD=$(cd "${1:?usage: p2p_speed_ab.sh BUILD_DIR [RUNS [OLD_BUILD_DIR]]}" &&
@@ -29,6 +32,7 @@ OLD=${3:+$(cd "$3" && pwd)}
 ROUNDS=${P2P_SPEED_ROUNDS:-9}
 ITERS=${P2P_SPEED_ITERS:-2000}
 MAX=${P2P_SPEED_MAX:-16383}
+SPIN=${P2P_SPEED_SPIN:-}
 MPIRUN=$(command -v mpirun) || { echo "p2p_speed_ab: mpirun not found" >&2
                                  exit 1; }
 for b in "$BUILD" ${OLD:+"$OLD"}; do
@@ -61,6 +65,7 @@ bench() {   # bench BUILD TRANSPORT OUT ARGS...: one p2p_bench run
         vars=(UCX_TLS=rc_ib2,ud_verbs:aux
               P2P_UCT_IB2="$build/src/uct_ib2/.libs/libuct_ib2.so")
     fi
+    [ -n "$SPIN" ] && vars+=(P2P_WAIT_SPIN="$SPIN")
     if ! env "${vars[@]}" timeout 900 "${runner[@]}" "$MPIRUN" \
             --allow-run-as-root --bind-to none -np 2 \
             "$build/contrib/bench/p2p/p2p_bench" "$@" >"$out.log" 2>&1; then
@@ -93,7 +98,7 @@ medians() {
 echo "p2p next to UCP's tag API (same worker, endpoints, UCP configuration)"
 echo "p2p_bench -s 8 -m $MAX -r $ROUNDS -n $ITERS; $RUNS run(s) per" \
      "transport, alternating; medians over the runs"
-echo "rc_ib2 on: $DEVICE"
+echo "rc_ib2 on: $DEVICE${SPIN:+; P2P_WAIT_SPIN=$SPIN}"
 for r in $(seq 1 "$RUNS"); do
     for tl in shm rc_ib2; do
         printf '  run %d/%d: %s\n' "$r" "$RUNS" "$tl" >&2
