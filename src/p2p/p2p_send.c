@@ -304,14 +304,17 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     int           ret;
 
     if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
+        /* the request first: once the message is out, nothing may fail */
+        req = p2p_req_get(ctx, P2P_REQ_SEND);
+        if (P2P_UNLIKELY(req == NULL)) {
+            p2p_set_error(ctx, "out of memory for a send request");
+            return P2P_ERR_NO_MEMORY;
+        }
         ret = p2p_send_small_inline(comm, peer, buf, len, dest, tag);
-        if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
+        if (P2P_UNLIKELY(ret == P2P_SEND_LATER)) {
+            p2p_req_put(req);
+        } else {
             /* done: a complete request, with the outcome */
-            req = p2p_req_get(ctx, P2P_REQ_SEND);
-            if (P2P_UNLIKELY(req == NULL)) {
-                p2p_set_error(ctx, "out of memory for a send request");
-                return P2P_ERR_NO_MEMORY;
-            }
             req->peer          = peer;
             req->status.source = dest;
             req->status.tag    = tag;
