@@ -341,6 +341,16 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
     p2p_rx_t rx;
     unsigned type;
 
+    if ((header_length == 0) && (length >= 2)) {
+        /* a small EAGER message: its header starts the data (p2p_wire.h);
+         * p2p_am_cb took it if it was one */
+        p2p_rx_malformed(ctx, (((const uint8_t*)data)[0] != P2P_WIRE_EAGER) ?
+                         "not EAGER without user header" :
+                         (((const uint8_t*)data)[1] != P2P_WIRE_VERSION) ?
+                         "wire version" : "EAGER without user header too "
+                         "short or by UCP rendezvous", 0);
+        return UCS_OK;
+    }
     if (P2P_UNLIKELY(header_length < 2)) {
         p2p_rx_malformed(ctx, "no header", header_length);
         return UCS_OK;
@@ -416,11 +426,25 @@ static ucs_status_t p2p_am_cb(void *arg, const void *header,
     p2p_wire_match_t h;
     p2p_rx_t         rx;
 
-    /* the hot path: a standard eager message of the current version */
-    if (P2P_UNLIKELY((header_length != sizeof(h)) ||
-                     (((const uint8_t*)header)[0] != P2P_WIRE_EAGER) ||
-                     (((const uint8_t*)header)[1] != P2P_WIRE_VERSION) ||
-                     (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))) {
+    /* the hot path: a standard eager message of the current version, its
+     * header the user header or, for a small one, the start of the data */
+    if (header_length == 0) {
+        if (P2P_UNLIKELY((length < sizeof(h)) ||
+                         (((const uint8_t*)data)[0] != P2P_WIRE_EAGER) ||
+                         (((const uint8_t*)data)[1] != P2P_WIRE_VERSION) ||
+                         (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))) {
+            return p2p_am_cb_slow(ctx, header, header_length, data, length,
+                                  param);
+        }
+        header  = data;
+        data    = UCS_PTR_BYTE_OFFSET(data, sizeof(h));
+        length -= sizeof(h);
+    } else if (P2P_UNLIKELY((header_length != sizeof(h)) ||
+                            (((const uint8_t*)header)[0] != P2P_WIRE_EAGER) ||
+                            (((const uint8_t*)header)[1] !=
+                             P2P_WIRE_VERSION) ||
+                            (param->recv_attr &
+                             UCP_AM_RECV_ATTR_FLAG_RNDV))) {
         return p2p_am_cb_slow(ctx, header, header_length, data, length,
                               param);
     }

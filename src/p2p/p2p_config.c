@@ -258,6 +258,7 @@ static int p2p_config_protocols(p2p_config_t *cfg, char *err, size_t errlen)
                  "large ones", cfg->eager_limit);
         return -1;
     }
+    cfg->small_limit = ucs_min(cfg->eager_limit, (size_t)P2P_WIRE_SMALL_MAX);
     return 0;
 }
 

@@ -126,6 +126,7 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         ctx->peers[i].ctx      = ctx;
         ctx->peers[i].rank     = i;
         ctx->peers[i].rx_token = p2p_random64();
+        ctx->peers[i].small_max = ctx->cfg.small_limit;
         ucs_list_head_init(&ctx->peers[i].waiting);
         world[i] = i;
     }

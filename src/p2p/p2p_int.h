@@ -8,6 +8,8 @@
 
 #include "p2p_types.h"
 
+#include <ucs/datastruct/mpool.inl>
+
 /* Peers' failures are detected and reported (P2P_ERROR_MODE=peer) */
 static inline int p2p_peer_errors(const p2p_context_t *ctx)
 {
@@ -161,6 +163,8 @@ int  p2p_wait_st(p2p_request_t **req_p, p2p_status_t *status);
 int  p2p_testall_st(int count, p2p_request_t **reqs, int *flag,
                     p2p_status_t *statuses);
 int  p2p_waitall_st(int count, p2p_request_t **reqs, p2p_status_t *statuses);
+int  p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
+                     p2p_context_t *ctx, int mixed);
 int  p2p_testany_st(int count, p2p_request_t **reqs, int *index, int *flag,
                     p2p_status_t *status);
 int  p2p_waitany_st(int count, p2p_request_t **reqs, int *index,
@@ -190,9 +194,37 @@ void p2p_reg_cleanup(p2p_context_t *ctx);
 /* p2p_request.c */
 int  p2p_req_pool_init(p2p_context_t *ctx);
 void p2p_req_pool_cleanup(p2p_context_t *ctx);
-p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind);
-void p2p_req_put(p2p_request_t *req);
 void p2p_req_event(p2p_request_t *req);
+
+/* A request from the pool (inline: every message takes one or two) */
+static inline p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind)
+{
+    p2p_request_t *req = ucs_mpool_get_inline(&ctx->req_mp);
+
+    if (P2P_UNLIKELY(req == NULL)) {
+        return NULL;
+    }
+    req->ctx       = ctx;
+    req->kind      = kind;
+    req->complete  = 0;
+    req->released  = 0;
+    req->waiting   = 0;
+    req->pending   = 0;
+    req->rid       = 0;
+    req->peer      = NULL;
+    memset(&req->status, 0, sizeof(req->status));
+    ++ctx->live_reqs;
+    return req;
+}
+
+static inline void p2p_req_put(p2p_request_t *req)
+{
+    p2p_context_t *ctx = req->ctx;
+
+    req->kind = 0;
+    ucs_mpool_put_inline(req);
+    --ctx->live_reqs;
+}
 
 /* p2p_rid.c */
 /* Give req an id the peer can answer to: 0 if out of memory. */
@@ -221,6 +253,23 @@ int  p2p_bsend_flush(p2p_context_t *ctx, double timeout);
 /* p2p_send.c */
 int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, int sync, p2p_request_t **req_p);
+/* p2p_send_start without trying p2p_send_small (small_tried: it was tried
+ * and said P2P_SEND_LATER) */
+int  p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
+                  int tag, int sync, int small_tried, p2p_request_t **req_p);
+/* p2p_send_small: UCP cannot send it at once, nothing was sent */
+#define P2P_SEND_LATER 1
+int  p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
+                    size_t len, int dest, int tag);
+
+/* Whether a message may go by p2p_send_small: standard, small, to a live
+ * peer already connected. */
+static inline int p2p_send_small_ok(const p2p_peer_t *peer, size_t len,
+                                    int sync)
+{
+    return !sync && (len <= peer->small_max) && !peer->failed &&
+           (peer->ep != NULL);
+}
 
 /* p2p_answer.c */
 /* A send that waits for an answer: an id, and linked to its peer. */
@@ -361,8 +410,20 @@ static inline int p2p_peer_ep(p2p_peer_t *peer, ucp_ep_h *ep_p)
 }
 
 /* p2p_pt2pt.c */
+/* Says what is wrong with a send's arguments (P2P_ERR_INVALID), or
+ * P2P_OK; p2p_send_args_ok is the inline test of the hot paths. */
 int  p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, p2p_request_t **req_p, const char *fn);
+
+static inline int p2p_send_args_ok(const p2p_comm_t *comm, const void *buf,
+                                   size_t len, int dest, int tag,
+                                   p2p_request_t **req_p)
+{
+    return P2P_LIKELY((comm != NULL) &&
+                      ((unsigned)dest < (unsigned)comm->size) &&
+                      (tag >= 0) && ((buf != NULL) || (len == 0)) &&
+                      (req_p != NULL));
+}
 int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
                    p2p_request_t **req_p);
 

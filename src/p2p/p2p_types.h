@@ -99,6 +99,8 @@ typedef struct p2p_config {
     unsigned long wait_spin;        /* WAIT_SPIN: idle polls before a
                                        blocking call yields */
     /* derived */
+    size_t        small_limit;      /* largest message sent as one AM
+                                       payload (p2p_send.c), at first */
     int           parsed;           /* UCS's parser filled it: release */
     int           leave_pinned;     /* in effect (p2p_reg.c) */
     char          keepalive[32];    /* keepalive_sec as a UCX time value */
@@ -120,6 +122,10 @@ typedef struct p2p_peer {
     uint8_t       token_sent;   /* it has been given rx_token */
     uint8_t       token_busy;   /* token_msg in flight */
     int           fail_error;   /* what its requests fail with */
+    /* largest message tried as one AM payload (p2p_send_small): the
+     * configured one, lowered when UCP showed it cannot send that size at
+     * once though it could send the message */
+    size_t        small_max;
     p2p_wire_token_t token_msg;
     /* Authentication (p2p_wire.h): what it must put in its messages to
      * us (random, never 0), and what we put in ours to it (0: not known

@@ -9,6 +9,14 @@
  * p2p_ucp_am_id() in p2p_ucp.h). The AM user header is one of the headers below; the AM data
  * is the payload named per type.
  *
+ * Small eager messages. An EAGER message may instead travel without a
+ * user header (UCP header length 0), its p2p_wire_match_t at the start of
+ * the AM data and the message right after it. Senders use this form only
+ * for messages of at most P2P_WIRE_SMALL_MAX bytes that UCP sends at once
+ * (UCP 1.13 sends an active message as one piece per part, so one part
+ * less is a copy less); receivers take it at any length, checked as the
+ * other form is. No other type travels this way.
+ *
  * Senders are authenticated, never believed. A message names its sender
  * (communicator and rank); the receiver accepts it only if
  *  - it came with UCP_AM_SEND_FLAG_REPLY and UCP's reply endpoint is the
@@ -55,7 +63,7 @@
  * else. A request id is never a pointer.
  *
  * Exchanges:
- *   eager         EAGER(match, data)
+ *   eager         EAGER(match, data), or small: EAGER(none, match + data)
  *   synchronous   EAGER_SYNC(sync, data) ... ACK(sreq) once matched
  *   UCP protocol  MID(sync, data), data by UCP's own protocol; sreq 0:
  *                 standard, otherwise answered by ACK once matched
@@ -78,8 +86,11 @@ extern "C" {
 /* 2: the PMIx record carries the PID namespace, communicator creation's
  * contributions are little-endian and a split's carries no rank;
  * 3: the PMIx record carries this version (and a new magic);
- * 4: ABORT */
+ * 4: ABORT, and small EAGER messages may travel without a user header */
 #define P2P_WIRE_VERSION        4
+
+/* Largest message a sender puts in an EAGER message without user header */
+#define P2P_WIRE_SMALL_MAX      64
 
 /* The UCP active message id p2p registers when none is given. */
 #define P2P_WIRE_AM_ID_DEFAULT  0x1b2
