@@ -2,10 +2,13 @@
  * What the adapter allows, where adapters differ: iWARP adapters (Chelsio
  * T4-T6, Intel X722/E810 in iWARP mode) have no atomics, take one scatter
  * entry per RDMA READ and want the READ's sink registered for remote
- * write (ib2_md_reg.c does that), and some adapters have no shared receive
- * queues: the built-in receive queues are then per-peer only, and S
- * queues asked for are refused with a message instead of failing at SRQ
- * creation.
+ * write (ib2_md_reg.c does that), and iWARP has no receiver-not-ready
+ * retry: a send that finds a shared queue empty ends the connection. Some
+ * adapters have no shared receive queues at all. On both the built-in
+ * receive queues are per-peer only (credits guarantee every send a
+ * buffer), as openib's were for iWARP; S queues asked for are refused
+ * where the adapter has too few SRQs, with a message instead of a failed
+ * SRQ creation, and warned about on iWARP.
  */
 #include "ib2.h"
 
@@ -26,9 +29,11 @@ int ib2_dev_has_atomics(ib2_md_t *md)
 
 const char *ib2_devfit_default_rq(ib2_md_t *md, const char *rq)
 {
-    if (md->dev_attr.max_srq == 0) {
-        ucs_debug("%s has no shared receive queues: per-peer queues %s",
-                  md->name, IB2_DEFAULT_RECEIVE_QUEUES_NO_SRQ);
+    if ((md->dev_attr.max_srq == 0) || ib2_dev_is_iwarp(md)) {
+        ucs_debug("%s: %s: per-peer queues %s", md->name,
+                  ib2_dev_is_iwarp(md) ? "iWARP, no RNR retry" :
+                  "no shared receive queues",
+                  IB2_DEFAULT_RECEIVE_QUEUES_NO_SRQ);
         return IB2_DEFAULT_RECEIVE_QUEUES_NO_SRQ;
     }
     return rq;
@@ -50,6 +55,12 @@ ucs_status_t ib2_devfit_check_rq(ib2_iface_t *iface, const char *rq)
                   md->dev_attr.max_srq, nsrq,
                   IB2_DEFAULT_RECEIVE_QUEUES_NO_SRQ);
         return UCS_ERR_UNSUPPORTED;
+    }
+    if ((nsrq != 0) && ib2_dev_is_iwarp(md)) {
+        ucs_warn("receive queues \"%s\": %s is an iWARP adapter, which has "
+                 "no receiver-not-ready retry: a send that finds a shared "
+                 "queue empty ends the connection (per-peer queues cannot "
+                 "run dry)", rq, md->name);
     }
     return UCS_OK;
 }
