@@ -61,6 +61,8 @@ typedef struct ib2_cm_ep {
     uint8_t            nup;        /* queues connected */
     ucs_time_t         deadline;   /* of the whole connection */
     ucs_list_link_t    list;       /* cm->connecting */
+    ib2_ep_t           *twin;      /* connected to itself: the hidden
+                                      endpoint that is its other end */
     ib2_cm_qconn_t     q[IB2_MAX_QUEUES];
 } ib2_cm_ep_t;
 

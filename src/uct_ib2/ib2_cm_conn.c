@@ -143,8 +143,11 @@ void ib2_cm_ep_destroy(ib2_ep_t *ep)
         kh_del(ib2_cm_eps, cm->eps, it);
     }
     ucs_list_del(&cep->list);   /* self-linked when on no list */
-    ucs_free(cep);
     ep->cm = NULL;
+    if (cep->twin != NULL) {
+        ib2_ep_destroy(&cep->twin->super.super);
+    }
+    ucs_free(cep);
 }
 
 void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
@@ -395,6 +398,50 @@ static void ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
                           const ib2_cm_req_t *req, uint8_t rd_in,
                           uint8_t rd_out);
 
+/*
+ * An endpoint connected to its own address (UCP does that for its
+ * loopback endpoint's lanes): a QP cannot be connected to itself through
+ * rdma_cm, so a hidden endpoint of the same interface is the other end.
+ * What the endpoint sends arrives at the twin's QPs and is delivered to
+ * the interface's handlers like any message; its RDMA reaches this
+ * process's memory through them. The twin is on no list of the
+ * interface's (flush and fence are the owner's business; it sends only
+ * credit messages) and is destroyed with its owner.
+ */
+static ucs_status_t ib2_cm_ep_connect_self(ib2_ep_t *ep,
+                                           const ib2_dev_addr_t *dev)
+{
+    ib2_iface_t *iface = ep->iface;
+    uct_ep_params_t params;
+    ib2_cm_ep_addr_t own, other;
+    ib2_ep_t *twin;
+    uct_ep_h tl_twin;
+    ucs_status_t status;
+
+    if (ep->cm->twin != NULL) {
+        return UCS_ERR_ALREADY_EXISTS;
+    }
+    params.field_mask = UCT_EP_PARAM_FIELD_IFACE;
+    params.iface      = &iface->super.super;
+    status = iface->super.super.ops.ep_create(&params, &tl_twin);
+    if (status != UCS_OK) {
+        return status;
+    }
+    twin = ucs_derived_of(tl_twin, ib2_ep_t);
+    ucs_list_del(&twin->list);
+    ucs_list_head_init(&twin->list);
+    ep->cm->twin = twin;
+    ib2_cm_ep_get_address(ep, (uct_ep_addr_t*)&own);
+    ib2_cm_ep_get_address(twin, (uct_ep_addr_t*)&other);
+    status = ib2_cm_ep_connect(twin, dev, (uct_ep_addr_t*)&own);
+    if (status != UCS_OK) {
+        return status;   /* the twin goes with the endpoint */
+    }
+    ucs_debug("%s:%u: rc_ib2 endpoint %p connects to itself through %p",
+              iface->md->name, iface->port, ep, twin);
+    return ib2_cm_ep_connect(ep, dev, (uct_ep_addr_t*)&other);
+}
+
 ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
                                const uct_ep_addr_t *addr)
 {
@@ -428,10 +475,7 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
     cep->peer.port  = a->port;
     cep->peer.ep_id = a->ep_id;
     if (ib2_cm_peer_cmp(&cep->self, &cep->peer) == 0) {
-        ucs_error("%s:%u: an rc_ib2 endpoint cannot connect to itself "
-                  "through rdmacm (UCP: add \"self\" to UCX_TLS)",
-                  iface->md->name, iface->port);
-        return UCS_ERR_UNREACHABLE;
+        return ib2_cm_ep_connect_self(ep, dev);
     }
     cep->have_peer = 1;
     cep->initiator = (ib2_cm_peer_cmp(&cep->self, &cep->peer) < 0);

@@ -92,7 +92,7 @@ p2pt=$BUILD/test/gtest/p2p
 p2p_mpirun=$(command -v mpirun)
 p2p_mpi=(--allow-run-as-root --oversubscribe --bind-to none)
 export P2PTEST_WAIT_LIMIT=120 P2P_UCT_IB2=$IB2_LIB
-export UCX_TLS=rc_ib2,ud_verbs:aux,self UCX_IB2_CM=rdmacm
+export UCX_TLS=rc_ib2,ud_verbs:aux UCX_IB2_CM=rdmacm
 export UCX_NET_DEVICES=iw0:1,roce0:1
 cm_sv=("$SV_RUN" --shm "$cm_shm-p2p")
 ib2_gtest uct_ib2-rdmacm/p2p-2ranks "${cm_sv[@]}" "$p2p_mpirun" \
