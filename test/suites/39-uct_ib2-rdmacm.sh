@@ -26,11 +26,16 @@ IB2_TEST_SHM=$cm_shm-gt ib2_gtest uct_ib2-rdmacm \
 # The interfaces say how they connect: rdmacm's 32-byte endpoint address
 # on iWARP and on RoCE when asked, verbs' 28 bytes on RoCE by default.
 ib2_check uct_ib2-rdmacm/ucx_info-ep-address bash -c '
-    out=$("$@" ucx_info -d) || exit 1
-    echo "$out" | grep -A30 "Device: iw0:1" | grep -q "ep address: 32 bytes" &&
-    echo "$out" | grep -A30 "Device: roce0:1" | grep -q "ep address: 28 bytes" &&
-    out=$(UCX_IB2_CM=rdmacm "$@" ucx_info -d) &&
-    echo "$out" | grep -A30 "Device: roce0:1" | grep -q "ep address: 32 bytes"' \
+    addrs() {   # "DEVICE BYTES" of each rc_ib2 transport device
+        awk "/Transport: / { t = (\$3 == \"rc_ib2\") }
+             t && /Device:/ { d = \$3 }
+             t && /ep address:/ { print d, \$4 }"
+    }
+    out=$("$@" ucx_info -d | addrs) || exit 1
+    echo "$out"
+    echo "$out" | grep -qx "iw0:1 32" && echo "$out" | grep -qx "roce0:1 28" &&
+    out=$(UCX_IB2_CM=rdmacm "$@" ucx_info -d | addrs) &&
+    echo "$out" && echo "$out" | grep -qx "roce0:1 32"' \
     sh "${CMR[@]}"
 
 for fab in "iwarp=iw0:1" "roce=roce0:1"; do
