@@ -25,17 +25,18 @@ IB2_TEST_SHM=$cm_shm-gt ib2_gtest uct_ib2-rdmacm \
 
 # The UCT-level tests of suite 35 that apply, with the device softverbs0
 # of type iWARP, and of type RoCE through rdmacm (connect_pair waits for
-# the connection). Left out on iWARP: atomics (none there: the atomic
-# cases, and Iface.QueryDefaults, which expects them) and a dead-peer case
-# that holds sends back with a peer's empty shared queue (RNR), which
-# iWARP does not have.
+# the connection). Left out: DeadPeer.KilledWithSendsHeldBack, whose peer
+# never progresses after connect_to_ep (pause()), so never accepts: an
+# rdmacm connection is made in both sides' progress; and on iWARP the
+# atomics (none there: the atomic cases, the two-process data test, which
+# ends with atomics, and Iface.QueryDefaults, which expects them).
 cm_uct=$BUILD/test/gtest/uct_ib2/test_uct_ib2
 IB2_TEST_DEVICES=softverbs0:iwarp:1 IB2_TEST_SHM=$cm_shm-uct-iw \
     ib2_gtest uct_ib2-rdmacm/uct-iwarp "$cm_uct" --gtest_color=no \
-    --gtest_filter='-*Atomic*:Iface.QueryDefaults:DeadPeer.KilledWithSendsHeldBack:Rq/TwoProcTest.DataAcrossProcesses/Default:Rq/TwoProcTest.DataAcrossProcesses/Mixed:Rq/TwoProcTest.DataAcrossProcesses/TinySrq'
+    --gtest_filter='-*Atomic*:Iface.QueryDefaults:DeadPeer.KilledWithSendsHeldBack:Rq/TwoProcTest.*'
 IB2_TEST_DEVICES=softverbs0:eth:1 IB2_TEST_CM=rdmacm \
     IB2_TEST_SHM=$cm_shm-uct-roce ib2_gtest uct_ib2-rdmacm/uct-roce \
-    "$cm_uct" --gtest_color=no
+    "$cm_uct" --gtest_color=no --gtest_filter=-DeadPeer.KilledWithSendsHeldBack
 
 # The interfaces say how they connect: rdmacm's 32-byte endpoint address
 # on iWARP and on RoCE when asked, verbs' 28 bytes on RoCE by default.
