@@ -1,7 +1,8 @@
 /*
  * rc_ib2's connection manager: endpoints connected through rdma_cm instead
  * of the verbs address exchange (ib2_cm.c: the interface's listener, its
- * events and held requests; ib2_cm_conn.c: an endpoint's connections).
+ * events and deadlines; ib2_cm_conn.c: an endpoint's connections;
+ * ib2_cm_accept.c: requests checked, held, accepted or rejected).
  * iWARP can connect QPs no other way; RoCE does it when UCX_IB2_CM says so.
  *
  * The rest of the transport sees the manager through the hooks below, each
@@ -121,6 +122,14 @@ void ib2_cm_request(ib2_cm_t *cm, struct rdma_cm_id *id,
 int ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
                      ib2_cm_req_t *req);
 void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why);
+void ib2_cm_q_up(ib2_cm_qconn_t *qc);
+ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc);
+void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
+                       const void *data, uint8_t len);
+
+/* The passive side (ib2_cm_accept.c). */
+void ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
+                   const ib2_cm_req_t *req, uint8_t rd_in, uint8_t rd_out);
 
 /* From the interface's progress: events, deadlines. Cheap while nothing
  * connects: the channel is looked at every 64th call then (a peer's

@@ -19,11 +19,11 @@ static unsigned ib2_iface_progress(void *arg)
     if (ucs_unlikely(iface->async.pending)) {
         ib2_iface_async_progress(iface);
     }
+    count  = ib2_rx_progress(iface);
+    count += ib2_tx_progress(iface);
     if (ucs_unlikely(iface->cm != NULL)) {
         count += ib2_cm_progress(iface);   /* rdmacm events, deadlines */
     }
-    count  = ib2_rx_progress(iface);
-    count += ib2_tx_progress(iface);
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
         ib2_ep_t *ep, *tmp;
 
