@@ -143,6 +143,15 @@ typedef struct ib2_iface_rc_compat {
     int                       fc_enable;
 } ib2_iface_rc_compat_t;
 
+/* Connection manager settings (ib2_cm.c, UCX_IB2_CM*). */
+typedef struct ib2_cm_config {
+    int                       mode;              /* ib2_cm_mode_t */
+    double                    timeout;           /* seconds */
+    char                      *addr;             /* "" or an IP address */
+    unsigned                  backlog;
+    unsigned                  max_held;
+} ib2_cm_config_t;
+
 typedef struct ib2_iface_config {
     uct_iface_config_t        super;
     char                      *receive_queues;   /* "auto" or a spec */
@@ -166,6 +175,7 @@ typedef struct ib2_iface_config {
     uct_iface_mpool_config_t  tx_mp;
     ib2_iface_ib_compat_t     ib_compat;
     ib2_iface_rc_compat_t     rc_compat;
+    ib2_cm_config_t           cm;
 } ib2_iface_config_t;
 
 struct ib2_ep;
@@ -314,7 +324,10 @@ typedef struct ib2_iface {
         unsigned           am_short_q0;    /* am_short (with its header)
                                               inline on queue 0 */
         size_t             max_get_put;
+        unsigned           max_read_sge;   /* scatter entries of a READ */
     } config;
+    struct ib2_cm          *cm;            /* rdmacm connections (ib2_cm.h),
+                                              NULL: verbs address exchange */
 } ib2_iface_t;
 
 /* The offsets of a receive buffer. */
@@ -383,8 +396,9 @@ enum {
     IB2_EP_BLOCK_FAILED  = 2, /* every op returns ep->failed */
     IB2_EP_BLOCK_PENDING = 4, /* requests are pending: new sends wait
                                  behind them (except from their dispatch) */
-    IB2_EP_BLOCK_IFACE_FENCE = 8 /* an interface fence waits for other
+    IB2_EP_BLOCK_IFACE_FENCE = 8, /* an interface fence waits for other
                                     endpoints */
+    IB2_EP_BLOCK_CONNECTING = 16 /* rdmacm connections not all up yet */
 };
 
 /* What an endpoint's pending requests wait for (ib2_pending.c). */
@@ -435,6 +449,7 @@ typedef struct ib2_ep {
     ucs_arbiter_group_t arb_group;      /* pending requests */
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
+    struct ib2_cm_ep  *cm;              /* rdmacm state (ib2_cm.h) */
 } ib2_ep_t;
 
 /*
@@ -572,6 +587,14 @@ ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
 ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
                             unsigned queue, const ib2_dev_addr_t *remote,
                             uint32_t remote_qpn);
+
+/* What the device allows (ib2_devfit.c): queues without SRQs, atomics,
+ * READ scatter lists. */
+int ib2_dev_is_iwarp(ib2_md_t *md);
+int ib2_dev_has_atomics(ib2_md_t *md);
+const char *ib2_devfit_default_rq(ib2_md_t *md, const char *rq);
+ucs_status_t ib2_devfit_check_rq(ib2_iface_t *iface, const char *rq);
+unsigned ib2_devfit_read_sge(ib2_iface_t *iface);
 
 /* Interface configuration (ib2_iface_config.c). */
 extern ucs_config_field_t ib2_iface_config_table[];

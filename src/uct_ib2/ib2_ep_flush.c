@@ -202,6 +202,9 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
         (void)ib2_iface_fence_wait(iface);
         return UCS_ERR_NO_RESOURCE;
     }
+    if (ep->blocked & IB2_EP_BLOCK_CONNECTING) {
+        return UCS_ERR_NO_RESOURCE;   /* rdmacm: connections on their way */
+    }
     /* Requests added to pending go first: only their own dispatch may
      * send on this endpoint meanwhile. */
     if ((ep->blocked & IB2_EP_BLOCK_PENDING) && (iface->pending_ep != ep)) {

@@ -169,6 +169,12 @@ static ucs_status_t ib2_ep_rdma_zcopy(uct_ep_h tl_ep, enum ibv_wr_opcode op,
         sge[n].lkey = ib2_memh_mr(iface->md, iov[i].memh)->lkey;
         ++n;
     }
+    if ((op == IBV_WR_RDMA_READ) && (n > iface->config.max_read_sge)) {
+        /* iWARP: one scatter entry per READ (get.max_iov says so) */
+        ucs_error("get_zcopy with %u pieces: %s takes %u per READ",
+                  n, iface->md->name, iface->config.max_read_sge);
+        return UCS_ERR_INVALID_PARAM;
+    }
     wr.opcode              = op;
     wr.sg_list             = sge;
     wr.num_sge             = (int)n;

@@ -4,6 +4,7 @@
  * (UCX_IB2_*), addresses, reachability, progress and event notification.
  */
 #include "ib2.h"
+#include "ib2_cm.h"
 
 #include <ucs/arch/cpu.h>
 #include <fcntl.h>
@@ -20,6 +21,9 @@ static unsigned ib2_iface_progress(void *arg)
     }
     count  = ib2_rx_progress(iface);
     count += ib2_tx_progress(iface);
+    if (ucs_unlikely(iface->cm != NULL)) {
+        count += ib2_cm_progress(iface);   /* rdmacm events, deadlines */
+    }
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
         ib2_ep_t *ep, *tmp;
 
@@ -99,7 +103,7 @@ static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
         return UCS_ERR_IO_ERROR;
     }
     /* Credit messages and pending work are progress too. */
-    if (send_events || recv_events ||
+    if (send_events || recv_events || ib2_cm_busy(iface) ||
         !ucs_list_is_empty(&iface->ctrl_pending) ||
         (!ucs_arbiter_is_empty(&iface->arbiter) &&
          (iface->tx_cq_avail > 0))) {
@@ -311,6 +315,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     if (status != UCS_OK) {
         goto err_cleanup;
     }
+    self->config.max_read_sge = ib2_devfit_read_sge(self);
     /* Header and payload fit inline and in the largest queue's buffers. */
     self->config.max_short = (ucs_min(self->config.max_inline, largest) >
                               sizeof(self->tx_short.am_hdr)) ?
@@ -348,6 +353,11 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         ucs_error("%s:%u: ibv_req_notify_cq failed: %m", md->name,
                   self->port);
         status = UCS_ERR_IO_ERROR;
+        goto err_cleanup_rxq;
+    }
+    /* rdmacm: the listener (iWARP, or UCX_IB2_CM=rdmacm) */
+    status = ib2_cm_iface_init(self, &config->cm);
+    if (status != UCS_OK) {
         goto err_cleanup_rxq;
     }
     ib2_iface_async_add(self);
@@ -399,6 +409,7 @@ static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
         ucs_list_del(&ep->list);
         UCS_CLASS_DELETE(ib2_ep_t, ep);
     }
+    ib2_cm_iface_cleanup(self);   /* after the endpoints' connections */
     /* Completions still queued point into the receive buffers: taken off
      * before the buffers go (softverbs places a small receive's bytes when
      * its completion is polled or its region deregistered, and a region
