@@ -160,20 +160,51 @@ static void p2p_abort_absent(p2p_comm_t *comm, uint32_t wrank)
     }
 }
 
+/* The communicator that creation `creation` on parent (cid, cepoch) made
+ * here, if any, takes wrank as absent. Found by the origin it records, not
+ * through the parent: a member that kept the new communicator may have
+ * freed the parent before the notice came (split, dup, free). */
+static int p2p_abort_child(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
+                           uint32_t creation, uint32_t wrank)
+{
+    p2p_comm_t *comm;
+    uint32_t   i;
+    int        found = 0;
+
+    for (i = 0; i < ctx->ncomms; ++i) {
+        comm = ctx->comms[i];
+        if ((comm != NULL) && (comm->origin_cid == cid) &&
+            (comm->origin_epoch == cepoch) &&
+            (comm->origin_creation == creation) &&
+            ((comm->cid != cid) || (comm->cepoch != cepoch))) {
+            p2p_abort_absent(comm, wrank);
+            found = 1;
+        }
+    }
+    return found;
+}
+
 void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                        const void *header)
 {
     p2p_wire_abort_t      h;
-    p2p_comm_t            *parent, *comm;
+    p2p_comm_t            *parent;
     struct p2p_abort_note *n;
-    uint32_t              creation, cid, done;
+    uint32_t              creation, cid, cepoch, done;
     int                   r;
 
     memcpy(&h, header, sizeof(h));
-    parent   = p2p_comm_by_cid(ctx, P2P_FROM_LE32(h.cid));
+    cid      = P2P_FROM_LE32(h.cid);
+    cepoch   = P2P_FROM_LE32(h.cepoch);
     creation = P2P_FROM_LE32(h.creation);
-    if ((parent == NULL) || (parent->cepoch != P2P_FROM_LE32(h.cepoch))) {
-        ++ctx->stats.rx_stale_comm;
+    parent   = p2p_comm_by_cid(ctx, cid);
+    if ((parent == NULL) || (parent->cepoch != cepoch)) {
+        /* the parent is gone here, so the creation is over: only its
+         * communicator can still need the notice (p2p_abort_absent takes
+         * only a member of it) */
+        if (!p2p_abort_child(ctx, cid, cepoch, creation, peer->rank)) {
+            ++ctx->stats.rx_stale_comm;
+        }
         return;
     }
     for (r = 0; (r < parent->size) && (parent->world[r] != peer->rank);
@@ -186,15 +217,7 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
     done = parent->n_creations - (parent->creating ? 1 : 0);
     if ((int32_t)(creation - done) < 0) {
         /* over here: its communicator, if this member has it */
-        for (cid = 0; cid < ctx->ncomms; ++cid) {
-            comm = ctx->comms[cid];
-            if ((comm != NULL) && (comm != parent) &&
-                (comm->origin_cid == parent->cid) &&
-                (comm->origin_epoch == parent->cepoch) &&
-                (comm->origin_creation == creation)) {
-                p2p_abort_absent(comm, peer->rank);
-            }
-        }
+        p2p_abort_child(ctx, cid, cepoch, creation, peer->rank);
         return;
     }
     if (ctx->n_abort_notes >= P2P_ABORT_NOTES_MAX) {
