@@ -312,6 +312,8 @@ typedef struct p2p_stats {
     uint64_t rx_data_no_memory;     /* data not kept (out of memory): the
                                        matching receive fails with
                                        P2P_ERR_NO_MEMORY */
+    uint64_t rx_abort_dropped;      /* creation notices (ABORT) not kept:
+                                       too far ahead, or no room */
     /* registration cache of rendezvous send buffers */
     uint64_t reg_hits, reg_misses, reg_evictions, reg_invalidations;
     uint64_t reg_regions;           /* registrations alive now */

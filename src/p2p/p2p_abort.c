@@ -30,8 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A hostile peer could send notices for creations that never come: at
- * most this many are kept, beyond that they are dropped (and said once). */
+/* Notes are kept only for a parent's creation under way or the next one,
+ * one per sender and creation: at most two per member of each parent. A
+ * backstop above that for the whole context; what is refused is counted
+ * (rx_abort_dropped) and said once. */
 #define P2P_ABORT_NOTES_MAX 1024
 
 struct p2p_abort_note {
@@ -184,6 +186,23 @@ static int p2p_abort_child(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
     return found;
 }
 
+/* A notice not kept: counted, and said once (a hostile member could send
+ * any number). If the sender is honest, a member that kept the
+ * communicator may wait for it there for ever. */
+static void p2p_abort_refuse(p2p_context_t *ctx, uint32_t wrank,
+                             const char *why)
+{
+    ++ctx->stats.rx_abort_dropped;
+    if (!(ctx->warned & P2P_WARNED_ABORT)) {
+        ctx->warned |= P2P_WARNED_ABORT;
+        p2p_warn(ctx, "rank %u's notice that a communicator creation "
+                 "failed there is dropped, %s; further ones are only "
+                 "counted (rx_abort_dropped). If it kept the communicator "
+                 "operations with rank %u on it may wait for ever.",
+                 wrank, why, wrank);
+    }
+}
+
 void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                        const void *header)
 {
@@ -220,16 +239,27 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
         p2p_abort_child(ctx, cid, cepoch, creation, peer->rank);
         return;
     }
+    if ((int32_t)(creation - parent->n_creations) > 0) {
+        /* a member ends creation k only after this one has joined it (it
+         * waits for this one's part), so an honest notice is at most one
+         * creation ahead: kept, this one would stay until the parent goes */
+        p2p_abort_refuse(ctx, peer->rank, "for a creation that has not "
+                         "begun here");
+        return;
+    }
+    ucs_list_for_each(n, &ctx->abort_notes, link) {
+        if ((n->cid == cid) && (n->cepoch == cepoch) &&
+            (n->creation == creation) && (n->wrank == peer->rank)) {
+            return;                         /* said already */
+        }
+    }
     if (ctx->n_abort_notes >= P2P_ABORT_NOTES_MAX) {
-        p2p_warn(ctx, "more than %d notices of failed communicator "
-                 "creations not over here yet; the one of rank %u is "
-                 "dropped", P2P_ABORT_NOTES_MAX, peer->rank);
+        p2p_abort_refuse(ctx, peer->rank, "beyond the table's bound");
         return;
     }
     n = malloc(sizeof(*n));
     if (n == NULL) {
-        p2p_warn(ctx, "out of memory keeping rank %u's notice that a "
-                 "communicator creation failed there", peer->rank);
+        p2p_abort_refuse(ctx, peer->rank, "for lack of memory");
         return;
     }
     n->cid      = parent->cid;

@@ -40,7 +40,7 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             "unauthenticated %llu, stale request id %llu, stale "
             "communicator %llu, duplicate %llu, from a failed peer %llu, "
             "out of memory %llu (data only %llu), over the limit's "
-            "headroom %llu\n"
+            "headroom %llu, creation notices not kept %llu\n"
             "p2p[%d] stats: registration cache (leave pinned %s): hits %llu,"
             " misses %llu, evictions %llu, invalidations %llu, "
             "regions %llu\n"
@@ -65,6 +65,7 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             (unsigned long long)s.rx_no_memory,
             (unsigned long long)s.rx_data_no_memory,
             (unsigned long long)s.rx_over_limit,
+            (unsigned long long)s.rx_abort_dropped,
             ctx->rank, ctx->cfg.leave_pinned ? "on" : "off",
             (unsigned long long)s.reg_hits,
             (unsigned long long)s.reg_misses,

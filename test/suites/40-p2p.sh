@@ -194,12 +194,15 @@ for tl in shm tcp; do
         "$p2pt/test_p2p_review3" "${p2p_gt[@]}" \
         --gtest_filter=P2PReview3.NewCommunicatorCountsKnownFailures
     # the third review (test_review4.cc, a raw peer): a creation's notice
-    # after its parent was freed
-    P2PTEST_RAW_RANK=2 P2PTEST_RAW_MODE=freed ib2_gtest \
-        "p2p-$tl-review4-freed" "$p2p_mpirun" "${p2p_mpi[@]}" \
-        -x P2PTEST_RAW_RANK -x P2PTEST_RAW_MODE -np 3 \
-        "$p2pt/test_p2p_review4" "${p2p_gt[@]}" \
-        --gtest_filter=P2PReview4.NoticeReachesChildOfFreedParent
+    # after its parent was freed; notices flooded
+    for mode in freed:NoticeReachesChildOfFreedParent \
+                flood:FloodedNoticesAreRefused; do
+        P2PTEST_RAW_RANK=2 P2PTEST_RAW_MODE=${mode%%:*} ib2_gtest \
+            "p2p-$tl-review4-${mode%%:*}" "$p2p_mpirun" "${p2p_mpi[@]}" \
+            -x P2PTEST_RAW_RANK -x P2PTEST_RAW_MODE -np 3 \
+            "$p2pt/test_p2p_review4" "${p2p_gt[@]}" \
+            --gtest_filter="P2PReview4.${mode#*:}"
+    done
     ib2_gtest "p2p-$tl-review3-split-no-memory" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p_review3" "${p2p_gt[@]}" \
         --gtest_filter=P2PReview3.SplitOutOfMemoryJoinsAgreement

@@ -5,6 +5,7 @@
  *
  *   NoticeReachesChildOfFreedParent -np 3, P2PTEST_RAW_RANK=2,
  *                                   P2PTEST_RAW_MODE=freed
+ *   FloodedNoticesAreRefused        -np 3, rank 2 raw (mode flood)
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -162,6 +163,37 @@ TEST(P2PReview4, NoticeReachesChildOfFreedParent)
     EXPECT_EQ(P2P_OK, p2p_comm_free(&n));
 }
 
+/*
+ * R3: a member sends 1100 notices for creations far ahead on the world
+ * (that never come), then an honest-looking one for the world's next
+ * creation, and takes no part in it. The far ones are refused and
+ * counted; the last is kept, so ranks 0 and 1 do not wait for rank 2 in
+ * the creation and it fails. Before, the far ones filled the table of
+ * notes for the life of the context, the last was dropped, and the
+ * creation waited for ever for rank 2's offer.
+ */
+TEST(P2PReview4, FloodedNoticesAreRefused)
+{
+    ASSERT_EQ(3, size) << "run with -np 3, P2PTEST_RAW_RANK=2, "
+                          "P2PTEST_RAW_MODE=flood";
+    p2p_comm_t  *n = nullptr;
+    p2p_stats_t st;
+    int         e;
+
+    {
+        Blocking b("rank 2's word after its notices");
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, 61, world, nullptr));
+    }
+    p2p_get_stats(ctx, &st);
+    EXPECT_EQ(1100u, st.rx_abort_dropped);
+    {
+        Blocking b("p2p_comm_dup after rank 2 left it");
+        e = p2p_comm_dup(world, &n);
+    }
+    EXPECT_EQ(P2P_ERR_COMM_ABORTED, e) << p2p_last_error(ctx);
+    EXPECT_EQ(nullptr, n);
+}
+
 namespace {
 
 /* the creation protocol's commit round on a communicator of the three
@@ -205,6 +237,25 @@ int raw_freed(RawPeer &raw)
     return 0;
 }
 
+/* Rank 2, flood: notices of far creations on the world to ranks 0 and 1,
+ * then one for the world's next creation, which it then leaves alone. */
+int raw_flood(RawPeer &raw)
+{
+    for (int d = 0; d < 2; ++d) {
+        for (uint32_t i = 0; i < 1100; ++i) {
+            raw_abort(raw, d, 0, 0, 1000000 + i, 0);
+        }
+        raw_abort(raw, d, 0, 0, 0, raw.next_seq(d));
+        raw.eager(d, 61, nullptr, 0);
+    }
+    /* the failed creation's commit round still sends rank 2 a byte from
+     * each; taken here so that finalize's barrier reads its own */
+    raw.wait_tag(0, P2P_WIRE_TAG_BARRIER, "rank 0's commit-round byte");
+    raw.wait_tag(1, P2P_WIRE_TAG_BARRIER, "rank 1's commit-round byte");
+    raw.barrier();                      /* finalize */
+    return 0;
+}
+
 }
 
 int main(int argc, char **argv)
@@ -223,8 +274,10 @@ int main(int argc, char **argv)
         int         rc = 2;
         if (m == "freed") {
             rc = raw_freed(peer);
+        } else if (m == "flood") {
+            rc = raw_flood(peer);
         } else {
-            fprintf(stderr, "P2PTEST_RAW_MODE must be freed\n");
+            fprintf(stderr, "P2PTEST_RAW_MODE must be freed or flood\n");
         }
         peer.finalize();
         return rc;
