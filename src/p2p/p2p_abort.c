@@ -39,6 +39,7 @@
 struct p2p_abort_note {
     ucs_list_link_t link;
     uint32_t        cid, cepoch, creation, wrank;
+    uint32_t        seq;        /* the sender's next message to us */
 };
 
 struct p2p_abort_out {
@@ -86,6 +87,8 @@ void p2p_abort_send(p2p_comm_t *parent, uint32_t creation)
         o->hdr.cid      = P2P_LE32(parent->cid);
         o->hdr.cepoch   = P2P_LE32(parent->cepoch);
         o->hdr.creation = P2P_LE32(creation);
+        /* every byte of the creation's rounds to r is sent by now */
+        o->hdr.seq      = P2P_LE32(parent->send_seq[r]);
         param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                              UCP_OP_ATTR_FIELD_USER_DATA |
                              UCP_OP_ATTR_FIELD_FLAGS;
@@ -266,15 +269,18 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
     n->cepoch   = parent->cepoch;
     n->creation = creation;
     n->wrank    = peer->rank;
+    n->seq      = P2P_FROM_LE32(h.seq);
     ucs_list_add_tail(&ctx->abort_notes, &n->link);
     ++ctx->n_abort_notes;
-    if (parent->creating && (creation == parent->n_creations - 1)) {
-        /* under way here: stop waiting for it in the rounds */
+    if (parent->creating && (creation == parent->n_creations - 1) &&
+        ((int32_t)(parent->recv_seq[r] - n->seq) >= 0)) {
+        /* under way here, and all it sent has come (a posted receive
+         * would have taken it): stop waiting for it in the rounds */
         p2p_abort_fail_posted(parent, r, 0);
     }
 }
 
-int p2p_abort_left(p2p_comm_t *parent, int crank)
+int p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag)
 {
     p2p_context_t         *ctx = parent->ctx;
     struct p2p_abort_note *n;
@@ -286,7 +292,12 @@ int p2p_abort_left(p2p_comm_t *parent, int crank)
         if ((n->cid == parent->cid) && (n->cepoch == parent->cepoch) &&
             (n->creation == parent->n_creations - 1) &&
             (n->wrank == parent->world[crank])) {
-            return 1;
+            /* It sent all its rounds' messages before its notice: one
+             * still to come, or come and not taken, belongs to this
+             * round, and left behind it would be read by the parent's
+             * next barrier or creation. */
+            return ((int32_t)(parent->recv_seq[crank] - n->seq) >= 0) &&
+                   (p2p_mq_find_unexp(&parent->mq, crank, tag, 0) == NULL);
         }
     }
     return 0;

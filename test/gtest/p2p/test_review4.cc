@@ -6,6 +6,9 @@
  *   NoticeReachesChildOfFreedParent -np 3, P2PTEST_RAW_RANK=2,
  *                                   P2PTEST_RAW_MODE=freed
  *   FloodedNoticesAreRefused        -np 3, rank 2 raw (mode flood)
+ *   LateCommitBytesAreTakenInTheCreation -np 3, rank 1 raw (mode lag),
+ *                                   (over shm the order it needs is
+ *                                   certain)
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -118,7 +121,7 @@ void raw_abort(RawPeer &raw, int dest, uint32_t cid, uint32_t cepoch,
     a.cid      = cid;
     a.cepoch   = cepoch;
     a.creation = creation;
-    (void)mark;
+    a.seq      = mark;
     if (raw.send_raw(dest, &a, sizeof(a), nullptr, 0, true) != UCS_OK) {
         fprintf(stderr, "[raw] an ABORT could not be sent\n");
         exit(2);
@@ -194,6 +197,47 @@ TEST(P2PReview4, FloodedNoticesAreRefused)
     EXPECT_EQ(nullptr, n);
 }
 
+/*
+ * R1: a creation fails and a member lags. Rank 0 runs out of memory in
+ * p2p_comm_split and joins the commit round saying so; rank 1 (a raw
+ * peer) sends rank 0 its round-2 byte at once, so rank 0 is through the
+ * round and tells rank 2 (ABORT) while rank 2 still waits in round 1 for
+ * rank 1. Rank 0's round-2 byte to rank 2 is already there, before the
+ * notice: rank 2 must take it in its round 2. Before, the notice made
+ * rank 2 skip that receive; the byte (saying "failure") stayed queued on
+ * the world, and rank 2's next p2p_barrier(world) read it and failed, and
+ * every later one read the previous one's byte. Over shm the order is
+ * certain (one receive FIFO per process: the notice is in rank 2's FIFO
+ * before rank 0's word to rank 1, which comes before rank 1's byte).
+ */
+TEST(P2PReview4, LateCommitBytesAreTakenInTheCreation)
+{
+    ASSERT_EQ(3, size) << "run with -np 3, P2PTEST_RAW_RANK=1, "
+                          "P2PTEST_RAW_MODE=lag";
+    p2p_comm_t *n = nullptr;
+    int        e;
+
+    if (rank == 0) {
+        p2p_fault_inject(ctx, P2P_FAULT_CREATE, 1);
+    }
+    {
+        Blocking b("p2p_comm_split with rank 0 out of memory");
+        e = p2p_comm_split(world, 0, rank, &n);
+    }
+    if (rank == 0) {
+        EXPECT_EQ(P2P_ERR_NO_MEMORY, e) << p2p_last_error(ctx);
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 1, 70, world));
+    } else {
+        EXPECT_NE(P2P_OK, e);
+    }
+    EXPECT_EQ(nullptr, n);
+    for (int i = 0; i < 2; ++i) {
+        Blocking b("a barrier on the world after the failed split");
+        EXPECT_EQ(P2P_OK, p2p_barrier(world)) << "barrier " << i << ": "
+                                              << p2p_last_error(ctx);
+    }
+}
+
 namespace {
 
 /* the creation protocol's commit round on a communicator of the three
@@ -256,6 +300,35 @@ int raw_flood(RawPeer &raw)
     return 0;
 }
 
+/* Rank 1, lag: takes part in the split; in the commit round it sends rank
+ * 0 its round-2 byte first, and rank 2 its round-1 byte only once rank 0
+ * is through the split. Then the two barriers and finalize's. */
+int raw_lag(RawPeer &raw)
+{
+    struct __attribute__((packed)) {
+        p2p_wire_cid_offer_t o;
+        p2p_wire_split_t     s;
+    } part;
+    uint8_t ok = 0;
+
+    part.o       = raw_offer();
+    part.s.color = 0;
+    part.s.key   = 1;
+    raw.eager(0, P2P_WIRE_TAG_ALLGATHER, &part, sizeof(part));
+    raw.eager(2, P2P_WIRE_TAG_ALLGATHER, &part, sizeof(part));
+    raw.wait_tag(0, P2P_WIRE_TAG_ALLGATHER, "rank 0's split part");
+    raw.wait_tag(2, P2P_WIRE_TAG_ALLGATHER, "rank 2's split part");
+    raw.eager(0, P2P_WIRE_TAG_BARRIER, &ok, 1);
+    raw.wait_tag(0, 70, "rank 0 through its split");
+    raw.eager(2, P2P_WIRE_TAG_BARRIER, &ok, 1);
+    raw.wait_tag(0, P2P_WIRE_TAG_BARRIER, "rank 0's round-1 byte");
+    raw.wait_tag(2, P2P_WIRE_TAG_BARRIER, "rank 2's round-2 byte");
+    for (int i = 0; i < 3; ++i) {
+        raw.barrier();                  /* two barriers, then finalize */
+    }
+    return 0;
+}
+
 }
 
 int main(int argc, char **argv)
@@ -276,8 +349,11 @@ int main(int argc, char **argv)
             rc = raw_freed(peer);
         } else if (m == "flood") {
             rc = raw_flood(peer);
+        } else if (m == "lag") {
+            rc = raw_lag(peer);
         } else {
-            fprintf(stderr, "P2PTEST_RAW_MODE must be freed or flood\n");
+            fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood or "
+                    "lag\n");
         }
         peer.finalize();
         return rc;
