@@ -195,8 +195,8 @@ typedef struct __attribute__((packed)) p2p_wire_abort {
 /*
  * Communicator creation (p2p_comm_dup, p2p_comm_split) is an allgather on
  * the parent: every member sends every other member one message of tag
- * P2P_WIRE_TAG_ALLGATHER per round, a p2p_wire_cid_offer_t -- in a split's
- * first round followed by a p2p_wire_split_t. Round r offers the slots
+ * P2P_WIRE_TAG_ALLGATHER per round, a p2p_wire_cid_offer_t -- in a split
+ * followed, in every round, by the same p2p_wire_split_t. Round r offers the slots
  * [r * 256, r * 256 + 256); the rounds end, at every member at once, with
  * the first round in which a slot is free at all members: the new
  * communicator's id is the lowest such slot, its epoch one above the
