@@ -282,6 +282,8 @@ typedef struct p2p_stats {
                                        rendezvous: UCP emulates RMA to that
                                        peer (TCP), docs/p2p.md */
     uint64_t sync_acks;             /* ACKs sent for synchronous sends */
+    uint64_t small_demoted;         /* times a peer's largest size tried
+                                       as one payload was lowered */
     uint64_t unexp_msgs;            /* messages that arrived unexpected */
     uint64_t held_msgs;             /* held: out of order, or for a
                                        communicator not created yet */

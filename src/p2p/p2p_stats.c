@@ -33,7 +33,7 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
     fprintf(stream,
             "p2p[%d] stats: eager sends %llu, UCP-protocol sends %llu, "
             "rendezvous sends %llu (by UCP's rendezvous %llu), "
-            "sync acks %llu\n"
+            "sync acks %llu, one-payload size lowered %llu times\n"
             "p2p[%d] stats: unexpected messages %llu, bytes now %zu, "
             "peak %zu, limit %zu, dropped %llu\n"
             "p2p[%d] stats: dropped on arrival: malformed %llu, "
@@ -53,6 +53,7 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             (unsigned long long)(s.rndv_sent + s.rndv_ucp_sent),
             (unsigned long long)s.rndv_ucp_sent,
             (unsigned long long)s.sync_acks,
+            (unsigned long long)s.small_demoted,
             ctx->rank, (unsigned long long)s.unexp_msgs, s.unexp_bytes,
             s.unexp_bytes_peak, s.unexp_limit,
             (unsigned long long)s.unexp_dropped,
