@@ -282,6 +282,8 @@ typedef struct p2p_stats {
                                        rendezvous: UCP emulates RMA to that
                                        peer (TCP), docs/p2p.md */
     uint64_t sync_acks;             /* ACKs sent for synchronous sends */
+    uint64_t small_demoted;         /* times a peer's largest size tried
+                                       as one payload was lowered */
     uint64_t unexp_msgs;            /* messages that arrived unexpected */
     uint64_t held_msgs;             /* held: out of order, or for a
                                        communicator not created yet */
@@ -312,6 +314,8 @@ typedef struct p2p_stats {
     uint64_t rx_data_no_memory;     /* data not kept (out of memory): the
                                        matching receive fails with
                                        P2P_ERR_NO_MEMORY */
+    uint64_t rx_abort_dropped;      /* creation notices (ABORT) not kept:
+                                       too far ahead, or no room */
     /* registration cache of rendezvous send buffers */
     uint64_t reg_hits, reg_misses, reg_evictions, reg_invalidations;
     uint64_t reg_regions;           /* registrations alive now */

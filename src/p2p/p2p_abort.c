@@ -30,13 +30,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A hostile peer could send notices for creations that never come: at
- * most this many are kept, beyond that they are dropped (and said once). */
+/* Notes are kept only for a parent's creation under way or the next one,
+ * one per sender and creation: at most two per member of each parent. A
+ * backstop above that for the whole context; what is refused is counted
+ * (rx_abort_dropped) and said once. */
 #define P2P_ABORT_NOTES_MAX 1024
 
 struct p2p_abort_note {
     ucs_list_link_t link;
     uint32_t        cid, cepoch, creation, wrank;
+    uint32_t        seq;        /* the sender's next message to us */
 };
 
 struct p2p_abort_out {
@@ -84,6 +87,8 @@ void p2p_abort_send(p2p_comm_t *parent, uint32_t creation)
         o->hdr.cid      = P2P_LE32(parent->cid);
         o->hdr.cepoch   = P2P_LE32(parent->cepoch);
         o->hdr.creation = P2P_LE32(creation);
+        /* every byte of the creation's rounds to r is sent by now */
+        o->hdr.seq      = P2P_LE32(parent->send_seq[r]);
         param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                              UCP_OP_ATTR_FIELD_USER_DATA |
                              UCP_OP_ATTR_FIELD_FLAGS;
@@ -160,20 +165,68 @@ static void p2p_abort_absent(p2p_comm_t *comm, uint32_t wrank)
     }
 }
 
+/* The communicator that creation `creation` on parent (cid, cepoch) made
+ * here, if any, takes wrank as absent. Found by the origin it records, not
+ * through the parent: a member that kept the new communicator may have
+ * freed the parent before the notice came (split, dup, free). */
+static int p2p_abort_child(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
+                           uint32_t creation, uint32_t wrank)
+{
+    p2p_comm_t *comm;
+    uint32_t   i;
+    int        found = 0;
+
+    for (i = 0; i < ctx->ncomms; ++i) {
+        comm = ctx->comms[i];
+        if ((comm != NULL) && (comm->origin_cid == cid) &&
+            (comm->origin_epoch == cepoch) &&
+            (comm->origin_creation == creation) &&
+            ((comm->cid != cid) || (comm->cepoch != cepoch))) {
+            p2p_abort_absent(comm, wrank);
+            found = 1;
+        }
+    }
+    return found;
+}
+
+/* A notice not kept: counted, and said once (a hostile member could send
+ * any number). If the sender is honest, a member that kept the
+ * communicator may wait for it there for ever. */
+static void p2p_abort_refuse(p2p_context_t *ctx, uint32_t wrank,
+                             const char *why)
+{
+    ++ctx->stats.rx_abort_dropped;
+    if (!(ctx->warned & P2P_WARNED_ABORT)) {
+        ctx->warned |= P2P_WARNED_ABORT;
+        p2p_warn(ctx, "rank %u's notice that a communicator creation "
+                 "failed there is dropped, %s; further ones are only "
+                 "counted (rx_abort_dropped). If it kept the communicator "
+                 "operations with rank %u on it may wait for ever.",
+                 wrank, why, wrank);
+    }
+}
+
 void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                        const void *header)
 {
     p2p_wire_abort_t      h;
-    p2p_comm_t            *parent, *comm;
+    p2p_comm_t            *parent;
     struct p2p_abort_note *n;
-    uint32_t              creation, cid, done;
+    uint32_t              creation, cid, cepoch, done;
     int                   r;
 
     memcpy(&h, header, sizeof(h));
-    parent   = p2p_comm_by_cid(ctx, P2P_FROM_LE32(h.cid));
+    cid      = P2P_FROM_LE32(h.cid);
+    cepoch   = P2P_FROM_LE32(h.cepoch);
     creation = P2P_FROM_LE32(h.creation);
-    if ((parent == NULL) || (parent->cepoch != P2P_FROM_LE32(h.cepoch))) {
-        ++ctx->stats.rx_stale_comm;
+    parent   = p2p_comm_by_cid(ctx, cid);
+    if ((parent == NULL) || (parent->cepoch != cepoch)) {
+        /* the parent is gone here, so the creation is over: only its
+         * communicator can still need the notice (p2p_abort_absent takes
+         * only a member of it) */
+        if (!p2p_abort_child(ctx, cid, cepoch, creation, peer->rank)) {
+            ++ctx->stats.rx_stale_comm;
+        }
         return;
     }
     for (r = 0; (r < parent->size) && (parent->world[r] != peer->rank);
@@ -186,42 +239,48 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
     done = parent->n_creations - (parent->creating ? 1 : 0);
     if ((int32_t)(creation - done) < 0) {
         /* over here: its communicator, if this member has it */
-        for (cid = 0; cid < ctx->ncomms; ++cid) {
-            comm = ctx->comms[cid];
-            if ((comm != NULL) && (comm != parent) &&
-                (comm->origin_cid == parent->cid) &&
-                (comm->origin_epoch == parent->cepoch) &&
-                (comm->origin_creation == creation)) {
-                p2p_abort_absent(comm, peer->rank);
-            }
-        }
+        p2p_abort_child(ctx, cid, cepoch, creation, peer->rank);
         return;
     }
+    if ((int32_t)(creation - parent->n_creations) > 0) {
+        /* a member ends creation k only after this one has joined it (it
+         * waits for this one's part), so an honest notice is at most one
+         * creation ahead: kept, this one would stay until the parent goes */
+        p2p_abort_refuse(ctx, peer->rank, "for a creation that has not "
+                         "begun here");
+        return;
+    }
+    ucs_list_for_each(n, &ctx->abort_notes, link) {
+        if ((n->cid == cid) && (n->cepoch == cepoch) &&
+            (n->creation == creation) && (n->wrank == peer->rank)) {
+            return;                         /* said already */
+        }
+    }
     if (ctx->n_abort_notes >= P2P_ABORT_NOTES_MAX) {
-        p2p_warn(ctx, "more than %d notices of failed communicator "
-                 "creations not over here yet; the one of rank %u is "
-                 "dropped", P2P_ABORT_NOTES_MAX, peer->rank);
+        p2p_abort_refuse(ctx, peer->rank, "beyond the table's bound");
         return;
     }
     n = malloc(sizeof(*n));
     if (n == NULL) {
-        p2p_warn(ctx, "out of memory keeping rank %u's notice that a "
-                 "communicator creation failed there", peer->rank);
+        p2p_abort_refuse(ctx, peer->rank, "for lack of memory");
         return;
     }
     n->cid      = parent->cid;
     n->cepoch   = parent->cepoch;
     n->creation = creation;
     n->wrank    = peer->rank;
+    n->seq      = P2P_FROM_LE32(h.seq);
     ucs_list_add_tail(&ctx->abort_notes, &n->link);
     ++ctx->n_abort_notes;
-    if (parent->creating && (creation == parent->n_creations - 1)) {
-        /* under way here: stop waiting for it in the rounds */
+    if (parent->creating && (creation == parent->n_creations - 1) &&
+        ((int32_t)(parent->recv_seq[r] - n->seq) >= 0)) {
+        /* under way here, and all it sent has come (a posted receive
+         * would have taken it): stop waiting for it in the rounds */
         p2p_abort_fail_posted(parent, r, 0);
     }
 }
 
-int p2p_abort_left(p2p_comm_t *parent, int crank)
+int p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag)
 {
     p2p_context_t         *ctx = parent->ctx;
     struct p2p_abort_note *n;
@@ -233,7 +292,12 @@ int p2p_abort_left(p2p_comm_t *parent, int crank)
         if ((n->cid == parent->cid) && (n->cepoch == parent->cepoch) &&
             (n->creation == parent->n_creations - 1) &&
             (n->wrank == parent->world[crank])) {
-            return 1;
+            /* It sent all its rounds' messages before its notice: one
+             * still to come, or come and not taken, belongs to this
+             * round, and left behind it would be read by the parent's
+             * next barrier or creation. */
+            return ((int32_t)(parent->recv_seq[crank] - n->seq) >= 0) &&
+                   (p2p_mq_find_unexp(&parent->mq, crank, tag, 0) == NULL);
         }
     }
     return 0;

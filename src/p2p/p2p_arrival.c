@@ -341,6 +341,12 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
     p2p_rx_t rx;
     unsigned type;
 
+    if ((header_length == 0) &&
+        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        /* data is UCP's descriptor, not bytes of the message: not read */
+        p2p_rx_malformed(ctx, "no user header, by UCP rendezvous", 0);
+        return UCS_OK;
+    }
     if ((header_length == 0) && (length >= 2)) {
         /* a small EAGER message: its header starts the data (p2p_wire.h);
          * p2p_am_cb took it if it was one */
@@ -348,7 +354,7 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
                          "not EAGER without user header" :
                          (((const uint8_t*)data)[1] != P2P_WIRE_VERSION) ?
                          "wire version" : "EAGER without user header too "
-                         "short or by UCP rendezvous", 0);
+                         "short", 0);
         return UCS_OK;
     }
     if (P2P_UNLIKELY(header_length < 2)) {

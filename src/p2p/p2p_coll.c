@@ -72,7 +72,7 @@ static void p2p_allgather_lean(p2p_comm_t *comm, const void *in, size_t sz)
             continue;
         }
         reqs[0] = reqs[1] = NULL;
-        if (!p2p_abort_left(comm, i) &&
+        if (!p2p_abort_left(comm, i, P2P_TAG_ALLGATHER) &&
             (p2p_post_recv(comm, scratch, sizeof(scratch), i,
                            P2P_TAG_ALLGATHER, &reqs[0]) != P2P_OK)) {
             reqs[0] = NULL;
@@ -118,7 +118,7 @@ int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out)
         if (i == comm->rank) {
             continue;
         }
-        if (p2p_abort_left(comm, i)) {
+        if (p2p_abort_left(comm, i, P2P_TAG_ALLGATHER)) {
             err = P2P_ERR_COMM_ABORTED;
         } else {
             ret = p2p_post_recv(comm, (char*)out + i * sz, sz, i,
@@ -221,8 +221,9 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
         *buf  = 0;
         src   = (comm->rank - k + comm->size) % comm->size;
         /* a partner that left the creation under way (p2p_abort.c)
-         * sends nothing more in it */
-        ret_r = p2p_abort_left(comm, src) ? P2P_ERR_COMM_ABORTED :
+         * and has nothing more for this round */
+        ret_r = p2p_abort_left(comm, src, P2P_TAG_BARRIER) ?
+                P2P_ERR_COMM_ABORTED :
                 p2p_post_recv(comm, buf, sizeof(*buf), src,
                               P2P_TAG_BARRIER, &reqs[0]);
         ret_s = p2p_send_start(comm, &p2p_coll_flag[failed],

@@ -109,8 +109,9 @@ static ucs_config_field_t p2p_config_table[] = {
 
     {"ANSWER_TIMEOUT", "10s",
      "How long an answer (FIN, ACK) UCP keeps refusing is tried again\n"
-     "before its peer is taken as failed. Only time spent in p2p calls\n"
-     "counts: a compute phase between them gives the peer no chance.",
+     "before its peer is taken as failed. Of each gap between two tries\n"
+     "at most 0.5 s counts: a compute phase between p2p calls, which\n"
+     "gives the peer no chance, counts for 0.5 s at most.",
      ucs_offsetof(p2p_config_t, answer_timeout), UCS_CONFIG_TYPE_TIME},
 
     {"UCT_IB2", "",

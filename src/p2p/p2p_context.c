@@ -136,6 +136,9 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     ctx->peers[ctx->size].rank       = ctx->size;
     ctx->peers[ctx->size].failed     = 1;
     ctx->peers[ctx->size].fail_error = P2P_ERR_COMM_ABORTED;
+    /* as every peer's, never 0: a message with token 0 naming the absent
+     * rank is unauthenticated, not "from a failed peer" */
+    ctx->peers[ctx->size].rx_token   = p2p_random64();
     ucs_list_head_init(&ctx->peers[ctx->size].waiting);
     /* messages to ourselves carry our own token */
     ctx->peers[ctx->rank].tx_token = ctx->peers[ctx->rank].rx_token;

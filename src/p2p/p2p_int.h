@@ -458,8 +458,9 @@ int  p2p_comm_commit(p2p_comm_t *parent, int ret, p2p_comm_t *comm,
 void p2p_abort_send(p2p_comm_t *parent, uint32_t creation);
 void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                        const void *header);
-/* Whether member crank of parent left the creation under way on it. */
-int  p2p_abort_left(p2p_comm_t *parent, int crank);
+/* Whether member crank of parent left the creation under way on it and
+ * will send nothing more of tag in it (nothing of it queued either). */
+int  p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag);
 /* The creation under way on parent is over; comm: what it made here. */
 void p2p_abort_creation_over(p2p_comm_t *parent, p2p_comm_t *comm);
 /* comm is freed: notices of creations on it go. */

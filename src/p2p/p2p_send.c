@@ -209,11 +209,15 @@ int p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
             ++ctx->stats.eager_sent;
             sp = p2p_am_send(ctx, ep, &req->send.hdr.eager,
                              sizeof(req->send.hdr.eager), buf, len, &param);
-            if ((sp == NULL) && small_tried && (len != 0)) {
+            if ((sp == NULL) && small_tried && (len != 0) &&
+                (peer->tx_token != 0)) {
                 /* sent at once, but not as one payload: over UCP's short
                  * limit (a full queue would have refused both), so not
-                 * worth trying at this size again */
+                 * worth trying at this size again. Not learnt while the
+                 * reply flag is used (no token yet): its short limit is
+                 * lower than the one for all later messages. */
                 peer->small_max = len - 1;
+                ++ctx->stats.small_demoted;
             }
         } else {
             if (p2p_wait_link(req) != P2P_OK) {

@@ -176,7 +176,12 @@ typedef struct __attribute__((packed)) p2p_wire_token {
  * counted once its agreement starts). A member that has the communicator
  * of that creation takes the sender as absent from it: operations with it
  * there fail with P2P_ERR_COMM_ABORTED. A member still in that creation
- * stops waiting for the sender in it. */
+ * (or before it: at most one creation ahead, else the notice is dropped)
+ * stops waiting for the sender in its rounds, but only for what the
+ * sender did not send: `seq` is the sequence number of the sender's next
+ * message to the receiver on the parent, and a round's receive is still
+ * made while a message below it has not arrived, or one that arrived is
+ * of the round's tag. */
 typedef struct __attribute__((packed)) p2p_wire_abort {
     uint8_t  type;
     uint8_t  version;
@@ -184,13 +189,14 @@ typedef struct __attribute__((packed)) p2p_wire_abort {
     uint32_t cid;                           /* the parent: id, epoch */
     uint32_t cepoch;
     uint32_t creation;                      /* the parent's creation number */
-} p2p_wire_abort_t;                         /* 16 bytes */
+    uint32_t seq;                           /* sender's next to receiver */
+} p2p_wire_abort_t;                         /* 20 bytes */
 
 /*
  * Communicator creation (p2p_comm_dup, p2p_comm_split) is an allgather on
  * the parent: every member sends every other member one message of tag
- * P2P_WIRE_TAG_ALLGATHER per round, a p2p_wire_cid_offer_t -- in a split's
- * first round followed by a p2p_wire_split_t. Round r offers the slots
+ * P2P_WIRE_TAG_ALLGATHER per round, a p2p_wire_cid_offer_t -- in a split
+ * followed, in every round, by the same p2p_wire_split_t. Round r offers the slots
  * [r * 256, r * 256 + 256); the rounds end, at every member at once, with
  * the first round in which a slot is free at all members: the new
  * communicator's id is the lowest such slot, its epoch one above the
@@ -252,7 +258,7 @@ P2P_WIRE_SIZE_CHECK(p2p_wire_sync_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_rts_t, 60);
 P2P_WIRE_SIZE_CHECK(p2p_wire_ctl_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_token_t, 16);
-P2P_WIRE_SIZE_CHECK(p2p_wire_abort_t, 16);
+P2P_WIRE_SIZE_CHECK(p2p_wire_abort_t, 20);
 P2P_WIRE_SIZE_CHECK(p2p_wire_cid_offer_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_split_t, 8);
 P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 160);
