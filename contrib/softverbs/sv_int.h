@@ -520,6 +520,7 @@ struct sv_context {
     struct sv_device    *dev;
     struct sv_evq       *async;
     pthread_mutex_t      lock;
+    _Atomic uint32_t     n_pd, n_ah; /* given back at close if left */
 };
 
 struct sv_pd {
