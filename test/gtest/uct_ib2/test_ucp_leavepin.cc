@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <string>
 #include <sys/mman.h>
 #include <time.h>
@@ -78,10 +79,27 @@ protected:
                "rendezvous reads (rma_bw):\n" << info;
     }
 
+    /* Everything the fixture opened goes: endpoints, workers and the
+     * contexts (their memory domains, registration caches, memory hooks
+     * and descriptors), or each test would leak two contexts. */
     void TearDown() override
     {
         close(a);
         close(b);
+        destroy(a);
+        destroy(b);
+    }
+
+    static void destroy(Side &s)
+    {
+        if (s.worker != nullptr) {
+            ucp_worker_destroy(s.worker);
+            s.worker = nullptr;
+        }
+        if (s.ctx != nullptr) {
+            ucp_cleanup(s.ctx);
+            s.ctx = nullptr;
+        }
     }
 
     void open(Side &s)
@@ -343,4 +361,50 @@ TEST_F(ReadOnlyUcp, RendezvousFromReadOnlyBuffer)
     }
 }
 
+}
+
+namespace {
+
+size_t fds_open()
+{
+    size_t n = 0;
+    DIR *d = opendir("/proc/self/fd");
+
+    if (d != nullptr) {
+        while (readdir(d) != nullptr) {
+            ++n;
+        }
+        closedir(d);
+    }
+    return n;
+}
+
+/* The fixture, set up and torn down outside a test of its own. */
+class PairOnce : public UcpPair {
+public:
+    void run()
+    {
+        SetUp();
+        TearDown();
+    }
+    void TestBody() override {}
+};
+
+} // namespace
+
+/* The fixture gives back what it took: after a first pair (what UCX
+ * opens once per process stays), two more leave the descriptors as they
+ * were. */
+TEST(UcpPairFixture, GivesBackItsDescriptors)
+{
+    PairOnce first;
+    first.run();
+    ASSERT_FALSE(HasFailure());
+    size_t before = fds_open();
+    for (int i = 0; i < 2; ++i) {
+        PairOnce p;
+        p.run();
+        ASSERT_FALSE(HasFailure());
+    }
+    EXPECT_EQ(fds_open(), before) << "descriptors left by two pairs";
 }
