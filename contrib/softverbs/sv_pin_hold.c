@@ -311,6 +311,15 @@ static void sv_hold_drop(uint32_t region)
     }
     sv_hold_compact();
     sv_holds[region].held = 0;
+    /* nothing held: no descriptor kept either */
+    if (sv_npipe == 0) {
+        sv_hold_pipe_close(&sv_spare);
+        if (sv_null >= 0) {
+            close(sv_null);
+            sv_null = -1;
+            sv_hold_fds--;
+        }
+    }
 }
 
 /* Take references on the pages of [lo, hi) for region. 0, or an errno

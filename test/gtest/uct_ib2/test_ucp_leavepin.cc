@@ -30,6 +30,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <dirent.h>
+#include <map>
+#include <sys/ioctl.h>
 #include <string>
 #include <sys/mman.h>
 #include <time.h>
@@ -365,18 +367,48 @@ TEST_F(ReadOnlyUcp, RendezvousFromReadOnlyBuffer)
 
 namespace {
 
-size_t fds_open()
+/* Open descriptors: number -> what they are. */
+std::map<int, std::string> fds_open()
 {
-    size_t n = 0;
+    std::map<int, std::string> fds;
     DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
 
-    if (d != nullptr) {
-        while (readdir(d) != nullptr) {
-            ++n;
+    while (d != nullptr && (e = readdir(d)) != nullptr) {
+        char path[300], link[256];
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        n = readlink(path, link, sizeof(link) - 1);
+        if (n > 0 && e->d_name[0] != '.') {
+            link[n] = '\0';
+            fds[atoi(e->d_name)] = link;
         }
+    }
+    if (d != nullptr) {
         closedir(d);
     }
-    return n;
+    return fds;
+}
+
+std::string fds_added(const std::map<int, std::string> &before,
+                      const std::map<int, std::string> &after)
+{
+    std::string s;
+
+    for (const auto &f : after) {
+        auto b = before.find(f.first);
+        int bytes = -1;
+
+        if (b == before.end() || b->second != f.second) {
+            s += " " + std::to_string(f.first) + ":" + f.second;
+            if (f.second.compare(0, 5, "pipe:") == 0 &&
+                ioctl(f.first, FIONREAD, &bytes) == 0) {
+                s += "(" + std::to_string(bytes) + " bytes in it)";
+            }
+        }
+    }
+    return s;
 }
 
 /* The fixture, set up and torn down outside a test of its own. */
@@ -400,11 +432,13 @@ TEST(UcpPairFixture, GivesBackItsDescriptors)
     PairOnce first;
     first.run();
     ASSERT_FALSE(HasFailure());
-    size_t before = fds_open();
+    std::map<int, std::string> before = fds_open();
     for (int i = 0; i < 2; ++i) {
         PairOnce p;
         p.run();
         ASSERT_FALSE(HasFailure());
     }
-    EXPECT_EQ(fds_open(), before) << "descriptors left by two pairs";
+    std::map<int, std::string> after = fds_open();
+    EXPECT_EQ(after.size(), before.size())
+        << "descriptors left by two pairs:" << fds_added(before, after);
 }
