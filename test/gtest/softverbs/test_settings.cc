@@ -141,3 +141,17 @@ TEST(Settings, RepeatedDeviceOptionIsRefused)
     EXPECT_EQ(refusal({ "SOFTVERBS_DEVICES=a0:ib:2/p1.subnet=fe80:0:0:1/"
                         "p2.subnet=fe80:0:0:1" }), "");
 }
+
+/* An empty address in pN.ip (a '+' at an end, or two together) is
+ * refused, not skipped. */
+TEST(Settings, EmptyIpAddressIsRefused)
+{
+    for (const char *v : { "10.0.0.1+", "+10.0.0.1", "10.0.0.1++10.0.0.2" }) {
+        expect_refused(std::string("SOFTVERBS_DEVICES=r0:eth:1/p1.ip=") + v,
+                       (std::string("p1.ip='") + v + "' of 'r0' has an "
+                        "empty address: join addresses with single '+'")
+                       .c_str());
+    }
+    EXPECT_EQ(refusal({ "SOFTVERBS_DEVICES=r0:eth:1/p1.ip=10.0.0.1+"
+                        "10.0.0.2" }), "");
+}
