@@ -36,6 +36,9 @@ int main(int argc, char **argv)
                            MPI_COMM_WORLD));
     }
 
+    /* the wildcards above must not meet the messages below */
+    MPI_Barrier(MPI_COMM_WORLD);
+
     /* ordering: sizes alternate between eager and rendezvous */
     if (pml_rank == 1) {
         MPI_Request req[NMSG];

@@ -25,14 +25,22 @@ int main(int argc, char **argv)
         int *a = malloc(n * sizeof(int)), *b = malloc(n * sizeof(int));
         CHECK(a != NULL && b != NULL, "out of memory");
         if (pml_rank == 1) {
-            /* two messages with one envelope, then one with another */
+            /* two messages with one envelope, then one with another; not
+             * blocking sends: a rendezvous-size send need not complete
+             * before its matched-probed message is received */
+            int         *c = malloc(3 * n * sizeof(int));
+            MPI_Request sreq[3];
+            CHECK(c != NULL, "out of memory");
             for (int m = 0; m < 3; ++m) {
                 for (int i = 0; i < n; ++i) {
-                    a[i] = m * 1000003 + i;
+                    c[m * n + i] = m * 1000003 + i;
                 }
-                CHECK_MPI(MPI_Send(a, n - (m == 2), MPI_INT, 0,
-                                   (m == 2) ? 21 : 20, MPI_COMM_WORLD));
+                CHECK_MPI(MPI_Isend(c + m * n, n - (m == 2), MPI_INT, 0,
+                                    (m == 2) ? 21 : 20, MPI_COMM_WORLD,
+                                    &sreq[m]));
             }
+            CHECK_MPI(MPI_Waitall(3, sreq, MPI_STATUSES_IGNORE));
+            free(c);
         } else if (pml_rank == 0) {
             MPI_Message msg;
             MPI_Request req;
