@@ -7,6 +7,7 @@
 
 #include <p2p_embed.h>
 
+#include <chrono>
 #include <cstring>
 
 using namespace p2ptest;
@@ -103,9 +104,14 @@ TEST_F(P2P, EmbedCommFromRanksReversedRing)
     ASSERT_EQ(P2P_OK, p2p_irecv(&in, sizeof(in), P2P_ANY_SOURCE,
                                 P2P_ANY_TAG, c, &rreq));
     /* p2p_request_done does not progress: only waits complete it here */
-    int flag = 0;
+    int  flag = 0;
+    auto end  = std::chrono::steady_clock::now() +
+                std::chrono::duration<double>(wait_limit());
     while (!p2p_request_done(rreq)) {
         p2p_progress(ctx);
+        ASSERT_LT(std::chrono::steady_clock::now(), end)
+            << "the ring message never arrived (kept while the "
+               "communicator did not exist here?)";
     }
     ASSERT_EQ(P2P_OK, p2p_test(&rreq, &flag, &st));
     ASSERT_EQ(1, flag);
