@@ -102,19 +102,18 @@ static khint_t p2p_table_next(khint_t n_buckets, khint_t size,
         } \
     } while (0)
 
-/* A record for rx, charged to peer; NULL if it was dropped (and
- * accounted). */
+/* A record for rx, charged to peer (or taking over the charge of the
+ * hold it comes from: an early message replayed ahead of its turn); NULL
+ * if it was dropped (and accounted). */
 static p2p_held_t *p2p_held_new(p2p_context_t *ctx, p2p_peer_t *peer,
-                                const p2p_rx_t *rx)
+                                p2p_rx_t *rx)
 {
     size_t     dlen = (rx->how == P2P_ARR_DATA) ? rx->data_len : 0;
-    size_t     rec  = sizeof(p2p_held_t) +
-                      ((rx->how == P2P_ARR_UCP_DESC) ? P2P_UCP_DESC_CHARGE :
-                       0);
+    size_t     rec  = p2p_rx_overhead(ctx, rx);
     int        keep, reserve;
     p2p_held_t *h;
 
-    keep = p2p_charge(ctx, peer, rec, dlen, rx->type != P2P_WIRE_RTS);
+    keep = p2p_charge_rx(ctx, peer, rx, dlen);
     if (P2P_UNLIKELY(keep < 0)) {
         p2p_rec_lost(ctx, peer, rx, UCS_ERR_EXCEEDS_LIMIT);
         return NULL;
@@ -148,7 +147,8 @@ static p2p_held_t *p2p_held_new(p2p_context_t *ctx, p2p_peer_t *peer,
         h->rx.data     = h->buf;
         h->rx.data_len = dlen;
     }
-    h->charge = rec + dlen;
+    h->rx.charged = rec + dlen;
+    h->rx.payer   = peer;
     ++ctx->stats.held_msgs;
     return h;
 }
@@ -158,11 +158,12 @@ static void p2p_held_free(p2p_context_t *ctx, p2p_held_t *h, int release)
     if (release && (h->rx.how == P2P_ARR_UCP_DESC)) {
         ucp_am_data_release(ctx->worker, h->rx.data);
     }
-    p2p_uncharge(ctx, h->peer, h->charge);
+    /* 0 if the record it went to next took the charge over */
+    p2p_uncharge(ctx, h->peer, h->rx.charged);
     p2p_rec_free(ctx, h, h->reserve);
 }
 
-int p2p_hold_ooo(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
+int p2p_hold_ooo(p2p_comm_t *comm, p2p_peer_t *peer, p2p_rx_t *rx)
 {
     p2p_context_t *ctx = comm->ctx;
     p2p_held_t    *h;
@@ -223,7 +224,7 @@ void p2p_held_done(p2p_context_t *ctx, p2p_held_t *h, int kept)
     p2p_held_free(ctx, h, !kept);
 }
 
-int p2p_hold_early(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx)
+int p2p_hold_early(p2p_context_t *ctx, p2p_peer_t *peer, p2p_rx_t *rx)
 {
     p2p_early_q_t *q;
     p2p_held_t    *h;
@@ -280,7 +281,8 @@ void p2p_early_replay(p2p_context_t *ctx, p2p_comm_t *comm)
     for (; h != NULL; h = next) {
         next = h->next;
         p2p_arrival(ctx, &h->rx);
-        /* the arrival path copied the data or took the descriptor */
+        /* the arrival path copied the data or took the descriptor, and
+         * the charge with them if it kept the message */
         p2p_held_free(ctx, h, 0);
     }
 }

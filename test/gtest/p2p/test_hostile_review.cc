@@ -489,8 +489,24 @@ TEST(P2PReview, FloodingRankIsCutOffHonestRankGetsThrough)
     p2p_stats_t s0 = stats();
     ASSERT_LE(s0.unexp_limit, (size_t)1 << 20)
         << "run with P2P_UNEXPECTED_LIMIT=64k";
-    /* the limit and some of the headroom */
-    uint32_t      count = (uint32_t)(s0.unexp_limit / len) + 20;
+    /* The limit and some of the headroom. Each message is charged
+     * unexp_overhead besides its data, held or queued (docs/p2p.md):
+     * limit / (len + unexp_overhead) keep their data (64 KiB and 480
+     * bytes: 65536 / 1480 = 44), twenty more their headers only (20 x
+     * 480 = 9600, within the headroom of 16384: 74720 held in all, short
+     * of the hard limit 81920). Rank 2's twenty are within its share
+     * (20 x 1480 = 29600 <= 65536 / 2), and the fifth of them (74720 + 5
+     * x 1480 > 81920) goes past the headroom: rank 1 holds the most. */
+    const size_t  per   = len + s0.unexp_overhead;
+    uint32_t      count = (uint32_t)(s0.unexp_limit / per) + 20;
+    ASSERT_LE(s0.unexp_bytes + (count - 20) * per +
+              20 * s0.unexp_overhead + 1024, s0.unexp_hard_limit)
+        << "the flood alone would go past the headroom: nothing to test";
+    ASSERT_LE(honest * per, s0.unexp_limit / 2)
+        << "the honest rank's messages are not within its share";
+    ASSERT_GT(s0.unexp_bytes + (count - 20) * per +
+              20 * s0.unexp_overhead + honest * per, s0.unexp_hard_limit)
+        << "the honest rank's messages would not fill the headroom";
     char          mark[8];
     p2p_request_t *mreq;
     ASSERT_EQ(P2P_OK, p2p_irecv(mark, sizeof(mark), 1, TAG_MARK + TAG_FLOOD,
