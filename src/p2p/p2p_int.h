@@ -196,10 +196,22 @@ int  p2p_req_pool_init(p2p_context_t *ctx);
 void p2p_req_pool_cleanup(p2p_context_t *ctx);
 void p2p_req_event(p2p_request_t *req);
 
+/* Whether an operation of this kind is to fail now (p2p_fault.h). */
+static inline int p2p_fault(p2p_context_t *ctx, int kind)
+{
+    if (P2P_LIKELY(ctx->faults == 0) || (ctx->fault[kind] == 0)) {
+        return 0;
+    }
+    --ctx->fault[kind];
+    --ctx->faults;
+    return 1;
+}
+
 /* A request from the pool (inline: every message takes one or two) */
 static inline p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind)
 {
-    p2p_request_t *req = ucs_mpool_get_inline(&ctx->req_mp);
+    p2p_request_t *req = p2p_fault(ctx, P2P_FAULT_REQUEST) ? NULL :
+                         ucs_mpool_get_inline(&ctx->req_mp);
 
     if (P2P_UNLIKELY(req == NULL)) {
         return NULL;
@@ -337,17 +349,6 @@ static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
         memcpy(req->recv.buf, data, n);
     }
     req->status.count = n;
-}
-
-/* Whether an operation of this kind is to fail now (p2p_fault.h). */
-static inline int p2p_fault(p2p_context_t *ctx, int kind)
-{
-    if (P2P_LIKELY(ctx->faults == 0) || (ctx->fault[kind] == 0)) {
-        return 0;
-    }
-    --ctx->fault[kind];
-    --ctx->faults;
-    return 1;
 }
 
 /* p2p_unexp.c */
