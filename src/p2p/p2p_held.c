@@ -287,14 +287,53 @@ void p2p_early_replay(p2p_context_t *ctx, p2p_comm_t *comm)
     }
 }
 
+/* Which held records a walk drops. */
+typedef int (*p2p_held_pred_t)(p2p_context_t *ctx, const p2p_held_t *h,
+                               const void *arg);
+
+static int p2p_held_of_peer(p2p_context_t *ctx, const p2p_held_t *h,
+                            const void *peer)
+{
+    (void)ctx;
+    return h->peer == peer;
+}
+
+/* for a communicator not above our epoch: stale once its creation ended */
+static int p2p_held_stale(p2p_context_t *ctx, const p2p_held_t *h,
+                          const void *arg)
+{
+    (void)arg;
+    return (int32_t)(h->rx.m.cepoch - ctx->epoch) <= 0;
+}
+
+/* Unlink and drop the records of an early queue that drop() picks; the
+ * queue's last is what is left last. How many went. */
+static size_t p2p_early_q_drop(p2p_context_t *ctx, p2p_early_q_t *q,
+                               p2p_held_pred_t drop, const void *arg)
+{
+    p2p_held_t **link, *h;
+    size_t     n = 0;
+
+    q->last = NULL;
+    for (link = &q->first; (h = *link) != NULL;) {
+        if (drop(ctx, h, arg)) {
+            *link = h->next;
+            p2p_held_free(ctx, h, 1);
+            ++n;
+        } else {
+            q->last = h;
+            link    = &h->next;
+        }
+    }
+    return n;
+}
+
 size_t p2p_held_drop_peer(p2p_context_t *ctx, p2p_peer_t *peer)
 {
-    p2p_early_q_t *q;
-    p2p_held_t    *h, **link;
-    p2p_comm_t    *comm;
-    uint32_t      cid;
-    khiter_t      k;
-    size_t        n = 0;
+    p2p_comm_t *comm;
+    uint32_t   cid;
+    khiter_t   k;
+    size_t     n = 0;
 
     for (cid = 0; cid < ctx->ncomms; ++cid) {
         comm = ctx->comms[cid];
@@ -316,19 +355,9 @@ size_t p2p_held_drop_peer(p2p_context_t *ctx, p2p_peer_t *peer)
         if (!kh_exist(&ctx->early, k)) {
             continue;
         }
-        q       = &kh_val(&ctx->early, k);
-        q->last = NULL;
-        for (link = &q->first; (h = *link) != NULL;) {
-            if (h->peer == peer) {
-                *link = h->next;
-                p2p_held_free(ctx, h, 1);
-                ++n;
-            } else {
-                q->last = h;
-                link    = &h->next;
-            }
-        }
-        if (q->first == NULL) {
+        n += p2p_early_q_drop(ctx, &kh_val(&ctx->early, k),
+                              p2p_held_of_peer, peer);
+        if (kh_val(&ctx->early, k).first == NULL) {
             kh_del(p2p_early, &ctx->early, k);
         }
     }
@@ -343,26 +372,15 @@ size_t p2p_held_drop_peer(p2p_context_t *ctx, p2p_peer_t *peer)
  * its sender charged until then. */
 void p2p_held_drop_stale_early(p2p_context_t *ctx, uint32_t cid)
 {
-    khiter_t      k = kh_get(p2p_early, &ctx->early, cid);
-    p2p_early_q_t *q;
-    p2p_held_t    *h, **link;
+    khiter_t k = kh_get(p2p_early, &ctx->early, cid);
 
     if (k == kh_end(&ctx->early)) {
         return;
     }
-    q       = &kh_val(&ctx->early, k);
-    q->last = NULL;
-    for (link = &q->first; (h = *link) != NULL;) {
-        if ((int32_t)(h->rx.m.cepoch - ctx->epoch) <= 0) {
-            *link = h->next;
-            ++ctx->stats.rx_stale_comm;
-            p2p_held_free(ctx, h, 1);
-        } else {
-            q->last = h;
-            link    = &h->next;
-        }
-    }
-    if (q->first == NULL) {
+    ctx->stats.rx_stale_comm += p2p_early_q_drop(ctx,
+                                                 &kh_val(&ctx->early, k),
+                                                 p2p_held_stale, NULL);
+    if (kh_val(&ctx->early, k).first == NULL) {
         kh_del(p2p_early, &ctx->early, k);
         p2p_table_trim(p2p_early, ctx, &ctx->early, P2P_EARLY_KV,
                        &ctx->early_table);
