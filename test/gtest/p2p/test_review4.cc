@@ -33,47 +33,9 @@
 #include <unistd.h>
 
 using namespace p2ptest;
+using namespace p2pfix;
 
 namespace {
-
-p2p_context_t *ctx;
-p2p_comm_t    *world;
-int           rank, size;
-
-double wait_limit()
-{
-    const char *e = getenv("P2PTEST_WAIT_LIMIT");
-    return (e != nullptr) ? atof(e) : 60.0;
-}
-
-/* A blocking call that does not return fails the process, not hangs it. */
-std::atomic<const char*> in_call{nullptr};
-std::atomic<double>      call_deadline{0};
-
-void start_watchdog()
-{
-    std::thread([] {
-        for (;;) {
-            usleep(100000);
-            const char *what = in_call.load();
-            if ((what != nullptr) && (now() > call_deadline.load())) {
-                fprintf(stderr, "[rank %d] %s did not return within %.0f s\n",
-                        rank, what, wait_limit());
-                fflush(stdout);
-                _exit(3);
-            }
-        }
-    }).detach();
-}
-
-struct Blocking {
-    explicit Blocking(const char *what)
-    {
-        call_deadline = now() + wait_limit();
-        in_call       = what;
-    }
-    ~Blocking() { in_call = nullptr; }
-};
 
 p2p_wire_cid_offer_t raw_offer()
 {
@@ -365,10 +327,7 @@ int main(int argc, char **argv)
     world = p2p_comm_world(ctx);
     rank  = p2p_comm_rank(world);
     size  = p2p_comm_size(world);
-    if (rank != 0) {
-        auto &l = ::testing::UnitTest::GetInstance()->listeners();
-        delete l.Release(l.default_result_printer());
-    }
+    p2p_test_report_at_rank0(rank);
     start_watchdog();
     int rc = RUN_ALL_TESTS();
     {
