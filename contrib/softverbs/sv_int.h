@@ -691,6 +691,7 @@ static inline void sv_mutex_unlock(sv_mutex_t *m)
 /* sv_log.c */
 void sv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sv_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void sv_debug_set(int on);   /* SOFTVERBS_DEBUG, read by sv_config_load */
 uint64_t sv_now_ns(void);
 
 /* sv_config.c */
