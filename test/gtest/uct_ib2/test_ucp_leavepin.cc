@@ -29,7 +29,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <dirent.h>
+#include <malloc.h>
 #include <map>
 #include <sys/ioctl.h>
 #include <string>
@@ -253,9 +255,9 @@ protected:
         }
     }
 
-    void stress(Method m)
+    void stress(Method m, size_t len = kLen)
     {
-        Buffers bufs(m, kLen, 4);
+        Buffers bufs(m, len, 4);
         long long stale0 = leavepin::stale_accesses();
 
         ASSERT_EQ("", bufs.error()) << leavepin::method_name(m);
@@ -265,22 +267,22 @@ protected:
             }
             uint64_t sa = 1000 * (uint64_t)m + 2 * round + 1;
             uint64_t sb = sa + 1;
-            leavepin::fill(bufs[0], kLen, sa);
-            leavepin::fill(bufs[2], kLen, sb);
-            memset(bufs[1], kUnset, kLen);
-            memset(bufs[3], kUnset, kLen);
+            leavepin::fill(bufs[0], len, sa);
+            leavepin::fill(bufs[2], len, sb);
+            memset(bufs[1], kUnset, len);
+            memset(bufs[3], kUnset, len);
             exchange(bufs);
             ASSERT_FALSE(HasFatalFailure());
             const char *when = (round == 0) ? "before any renewal"
                                             : "after renewal";
-            EXPECT_EQ(-1, leavepin::check(bufs[3], kLen, sa))
+            EXPECT_EQ(-1, leavepin::check(bufs[3], len, sa))
                 << leavepin::method_name(m) << ", round " << round << " ("
                 << when << "), A to B: "
-                << leavepin::describe_wrong(bufs[3], kLen, sa, kUnset);
-            EXPECT_EQ(-1, leavepin::check(bufs[1], kLen, sb))
+                << leavepin::describe_wrong(bufs[3], len, sa, kUnset);
+            EXPECT_EQ(-1, leavepin::check(bufs[1], len, sb))
                 << leavepin::method_name(m) << ", round " << round << " ("
                 << when << "), B to A: "
-                << leavepin::describe_wrong(bufs[1], kLen, sb, kUnset);
+                << leavepin::describe_wrong(bufs[1], len, sb, kUnset);
         }
         if (stale0 >= 0) {
             EXPECT_EQ(stale0, leavepin::stale_accesses())
@@ -291,7 +293,24 @@ protected:
 
 class LeavePinnedUcp : public UcpPair {};
 
-TEST_F(LeavePinnedUcp, MallocFree)       { stress(Method::Malloc); }
+/* free() gives a block back to the kernel only if malloc took it with
+ * mmap, and malloc does that only when nothing free in the heap fits:
+ * whatever ran before in this process (the brk test pads the heap by
+ * 16 MiB, UCX frees its own blocks) may have left enough. The blocks here
+ * are larger than all the free memory of every arena together, plus
+ * room for what UCX frees while the test runs, so that each one, first
+ * and renewed, is a mapping of its own; Buffers checks that every free()
+ * unmapped its block. */
+TEST_F(LeavePinnedUcp, MallocFree)
+{
+    constexpr size_t kMargin = 4 << 20;
+    struct mallinfo2 mi      = mallinfo2();
+    size_t len               = std::max(kLen, mi.fordblks + kMargin);
+
+    len = (len + kMargin - 1) / kMargin * kMargin;
+    stress(Method::Malloc, len);
+}
+
 TEST_F(LeavePinnedUcp, MmapMunmap)       { stress(Method::Mmap); }
 TEST_F(LeavePinnedUcp, Mremap)           { stress(Method::Mremap); }
 TEST_F(LeavePinnedUcp, BrkShrink)        { stress(Method::Brk); }
