@@ -254,23 +254,32 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->peer_nodes = conf->nodes - 1 +
                       ((conf->intra && conf->ppn > 1) ? 1 : 0);
 
+    /* Per queue: its kind, its receive buffers (a pool of them, see
+     * below: [ib2_rx_desc_t][8][headroom][hdr][data], as ib2_iface.c lays
+     * them out; pools grow by num, 32 to 1024, elements) and its ring. */
+    rx_off = ib2m_align_up(lay->rx_desc + lay->release_ptr +
+                           conf->rx_headroom + lay->am_hdr, 8);
     for (q = 0; q < rq->count; ++q) {
         const ib2_rq_spec_t *s = &rq->q[q];
+        unsigned grow  = s->num < 32 ? 32 : (s->num > 1024 ? 1024 : s->num);
+        int per_peer   = (s->type == IB2_RQ_PER_PEER);
+        unsigned long n = per_peer ? s->num + s->reserved : s->num;
 
-        switch (s->type) {
-        case IB2_RQ_PER_PEER:
+        if (per_peer) {
             ++n_p;
-            pbufs += s->num + s->reserved;
-            break;
-        case IB2_RQ_SHARED:
-            ++n_s;
-            sbufs += s->num;
-            break;
-        default:
-            ++n_x;
-            sbufs += s->num;
-            break;
+            pbufs += n;
+        } else {
+            n_s   += (s->type == IB2_RQ_SHARED);
+            n_x   += (s->type != IB2_RQ_SHARED);
+            sbufs += n;
         }
+        ib2m_pool(conf, lay, rx_off - lay->am_hdr + s->size, rx_off, grow,
+                  per_peer ? res->peers * n : n, &res->rx[q]);
+        res->rx_bytes += res->rx[q].chunks * res->rx[q].chunk_bytes;
+        res->mr       += res->rx[q].chunks;
+        res->rq_bytes += per_peer ?
+                         res->peers * ib2m_ring(dev->rq_pow2, n, dev->rq_wqe) :
+                         ib2m_ring(dev->rq_pow2, n, dev->srq_wqe);
     }
     if (n_x != 0 && n_x != rq->count) {
         snprintf(err, max, "with X (XRC) queues every queue must be X");
@@ -292,21 +301,7 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->cq          = 2;
     res->recv_posted = sbufs + res->peers * pbufs;
 
-    /* Buffers: [ib2_rx_desc_t][8][headroom][hdr][data], as ib2_iface.c
-     * lays them out; pools grow by num (32 to 1024) elements. */
-    rx_off = ib2m_align_up(lay->rx_desc + lay->release_ptr +
-                           conf->rx_headroom + lay->am_hdr, 8);
-    for (q = 0; q < rq->count; ++q) {
-        const ib2_rq_spec_t *s = &rq->q[q];
-        unsigned grow = s->num < 32 ? 32 : (s->num > 1024 ? 1024 : s->num);
-        unsigned long bufs = (s->type == IB2_RQ_PER_PEER) ?
-                             res->peers * (s->num + s->reserved) : s->num;
-
-        ib2m_pool(conf, lay, rx_off - lay->am_hdr + s->size, rx_off, grow,
-                  bufs, &res->rx[q]);
-        res->rx_bytes += res->rx[q].chunks * res->rx[q].chunk_bytes;
-        res->mr       += res->rx[q].chunks;
-    }
+    /* The send buffers' pool: one chunk of the largest size. */
     largest = rq->q[rq->count - 1].size;
     ib2m_pool(conf, lay, lay->tx_desc + largest, lay->tx_desc,
               conf->tx_bufs_grow, 0, &res->tx);
@@ -335,17 +330,6 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
         sq_one = ib2m_pow2(sq_one);
     }
     res->sq_bytes = (res->qp_rc + res->qp_xrc_ini) * sq_one;
-    for (q = 0; q < rq->count; ++q) {
-        const ib2_rq_spec_t *s = &rq->q[q];
-
-        if (s->type == IB2_RQ_PER_PEER) {
-            res->rq_bytes += res->peers *
-                             ib2m_ring(dev->rq_pow2, s->num + s->reserved,
-                                       dev->rq_wqe);
-        } else {
-            res->rq_bytes += ib2m_ring(dev->rq_pow2, s->num, dev->srq_wqe);
-        }
-    }
     res->cq_bytes = ((dev->cq_pow2 ? res->tx_cqe + 1 : res->tx_cqe) +
                      (dev->cq_pow2 ? res->rx_cqe + 1 : res->rx_cqe)) *
                     dev->cqe;
