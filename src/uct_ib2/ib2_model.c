@@ -42,44 +42,41 @@ void ib2_model_conf_default(ib2_model_conf_t *conf)
     conf->thp          = 1;
 }
 
+/* The devices the model knows by name. */
+static const ib2_model_dev_t ib2m_presets[] = {
+    /* ConnectX-5/6 as ibv_devinfo -v shows them: max_qp 262144,
+     * max_srq 8388608, max_cqe 4194303. mlx5 sizes an RC send WQE as
+     * control, remote address and atomic segments (48 bytes) plus the
+     * larger of the inline data (4 + 256, to 16) and the gather list
+     * (30 entries of 16 bytes): 528, in 64-byte blocks 576; the queue
+     * is 2^n bytes. Receive WQEs: 16 bytes per entry (SRQs 32: a next
+     * segment first), CQEs 64 bytes, queues of 2^n entries. */
+    { .name = "connectx", .max_qp = 262144, .max_srq = 8388608,
+      .max_cqe = 4194303, .sq_wqe = 576, .rq_wqe = 16, .srq_wqe = 32,
+      .cqe = 64, .sq_pow2 = 1, .rq_pow2 = 1, .cq_pow2 = 1 },
+    /* softverbs' defaults (SOFTVERBS_MAX_QP etc.) and its rings: a
+     * receive WQE is 16 bytes plus 16 per entry, a CQE 128 bytes, both
+     * in rings of 2^n; a send queue is private memory of 2^n slots of
+     * 16 gather entries and 256 inline bytes. */
+    { .name = "softverbs", .max_qp = 4096, .max_srq = 1024,
+      .max_cqe = 1048575, .sq_wqe = 16 * 16 + 256, .rq_wqe = 32,
+      .srq_wqe = 32, .cqe = 128, .sq_pow2 = 1, .rq_pow2 = 1,
+      .cq_pow2 = 1 },
+};
+
 int ib2_model_dev_preset(const char *name, ib2_model_dev_t *dev, char *err,
                          size_t max)
 {
+    size_t i;
+
+    for (i = 0; i < sizeof(ib2m_presets) / sizeof(ib2m_presets[0]); ++i) {
+        if (!strcmp(name, ib2m_presets[i].name)) {
+            *dev = ib2m_presets[i];
+            return 0;
+        }
+    }
     memset(dev, 0, sizeof(*dev));
     snprintf(dev->name, sizeof(dev->name), "%s", name);
-    if (!strcmp(name, "connectx")) {
-        /* ConnectX-5/6 as ibv_devinfo -v shows them: max_qp 262144,
-         * max_srq 8388608, max_cqe 4194303. mlx5 sizes an RC send WQE as
-         * control, remote address and atomic segments (48 bytes) plus the
-         * larger of the inline data (4 + 256, to 16) and the gather list
-         * (30 entries of 16 bytes): 528, in 64-byte blocks 576; the queue
-         * is 2^n bytes. Receive WQEs: 16 bytes per entry (SRQs 32: a next
-         * segment first), CQEs 64 bytes, queues of 2^n entries. */
-        dev->max_qp  = 262144;
-        dev->max_srq = 8388608;
-        dev->max_cqe = 4194303;
-        dev->sq_wqe  = 576;
-        dev->rq_wqe  = 16;
-        dev->srq_wqe = 32;
-        dev->cqe     = 64;
-        dev->sq_pow2 = dev->rq_pow2 = dev->cq_pow2 = 1;
-        return 0;
-    }
-    if (!strcmp(name, "softverbs")) {
-        /* softverbs' defaults (SOFTVERBS_MAX_QP etc.) and its rings: a
-         * receive WQE is 16 bytes plus 16 per entry, a CQE 128 bytes, both
-         * in rings of 2^n; a send queue is private memory of 2^n slots of
-         * 16 gather entries and 256 inline bytes. */
-        dev->max_qp  = 4096;
-        dev->max_srq = 1024;
-        dev->max_cqe = 1048575;
-        dev->sq_wqe  = 16 * 16 + 256;
-        dev->rq_wqe  = 32;
-        dev->srq_wqe = 32;
-        dev->cqe     = 128;
-        dev->sq_pow2 = dev->rq_pow2 = dev->cq_pow2 = 1;
-        return 0;
-    }
     snprintf(err, max, "unknown device \"%s\": give connectx or softverbs, "
              "or the limits with --max-qp, --max-srq, --sq-wqe, --rq-wqe, "
              "--cqe", name);
