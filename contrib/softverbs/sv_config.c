@@ -243,6 +243,7 @@ int sv_config_load(struct sv_config *cfg, char *err, size_t errlen)
 {
     const char *s;
     size_t i;
+    int debug;
 
     memset(cfg, 0, sizeof(*cfg));
     s = getenv("SOFTVERBS_DEVICES");
@@ -310,6 +311,15 @@ int sv_config_load(struct sv_config *cfg, char *err, size_t errlen)
                  "or off not to", s);
         return -1;
     }
+    s     = getenv("SOFTVERBS_DEBUG");
+    debug = 0;
+    if (s != NULL && sv_parse_bool(s, &debug)) {
+        snprintf(err, errlen, "SOFTVERBS_DEBUG='%s' is invalid: give 1, yes, "
+                 "true or on to trace recoveries, limits hit and injected "
+                 "faults, 0, no, false or off not to", s);
+        return -1;
+    }
+    sv_debug_set(debug);
     s = getenv("SOFTVERBS_FORK");
     if (s != NULL && *s != '\0' && strcmp(s, "copy") != 0) {
         snprintf(err, errlen, "SOFTVERBS_FORK='%s' is invalid: give copy (the "

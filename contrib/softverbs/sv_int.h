@@ -36,7 +36,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 12
+#define SV_LAYOUT_VERSION 13
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -183,6 +183,11 @@ struct sv_port_shared {
     uint8_t  gid_type[SV_GID_TBL_LEN]; /* enum ibv_gid_type */
     uint8_t  num_gids;
     uint8_t  pad2[7];
+    /* payload bytes of RC/UC requests that left and reached the port, as
+     * an adapter's port_xmit_data/port_rcv_data count them: what shows
+     * that a port really carried a transfer (softverbs_port_bytes) */
+    _Atomic uint64_t xmit_bytes;
+    _Atomic uint64_t rcv_bytes;
 };
 
 struct sv_dev_shared {
@@ -691,6 +696,7 @@ static inline void sv_mutex_unlock(sv_mutex_t *m)
 /* sv_log.c */
 void sv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sv_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void sv_debug_set(int on);   /* SOFTVERBS_DEBUG, read by sv_config_load */
 uint64_t sv_now_ns(void);
 
 /* sv_config.c */

@@ -1,5 +1,5 @@
 /* Settings that took garbage silently (docs/softverbs.md, "Using it"):
- * a boolean, SOFTVERBS_FORK, a subnet prefix and a repeated device
+ * a boolean (SOFTVERBS_PIN_ABORT, SOFTVERBS_DEBUG), SOFTVERBS_FORK, a subnet prefix and a repeated device
  * option are refused with a message naming the setting and what to give;
  * the documented spellings are taken. */
 #include "sv_test.h"
@@ -16,9 +16,10 @@ using namespace sv;
 
 namespace {
 
-/* ibv_get_device_list under env in a child: "" if it gave devices, else
- * what the child printed on stderr (or a note if it failed otherwise). */
-std::string refusal(std::vector<std::string> env)
+/* ibv_get_device_list under env in a child: 0 if it gave devices, 20 if
+ * it refused them (EINVAL), else another code; *err gets what the child
+ * printed on stderr. */
+int list_devices(std::vector<std::string> env, std::string *err)
 {
     std::string log = "/tmp/sv-settings-" + std::to_string(getpid());
     env.push_back("SOFTVERBS_SHM=" + seg_name("settings"));
@@ -34,17 +35,26 @@ std::string refusal(std::vector<std::string> env)
         }
         return (errno == EINVAL && n == 0) ? 20 : 21;
     });
-    std::string out;
+    err->clear();
     FILE *f = fopen(log.c_str(), "r");
     if (f != nullptr) {
         char buf[1024];
         size_t k;
         while ((k = fread(buf, 1, sizeof(buf), f)) > 0) {
-            out.append(buf, k);
+            err->append(buf, k);
         }
         fclose(f);
     }
     unlink(log.c_str());
+    return rc;
+}
+
+/* "" if the device list came under env, else what the child printed on
+ * stderr (or a note if it failed otherwise). */
+std::string refusal(std::vector<std::string> env)
+{
+    std::string out;
+    int rc = list_devices(std::move(env), &out);
     if (rc == 0) {
         return "";
     }
@@ -154,4 +164,32 @@ TEST(Settings, EmptyIpAddressIsRefused)
     }
     EXPECT_EQ(refusal({ "SOFTVERBS_DEVICES=r0:eth:1/p1.ip=10.0.0.1+"
                         "10.0.0.2" }), "");
+}
+
+/* SOFTVERBS_DEBUG is a boolean like SOFTVERBS_PIN_ABORT: atoi took "yes"
+ * for off and "2junk" for on. The documented spellings trace (attaching
+ * to the segment is traced) or do not; anything else is refused. */
+TEST(Settings, DebugIsABoolean)
+{
+    const char *traced = "as process slot";
+    std::string err;
+
+    for (const char *v : { "1", "yes", "true", "on", "YES", "On" }) {
+        EXPECT_EQ(list_devices({ std::string("SOFTVERBS_DEBUG=") + v }, &err),
+                  0) << v << ": " << err;
+        EXPECT_NE(err.find(traced), std::string::npos) << v << ": " << err;
+    }
+    for (const char *v : { "0", "no", "false", "off", "" }) {
+        EXPECT_EQ(list_devices({ std::string("SOFTVERBS_DEBUG=") + v }, &err),
+                  0) << v << ": " << err;
+        EXPECT_EQ(err.find(traced), std::string::npos) << v << ": " << err;
+    }
+    expect_refused("SOFTVERBS_DEBUG=maybe",
+                   "SOFTVERBS_DEBUG='maybe' is invalid: give 1, yes, true or "
+                   "on to trace recoveries, limits hit and injected faults, "
+                   "0, no, false or off not to");
+    for (const char *v : { "2", "1junk", " 1", "-1", "01" }) {
+        expect_refused(std::string("SOFTVERBS_DEBUG=") + v,
+                       (std::string("SOFTVERBS_DEBUG='") + v + "'").c_str());
+    }
 }
