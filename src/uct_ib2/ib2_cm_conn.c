@@ -145,6 +145,7 @@ void ib2_cm_ep_destroy(ib2_ep_t *ep)
     ucs_list_del(&cep->list);   /* self-linked when on no list */
     ep->cm = NULL;
     if (cep->twin != NULL) {
+        cep->twin->twin_of = NULL;   /* its failures go nowhere now */
         ib2_ep_destroy(&cep->twin->super.super);
     }
     ucs_free(cep);
@@ -169,6 +170,21 @@ void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
              cep->have_peer ? ib2_cm_peer_str(&cep->peer, peer, sizeof(peer)) :
                               "(not connected)", why);
     ib2_ep_set_failed(ep, status);   /* reports it; nothing after this */
+}
+
+void ib2_cm_twin_failed(ib2_ep_t *twin, ucs_status_t status)
+{
+    ib2_ep_t *owner = twin->twin_of;
+
+    if ((owner == NULL) || owner->failed || owner->destroyed) {
+        return;
+    }
+    if (owner->cm != NULL) {
+        ib2_cm_ep_fail(owner->cm, status, "the other end of its connection "
+                       "to itself failed");
+    } else {
+        ib2_ep_set_failed(owner, status);
+    }
 }
 
 void ib2_cm_q_up(ib2_cm_qconn_t *qc)
@@ -402,7 +418,9 @@ ucs_status_t ib2_cm_ep_get_address(ib2_ep_t *ep, uct_ep_addr_t *addr)
  * the interface's handlers like any message; its RDMA reaches this
  * process's memory through them. The twin is on no list of the
  * interface's (flush and fence are the owner's business; it sends only
- * credit messages) and is destroyed with its owner.
+ * credit messages; its owner's deadline covers its connections) and is
+ * destroyed with its owner. It is never named to the user: when it fails
+ * (its connection, its QPs, its CQ errors) its owner fails instead.
  */
 static ucs_status_t ib2_cm_ep_connect_self(ib2_ep_t *ep,
                                            const ib2_dev_addr_t *dev)
@@ -426,7 +444,9 @@ static ucs_status_t ib2_cm_ep_connect_self(ib2_ep_t *ep,
     twin = ucs_derived_of(tl_twin, ib2_ep_t);
     ucs_list_del(&twin->list);
     ucs_list_head_init(&twin->list);
-    ep->cm->twin = twin;
+    twin->hidden  = 1;
+    twin->twin_of = ep;
+    ep->cm->twin  = twin;
     ib2_cm_ep_get_address(ep, (uct_ep_addr_t*)&own);
     ib2_cm_ep_get_address(twin, (uct_ep_addr_t*)&other);
     status = ib2_cm_ep_connect(twin, dev, (uct_ep_addr_t*)&own);
@@ -476,7 +496,10 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
     cep->have_peer = 1;
     cep->initiator = (ib2_cm_peer_cmp(&cep->self, &cep->peer) < 0);
     cep->deadline  = ucs_get_time() + cm->timeout;
-    ucs_list_add_tail(&cm->connecting, &cep->list);
+    if (!ep->hidden) {
+        /* a twin is covered by its owner's deadline */
+        ucs_list_add_tail(&cm->connecting, &cep->list);
+    }
     if (cep->initiator) {
         for (q = 0; q < ep->nq; ++q) {
             status = ib2_cm_q_start(&cep->q[q]);
