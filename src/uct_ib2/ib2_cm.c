@@ -1,14 +1,15 @@
 /*
  * rc_ib2's connection manager, the interface's part: which way an
  * interface connects (UCX_IB2_CM), the rdma_cm listener on the port's IP
- * address, the event channel read from the interface's progress
- * (non-blocking: no thread of ours; UCX's async thread is not needed
- * either, since connections only matter to a caller that progresses),
- * requests held until their endpoint is connected, and the deadlines.
+ * address, the event channel (watched by the worker's async context, which
+ * only raises a flag; the events are read and handled in the interface's
+ * progress, in the thread that owns the endpoints), requests held until
+ * their endpoint is connected, and the deadlines.
  * An endpoint's connections are in ib2_cm_conn.c.
  */
 #include "ib2_cm.h"
 
+#include <ucs/async/async.h>
 #include <ucs/sys/sock.h>
 #include <ucs/sys/string.h>
 #include <ucs/sys/sys.h>
@@ -273,6 +274,52 @@ static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
     return UCS_OK;
 }
 
+/* ---- the event channel ---- */
+
+/* The async context's thread (or signal): the channel has events. Only a
+ * flag, since endpoints belong to the thread that progresses; the user's
+ * async callback wakes an event-driven caller (the interface's event fd
+ * only sees completions). */
+static void ib2_cm_async_cb(int fd, ucs_event_set_types_t events, void *arg)
+{
+    ib2_cm_t *cm = arg;
+
+    cm->events_ready = 1;
+    if (cm->async_cb != NULL) {
+        cm->async_cb(cm->async_arg, 0);
+    }
+}
+
+static ucs_status_t ib2_cm_watch(ib2_cm_t *cm)
+{
+    ib2_iface_t *iface = cm->iface;
+    ucs_async_context_t *async = iface->super.worker->async;
+    ucs_status_t status;
+
+    cm->events_ready = 1;   /* anything that came before */
+    if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
+        /* Handlers run only when the user polls the context: progress
+         * reads the channel itself (ib2_cm_progress). */
+        ucs_debug("%s:%u: rdma_cm channel read from progress (the async "
+                  "context is polled)", iface->md->name, iface->port);
+        return UCS_OK;
+    }
+
+    /* Edge-triggered: the handler fires when events arrive, not for as
+     * long as they wait for progress to read them. */
+    status = ucs_async_set_event_handler(async->mode, cm->channel->fd,
+                                         UCS_EVENT_SET_EVREAD |
+                                         UCS_EVENT_SET_EDGE_TRIGGERED,
+                                         ib2_cm_async_cb, cm, async);
+    if (status != UCS_OK) {
+        ucs_error("%s:%u: cannot watch the rdma_cm event channel: %s",
+                  iface->md->name, iface->port, ucs_status_string(status));
+        return status;
+    }
+    cm->watched = 1;
+    return UCS_OK;
+}
+
 /* ---- the interface ----------------------------------------------------------- */
 
 static ucs_status_t ib2_cm_choose(ib2_iface_t *iface,
@@ -316,6 +363,7 @@ static ucs_status_t ib2_cm_choose(ib2_iface_t *iface,
 }
 
 ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
+                               const uct_iface_params_t *params,
                                const ib2_cm_config_t *config)
 {
     ucs_status_t status;
@@ -342,6 +390,11 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
     cm->next_ep_id = ucs_generate_uuid((uintptr_t)cm) | 1;
     ucs_list_head_init(&cm->connecting);
     ucs_list_head_init(&cm->held);
+    ucs_list_head_init(&cm->retry);
+    /* A busy peer is asked again often enough to use a freed slot soon,
+     * rarely enough not to flood it: a fiftieth of the timeout, at most
+     * 100 ms. */
+    cm->backoff    = ucs_min(cm->timeout / 50, ucs_time_from_msec(100));
     cm->eps = kh_init(ib2_cm_eps);
     iface->cm = cm;
     if (cm->eps == NULL) {
@@ -352,7 +405,12 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
     if (status != UCS_OK) {
         goto err;
     }
+    uct_iface_set_async_event_params(params, &cm->async_cb, &cm->async_arg);
     status = ib2_cm_listen(cm, config->backlog);
+    if (status != UCS_OK) {
+        goto err;
+    }
+    status = ib2_cm_watch(cm);
     if (status != UCS_OK) {
         goto err;
     }
@@ -383,6 +441,10 @@ void ib2_cm_iface_cleanup(ib2_iface_t *iface)
                      iface->md->name, iface->port, kh_size(cm->eps));
         }
         kh_destroy(ib2_cm_eps, cm->eps);
+    }
+    if (cm->watched) {
+        /* waits for a handler that is running */
+        ucs_async_remove_handler(cm->channel->fd, 1);
     }
     if (cm->channel != NULL) {
         rdma_destroy_event_channel(cm->channel);
@@ -424,8 +486,12 @@ void ib2_cm_reject(ib2_cm_t *cm, struct rdma_cm_id *id, uint8_t reason)
 
 void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason)
 {
+    ucs_assert(cm->nheld > 0);
+    ucs_assert(held->cep->nheld > 0);
     ucs_list_del(&held->list);
+    ucs_list_del(&held->ep_list);
     --cm->nheld;
+    --held->cep->nheld;
     ++cm->iface->counters.cm_rejected;
     ib2_cm_reject(cm, held->id, reason);
     ucs_free(held);
@@ -468,25 +534,60 @@ static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
     }
 }
 
-/* Deadlines: held requests and whole connections that ran out. */
+/*
+ * Deadlines: held requests and whole connections that ran out. Both lists
+ * are in deadline order (each entry gets now + the same timeout when it is
+ * added at the tail), so a scan stops at the first entry still in time.
+ * The endpoints that ran out are moved to a list of their own before any is
+ * reported: an error handler may destroy endpoints, which takes them off
+ * whatever list they are on, and a walk of cm->connecting would then step
+ * onto freed memory.
+ */
 static void ib2_cm_check_deadlines(ib2_cm_t *cm)
 {
     ucs_time_t now = ucs_get_time();
-    ib2_cm_held_t *held, *htmp;
-    ib2_cm_ep_t *cep, *etmp;
+    ib2_cm_held_t *held;
+    ib2_cm_ep_t *cep;
+    UCS_LIST_HEAD(expired);
 
-    ucs_list_for_each_safe(held, htmp, &cm->held, list) {
-        if ((int64_t)(now - held->deadline) >= 0) {
-            ucs_debug("rdmacm request for endpoint 0x%" PRIx64 " timed out "
-                      "waiting for it", held->req.dst_ep_id);
-            ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
+    while (!ucs_list_is_empty(&cm->held)) {
+        held = ucs_list_head(&cm->held, ib2_cm_held_t, list);
+        if ((int64_t)(now - held->deadline) < 0) {
+            break;
+        }
+        ucs_debug("rdmacm request for endpoint 0x%" PRIx64 " timed out "
+                  "waiting for it", held->req.dst_ep_id);
+        ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
+    }
+    while (!ucs_list_is_empty(&cm->connecting)) {
+        cep = ucs_list_head(&cm->connecting, ib2_cm_ep_t, list);
+        if ((int64_t)(now - cep->deadline) < 0) {
+            break;
+        }
+        ucs_list_del(&cep->list);
+        ucs_list_add_tail(&expired, &cep->list);
+    }
+    /* Queues whose peer was busy start again; one that cannot fails its
+     * endpoint, whose handler may destroy others (they leave cm->retry). */
+    while (!ucs_list_is_empty(&cm->retry)) {
+        ib2_cm_qconn_t *qc = ucs_list_head(&cm->retry, ib2_cm_qconn_t, retry);
+
+        if ((int64_t)(now - qc->retry_at) < 0) {
+            break;
+        }
+        ucs_list_del(&qc->retry);
+        qc->state = IB2_CMQ_IDLE;
+        if (ib2_cm_q_start(qc) != UCS_OK) {
+            ib2_cm_ep_fail(qc->cep, UCS_ERR_UNREACHABLE,
+                           "cannot start a connection again");
         }
     }
-    ucs_list_for_each_safe(cep, etmp, &cm->connecting, list) {
-        if (cep->have_peer && ((int64_t)(now - cep->deadline) >= 0)) {
-            ib2_cm_ep_fail(cep, UCS_ERR_TIMED_OUT,
-                           "connection not made within UCX_IB2_CM_TIMEOUT");
-        }
+    while (!ucs_list_is_empty(&expired)) {
+        cep = ucs_list_head(&expired, ib2_cm_ep_t, list);
+        ucs_list_del(&cep->list);
+        ucs_list_head_init(&cep->list);
+        ib2_cm_ep_fail(cep, UCS_ERR_TIMED_OUT,
+                       "connection not made within UCX_IB2_CM_TIMEOUT");
     }
 }
 
@@ -498,28 +599,45 @@ unsigned ib2_cm_progress_events(ib2_iface_t *iface)
     struct rdma_cm_event copy;
     uint8_t data[256];
 
-    /* Acknowledged before it is handled: handling may destroy the id,
-     * which waits for its events' acknowledgements. */
-    while ((count < 16) && (rdma_get_cm_event(cm->channel, &event) == 0)) {
-        copy = *event;
-        copy.param.conn.private_data_len = (uint8_t)ucs_min(
-                (event->param.conn.private_data != NULL) ?
-                (size_t)event->param.conn.private_data_len : 0,
-                sizeof(data));
-        if (copy.param.conn.private_data_len != 0) {
-            memcpy(data, event->param.conn.private_data,
-                   copy.param.conn.private_data_len);
+    /* Cleared before the channel is read: events that arrive during the
+     * read raise it again. */
+    if (!cm->watched) {
+        cm->events_ready = 1;
+        cm->next_poll    = ucs_get_time() +
+                           ucs_time_from_msec(IB2_CM_IDLE_POLL_MS);
+    }
+    if (cm->events_ready) {
+        cm->events_ready = 0;
+        ucs_memory_cpu_fence();
+        /* Acknowledged before it is handled: handling may destroy the id,
+         * which waits for its events' acknowledgements. */
+        while ((count < 16) &&
+               (rdma_get_cm_event(cm->channel, &event) == 0)) {
+            copy = *event;
+            copy.param.conn.private_data_len = (uint8_t)ucs_min(
+                    (event->param.conn.private_data != NULL) ?
+                    (size_t)event->param.conn.private_data_len : 0,
+                    sizeof(data));
+            if (copy.param.conn.private_data_len != 0) {
+                memcpy(data, event->param.conn.private_data,
+                       copy.param.conn.private_data_len);
+            }
+            copy.param.conn.private_data = data;
+            rdma_ack_cm_event(event);
+            ib2_cm_event(cm, &copy);
+            ++count;
         }
-        copy.param.conn.private_data = data;
-        rdma_ack_cm_event(event);
-        ib2_cm_event(cm, &copy);
-        ++count;
+        if (count == 16) {
+            cm->events_ready = 1;   /* more may wait: the next call */
+        } else if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+            ++iface->counters.cm_empty_reads;
+        } else {
+            ucs_error("%s:%u: rdma_get_cm_event failed: %m", iface->md->name,
+                      iface->port);
+        }
     }
-    if ((count < 16) && (errno != EAGAIN) && (errno != EWOULDBLOCK)) {
-        ucs_error("%s:%u: rdma_get_cm_event failed: %m", iface->md->name,
-                  iface->port);
-    }
-    if (!ucs_list_is_empty(&cm->connecting) || (cm->nheld != 0)) {
+    if (!ucs_list_is_empty(&cm->connecting) || (cm->nheld != 0) ||
+        !ucs_list_is_empty(&cm->retry)) {
         ib2_cm_check_deadlines(cm);
     }
     return count;

@@ -100,15 +100,27 @@ ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep)
     ib2_cm_sockaddr_to_peer(&cm->addr, &cep->self);
     cep->self.ep_id = cep->ep_id;
     ucs_list_head_init(&cep->list);
+    ucs_list_head_init(&cep->held);
     for (q = 0; q < IB2_MAX_QUEUES; ++q) {
         cep->q[q].cep   = cep;
         cep->q[q].queue = (uint8_t)q;
         cep->q[q].state = IB2_CMQ_IDLE;
+        ucs_list_head_init(&cep->q[q].retry);
     }
     ep->cm        = cep;
     ep->connected = 0;
     ep->blocked  |= IB2_EP_BLOCK_CONNECTING;
     return UCS_OK;
+}
+
+static void ib2_cm_ep_reject_held(ib2_cm_ep_t *cep)
+{
+    ib2_cm_t *cm = cep->ep->iface->cm;
+
+    while (!ucs_list_is_empty(&cep->held)) {
+        ib2_cm_held_reject(cm, ucs_list_head(&cep->held, ib2_cm_held_t,
+                                             ep_list), IB2_CM_REJ_NO_EP);
+    }
 }
 
 /* Held requests for this endpoint are refused; its connections end (the
@@ -117,18 +129,17 @@ void ib2_cm_ep_destroy(ib2_ep_t *ep)
 {
     ib2_cm_ep_t *cep = ep->cm;
     ib2_cm_t *cm     = ep->iface->cm;
-    ib2_cm_held_t *held, *tmp;
     khiter_t it;
     unsigned q;
 
-    ucs_list_for_each_safe(held, tmp, &cm->held, list) {
-        if (held->req.dst_ep_id == cep->ep_id) {
-            ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
-        }
-    }
+    ib2_cm_ep_reject_held(cep);
     for (q = 0; q < ep->nq; ++q) {
         ib2_cm_qconn_t *qc = &cep->q[q];
 
+        if (qc->state == IB2_CMQ_BACKOFF) {
+            ucs_list_del(&qc->retry);
+            qc->state = IB2_CMQ_DOWN;
+        }
         if (qc->id == NULL) {
             continue;
         }
@@ -157,9 +168,13 @@ void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
     char peer[128];
     unsigned q;
 
+    ib2_cm_ep_reject_held(cep);   /* this endpoint will not accept them */
     ucs_list_del(&cep->list);
     ucs_list_head_init(&cep->list);
     for (q = 0; q < ep->nq; ++q) {
+        if (cep->q[q].state == IB2_CMQ_BACKOFF) {
+            ucs_list_del(&cep->q[q].retry);
+        }
         cep->q[q].state = IB2_CMQ_DOWN;
     }
     if (ep->failed) {
@@ -213,9 +228,16 @@ void ib2_cm_q_up(ib2_cm_qconn_t *qc)
 
 /* ---- QPs -------------------------------------------------------------------- */
 
-/* InfiniBand and RoCE: RTR and RTS as the connection says, with our
- * settings where rc_ib2 has its own (ib2_qp_connect's). */
-ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc)
+/*
+ * InfiniBand and RoCE: RTR and RTS as the connection says, with our
+ * settings where rc_ib2 has its own (ib2_qp_connect's). The RDMA read and
+ * atomic depths are the ones agreed (resp_res: reads the peer may have
+ * outstanding at us; init_depth: ours at it), never more: before the
+ * reply is sent, rdma_init_qp_attr gives the peer's own numbers from the
+ * request, which may exceed what this device or our reply allows.
+ */
+ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,
+                           uint8_t init_depth)
 {
     ib2_ep_t *ep       = qc->cep->ep;
     ib2_iface_t *iface = ep->iface;
@@ -229,9 +251,11 @@ ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc)
         ucs_diag("rdma_init_qp_attr(RTR) failed: %m");
         return UCS_ERR_IO_ERROR;
     }
-    attr.path_mtu      = ucs_min(attr.path_mtu,
-                                 (enum ibv_mtu)iface->config.mtu_enum);
-    attr.min_rnr_timer = iface->config.rnr_timer;
+    attr.path_mtu           = ucs_min(attr.path_mtu,
+                                      (enum ibv_mtu)iface->config.mtu_enum);
+    attr.min_rnr_timer      = iface->config.rnr_timer;
+    attr.max_dest_rd_atomic = ucs_min(attr.max_dest_rd_atomic, resp_res);
+    mask                   |= IBV_QP_MAX_DEST_RD_ATOMIC;
     if (ibv_modify_qp(qp, &attr, mask | IBV_QP_MIN_RNR_TIMER) != 0) {
         ucs_diag("QP 0x%x to RTR failed: %m", qp->qp_num);
         return UCS_ERR_IO_ERROR;
@@ -242,8 +266,10 @@ ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc)
         ucs_diag("rdma_init_qp_attr(RTS) failed: %m");
         return UCS_ERR_IO_ERROR;
     }
-    attr.timeout   = iface->config.timeout;
-    attr.retry_cnt = iface->config.retry_count;
+    attr.timeout       = iface->config.timeout;
+    attr.retry_cnt     = iface->config.retry_count;
+    attr.max_rd_atomic = ucs_min(attr.max_rd_atomic, init_depth);
+    mask              |= IBV_QP_MAX_QP_RD_ATOMIC;
     attr.rnr_retry = (iface->rq.q[qc->queue].type == IB2_RQ_PER_PEER) ? 0 : 7;
     if (ibv_modify_qp(qp, &attr, mask | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                       IBV_QP_RNR_RETRY) != 0) {
@@ -272,7 +298,7 @@ void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
 
 /* ---- active side ------------------------------------------------------------ */
 
-static ucs_status_t ib2_cm_q_start(ib2_cm_qconn_t *qc)
+ucs_status_t ib2_cm_q_start(ib2_cm_qconn_t *qc)
 {
     ib2_cm_ep_t *cep = qc->cep;
     ib2_cm_t *cm     = cep->ep->iface->cm;
@@ -349,6 +375,7 @@ static void ib2_cm_on_response(ib2_cm_qconn_t *qc,
 {
     ib2_cm_ep_t *cep = qc->cep;
     ib2_cm_t *cm     = cep->ep->iface->cm;
+    uint8_t iface_rd = cep->ep->iface->config.max_rd_atomic;
 
     if (qc->state != IB2_CMQ_CONNECTING) {
         ib2_cm_ep_fail(cep, UCS_ERR_IO_ERROR, "unexpected connect response");
@@ -361,13 +388,45 @@ static void ib2_cm_on_response(ib2_cm_qconn_t *qc,
     }
     if (!cm->iwarp) {
         /* InfiniBand, RoCE: our QP, then ready-to-use to the peer. */
-        if ((ib2_cm_qp_rts(qc) != UCS_OK) || (rdma_establish(qc->id) != 0)) {
+        if ((ib2_cm_qp_rts(qc, iface_rd, iface_rd) != UCS_OK) ||
+            (rdma_establish(qc->id) != 0)) {
             ib2_cm_ep_fail(cep, UCS_ERR_UNREACHABLE,
                            "the QP could not be connected");
             return;
         }
     }
     ib2_cm_q_up(qc);
+}
+
+/* The reason code of a rejection of ours, 0 if it is not one. */
+static uint8_t ib2_cm_rej_code(const struct rdma_conn_param *p)
+{
+    const ib2_cm_rej_t *rej = p->private_data;
+
+    if ((p->private_data_len < sizeof(*rej)) || (rej->magic != IB2_CM_MAGIC) ||
+        (rej->length != sizeof(*rej))) {
+        return 0;
+    }
+    return rej->reason;
+}
+
+/*
+ * The peer holds as many requests as it may (UCX_IB2_CM_MAX_HELD): not a
+ * verdict on this connection, so the queue starts again after a while,
+ * within the endpoint's deadline, on a new id (an id that was rejected
+ * cannot connect again).
+ */
+static void ib2_cm_q_backoff(ib2_cm_qconn_t *qc)
+{
+    ib2_cm_t *cm = qc->cep->ep->iface->cm;
+
+    ucs_debug("rdmacm: the peer of endpoint %p is busy; queue %u tries "
+              "again", qc->cep->ep, qc->queue);
+    rdma_destroy_id(qc->id);
+    qc->id       = NULL;
+    qc->state    = IB2_CMQ_BACKOFF;
+    qc->retry_at = ucs_get_time() + cm->backoff;
+    ucs_list_add_tail(&cm->retry, &qc->retry);
 }
 
 static const char *ib2_cm_rej_reason(const struct rdma_conn_param *p)
@@ -465,7 +524,7 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
     ib2_iface_t *iface        = ep->iface;
     ib2_cm_ep_t *cep          = ep->cm;
     ib2_cm_t *cm              = iface->cm;
-    ib2_cm_held_t *held, *tmp;
+    ib2_cm_held_t *held;
     ucs_status_t status;
     unsigned q;
 
@@ -509,17 +568,20 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
         }
         return UCS_OK;
     }
-    /* Requests that came before we knew the peer. */
-    ucs_list_for_each_safe(held, tmp, &cm->held, list) {
-        if (held->req.dst_ep_id != cep->ep_id) {
-            continue;
-        }
+    /* Requests that came before we knew the peer, one at a time off the
+     * endpoint's own list: accepting one may fail the endpoint, and its
+     * error handler may destroy it (which refuses the rest). */
+    while (!ucs_list_is_empty(&cep->held)) {
+        held = ucs_list_head(&cep->held, ib2_cm_held_t, ep_list);
         ucs_list_del(&held->list);
+        ucs_list_del(&held->ep_list);
         --cm->nheld;
-        ib2_cm_accept(cep, held->id, &held->req, held->rd_in, held->rd_out);
+        --cep->nheld;
+        status = ib2_cm_accept(cep, held->id, &held->req, held->rd_in,
+                               held->rd_out);
         ucs_free(held);
-        if (ep->failed) {
-            break;   /* the rest are refused when the ep goes */
+        if (status != UCS_OK) {
+            break;   /* reported; cep and ep may be gone */
         }
     }
     return UCS_OK;
@@ -557,6 +619,11 @@ void ib2_cm_conn_event(ib2_cm_t *cm, struct rdma_cm_event *event)
         }
         break;
     case RDMA_CM_EVENT_REJECTED:
+        if ((ib2_cm_rej_code(&event->param.conn) == IB2_CM_REJ_BUSY) &&
+            (qc->state == IB2_CMQ_CONNECTING)) {
+            ib2_cm_q_backoff(qc);
+            break;
+        }
         ib2_cm_ep_fail(cep, UCS_ERR_REJECTED,
                        ib2_cm_rej_reason(&event->param.conn));
         break;
