@@ -4,8 +4,9 @@
  * address, the event channel (watched by the worker's async context, which
  * only raises a flag; the events are read and handled in the interface's
  * progress, in the thread that owns the endpoints), requests held until
- * their endpoint is connected, and the deadlines.
- * An endpoint's connections are in ib2_cm_conn.c.
+ * their endpoint is connected, and the deadlines (the events, requests
+ * and deadlines themselves are in ib2_cm_events.c). An endpoint's
+ * connections are in ib2_cm_conn.c.
  */
 #include "ib2_cm.h"
 
@@ -65,7 +66,7 @@ ucs_config_field_t ib2_cm_config_table[] = {
     {NULL}
 };
 
-/* ---- where to listen ------------------------------------------------------ */
+/* ---- where to listen ----------------------------------------------------- */
 
 static socklen_t ib2_cm_sa_len(const struct sockaddr *sa)
 {
@@ -211,7 +212,7 @@ static ucs_status_t ib2_cm_find_addr(ib2_cm_t *cm, const char *text)
     return UCS_OK;
 }
 
-/* ---- the listener ---------------------------------------------------------- */
+/* ---- the listener -------------------------------------------------------- */
 
 static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
 {
@@ -274,7 +275,7 @@ static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
     return UCS_OK;
 }
 
-/* ---- the event channel ---- */
+/* ---- the event channel --------------------------------------------------- */
 
 /* The async context's thread (or signal): the channel has events. Only a
  * flag, since endpoints belong to the thread that progresses; the user's
@@ -320,7 +321,7 @@ static ucs_status_t ib2_cm_watch(ib2_cm_t *cm)
     return UCS_OK;
 }
 
-/* ---- the interface ----------------------------------------------------------- */
+/* ---- the interface ------------------------------------------------------- */
 
 static ucs_status_t ib2_cm_choose(ib2_iface_t *iface,
                                   const ib2_cm_config_t *config, int *use)
@@ -453,7 +454,7 @@ void ib2_cm_iface_cleanup(ib2_iface_t *iface)
     iface->cm = NULL;
 }
 
-/* ---- device addresses ----------------------------------------------------- */
+/* ---- device addresses ---------------------------------------------------- */
 
 uint8_t ib2_cm_dev_addr_flags(ib2_iface_t *iface)
 {
@@ -465,180 +466,4 @@ int ib2_cm_dev_addr_reachable(ib2_iface_t *iface, const ib2_dev_addr_t *remote)
 {
     return (remote->flags & (IB2_DEV_ADDR_F_RDMACM | IB2_DEV_ADDR_F_IWARP)) ==
            ib2_cm_dev_addr_flags(iface);
-}
-
-/* ---- requests ------------------------------------------------------------- */
-
-void ib2_cm_reject(ib2_cm_t *cm, struct rdma_cm_id *id, uint8_t reason)
-{
-    ib2_cm_rej_t rej = {
-        .magic   = IB2_CM_MAGIC,
-        .version = IB2_CM_VERSION,
-        .length  = sizeof(rej),
-        .reason  = reason
-    };
-
-    if (rdma_reject(id, &rej, sizeof(rej)) != 0) {
-        ucs_debug("rdma_reject failed: %m");
-    }
-    rdma_destroy_id(id);
-}
-
-void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason)
-{
-    ucs_assert(cm->nheld > 0);
-    ucs_assert(held->cep->nheld > 0);
-    ucs_list_del(&held->list);
-    ucs_list_del(&held->ep_list);
-    --cm->nheld;
-    --held->cep->nheld;
-    ++cm->iface->counters.cm_rejected;
-    ib2_cm_reject(cm, held->id, reason);
-    ucs_free(held);
-}
-
-/* A connect request on the listener: checked, then given to its endpoint
- * (ib2_cm_conn.c), which may hold it. */
-static void ib2_cm_on_request(ib2_cm_t *cm, struct rdma_cm_event *event)
-{
-    ib2_cm_req_t req;
-
-    if (ib2_cm_req_parse(cm, event->param.conn.private_data,
-                         event->param.conn.private_data_len, &req) != 0) {
-        ib2_cm_reject(cm, event->id, IB2_CM_REJ_MALFORMED);
-        return;
-    }
-    /* Our reads against its responder resources and the reverse. */
-    ib2_cm_request(cm, event->id, &req,
-                   event->param.conn.responder_resources,
-                   event->param.conn.initiator_depth);
-}
-
-static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
-{
-    ib2_iface_t *iface = cm->iface;
-
-    ucs_trace("%s:%u: rdmacm event %s status %d id %p", iface->md->name,
-              iface->port, rdma_event_str(event->event), event->status,
-              event->id);
-    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-        ib2_cm_on_request(cm, event);
-    } else if (event->id == cm->listen_id) {
-        /* The listener itself: the device went away. Endpoints connecting
-         * to us then time out at the peer; ours fail as their QPs do. */
-        ucs_error("%s:%u: rdmacm listener: %s (status %d): no more "
-                  "connections are accepted", iface->md->name, iface->port,
-                  rdma_event_str(event->event), event->status);
-    } else if (event->id->context != NULL) {
-        ib2_cm_conn_event(cm, event);
-    }
-}
-
-/*
- * Deadlines: held requests and whole connections that ran out. Both lists
- * are in deadline order (each entry gets now + the same timeout when it is
- * added at the tail), so a scan stops at the first entry still in time.
- * The endpoints that ran out are moved to a list of their own before any is
- * reported: an error handler may destroy endpoints, which takes them off
- * whatever list they are on, and a walk of cm->connecting would then step
- * onto freed memory.
- */
-static void ib2_cm_check_deadlines(ib2_cm_t *cm)
-{
-    ucs_time_t now = ucs_get_time();
-    ib2_cm_held_t *held;
-    ib2_cm_ep_t *cep;
-    UCS_LIST_HEAD(expired);
-
-    while (!ucs_list_is_empty(&cm->held)) {
-        held = ucs_list_head(&cm->held, ib2_cm_held_t, list);
-        if ((int64_t)(now - held->deadline) < 0) {
-            break;
-        }
-        ucs_debug("rdmacm request for endpoint 0x%" PRIx64 " timed out "
-                  "waiting for it", held->req.dst_ep_id);
-        ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
-    }
-    while (!ucs_list_is_empty(&cm->connecting)) {
-        cep = ucs_list_head(&cm->connecting, ib2_cm_ep_t, list);
-        if ((int64_t)(now - cep->deadline) < 0) {
-            break;
-        }
-        ucs_list_del(&cep->list);
-        ucs_list_add_tail(&expired, &cep->list);
-    }
-    /* Queues whose peer was busy start again; one that cannot fails its
-     * endpoint, whose handler may destroy others (they leave cm->retry). */
-    while (!ucs_list_is_empty(&cm->retry)) {
-        ib2_cm_qconn_t *qc = ucs_list_head(&cm->retry, ib2_cm_qconn_t, retry);
-
-        if ((int64_t)(now - qc->retry_at) < 0) {
-            break;
-        }
-        ucs_list_del(&qc->retry);
-        qc->state = IB2_CMQ_IDLE;
-        if (ib2_cm_q_start(qc) != UCS_OK) {
-            ib2_cm_ep_fail(qc->cep, UCS_ERR_UNREACHABLE,
-                           "cannot start a connection again");
-        }
-    }
-    while (!ucs_list_is_empty(&expired)) {
-        cep = ucs_list_head(&expired, ib2_cm_ep_t, list);
-        ucs_list_del(&cep->list);
-        ucs_list_head_init(&cep->list);
-        ib2_cm_ep_fail(cep, UCS_ERR_TIMED_OUT,
-                       "connection not made within UCX_IB2_CM_TIMEOUT");
-    }
-}
-
-unsigned ib2_cm_progress_events(ib2_iface_t *iface)
-{
-    ib2_cm_t *cm = iface->cm;
-    struct rdma_cm_event *event;
-    unsigned count = 0;
-    struct rdma_cm_event copy;
-    uint8_t data[256];
-
-    /* Cleared before the channel is read: events that arrive during the
-     * read raise it again. */
-    if (!cm->watched) {
-        cm->events_ready = 1;
-        cm->next_poll    = ucs_get_time() +
-                           ucs_time_from_msec(IB2_CM_IDLE_POLL_MS);
-    }
-    if (cm->events_ready) {
-        cm->events_ready = 0;
-        ucs_memory_cpu_fence();
-        /* Acknowledged before it is handled: handling may destroy the id,
-         * which waits for its events' acknowledgements. */
-        while ((count < 16) &&
-               (rdma_get_cm_event(cm->channel, &event) == 0)) {
-            copy = *event;
-            copy.param.conn.private_data_len = (uint8_t)ucs_min(
-                    (event->param.conn.private_data != NULL) ?
-                    (size_t)event->param.conn.private_data_len : 0,
-                    sizeof(data));
-            if (copy.param.conn.private_data_len != 0) {
-                memcpy(data, event->param.conn.private_data,
-                       copy.param.conn.private_data_len);
-            }
-            copy.param.conn.private_data = data;
-            rdma_ack_cm_event(event);
-            ib2_cm_event(cm, &copy);
-            ++count;
-        }
-        if (count == 16) {
-            cm->events_ready = 1;   /* more may wait: the next call */
-        } else if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
-            ++iface->counters.cm_empty_reads;
-        } else {
-            ucs_error("%s:%u: rdma_get_cm_event failed: %m", iface->md->name,
-                      iface->port);
-        }
-    }
-    if (!ucs_list_is_empty(&cm->connecting) || (cm->nheld != 0) ||
-        !ucs_list_is_empty(&cm->retry)) {
-        ib2_cm_check_deadlines(cm);
-    }
-    return count;
 }

@@ -1,8 +1,10 @@
 /*
  * rc_ib2's connection manager: endpoints connected through rdma_cm instead
- * of the verbs address exchange (ib2_cm.c: the interface's listener, its
- * events and deadlines; ib2_cm_conn.c: an endpoint's connections;
- * ib2_cm_accept.c: requests checked, held, accepted or rejected).
+ * of the verbs address exchange (ib2_cm.c: the interface's listener and
+ * event channel; ib2_cm_events.c: events, refusals and deadlines;
+ * ib2_cm_conn.c: an endpoint's connections; ib2_cm_active.c: the active
+ * side and connection events; ib2_cm_accept.c: requests checked, held,
+ * accepted or rejected).
  * iWARP can connect QPs no other way; RoCE does it when UCX_IB2_CM says so.
  *
  * The rest of the transport sees the manager through the hooks below, each
@@ -113,6 +115,8 @@ typedef struct ib2_cm {
                                                 events; read, and cleared,
                                                 by progress */
     int                        watched;    /* the async handler is set */
+    int                        broken;     /* the channel failed: no more
+                                              connections (said once) */
     ucs_time_t                 next_poll;  /* not watched: the next look
                                               at an idle channel */
     uct_async_event_cb_t       async_cb;   /* the user's, if given: woken
@@ -133,6 +137,7 @@ int ib2_cm_dev_addr_reachable(ib2_iface_t *iface,
 uint8_t ib2_cm_dev_addr_flags(ib2_iface_t *iface);
 void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason);
 void ib2_cm_reject(ib2_cm_t *cm, struct rdma_cm_id *id, uint8_t reason);
+void ib2_cm_send_reject(struct rdma_cm_id *id, uint8_t reason);
 
 /* Endpoints (ib2_cm_conn.c). */
 ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep);
@@ -150,6 +155,8 @@ void ib2_cm_q_up(ib2_cm_qconn_t *qc);
 ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,
                            uint8_t init_depth);
 ucs_status_t ib2_cm_q_start(ib2_cm_qconn_t *qc);
+socklen_t ib2_cm_peer_to_sockaddr(const ib2_cm_peer_t *p,
+                                  struct sockaddr_storage *ss);
 void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
                        const void *data, uint8_t len);
 

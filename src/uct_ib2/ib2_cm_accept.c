@@ -52,6 +52,8 @@ ucs_status_t ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
     ib2_cm_rep_t rep;
     uint8_t reason;
 
+    /* ib2_cm_req_parse compared nq with our queues and queue with nq */
+    ucs_assert(req->queue < ep->nq);
     if (ep->failed) {
         reason = IB2_CM_REJ_NO_EP;
         goto reject;
@@ -87,6 +89,9 @@ ucs_status_t ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
         return UCS_ERR_IO_ERROR;
     }
     if (rdma_accept(id, &param) != 0) {
+        /* the initiator would otherwise wait for its CM_TIMEOUT */
+        ib2_cm_send_reject(id, IB2_CM_REJ_FAILED);
+        ++iface->counters.cm_rejected;
         ib2_cm_ep_fail(cep, UCS_ERR_IO_ERROR, "rdma_accept failed");
         return UCS_ERR_IO_ERROR;
     }

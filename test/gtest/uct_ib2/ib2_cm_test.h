@@ -52,7 +52,8 @@ inline ib2_iface_counters_t counters(const Entity &e)
 
 /* The initiator of a pair, by the rule of ib2_cm_wire.h: the lower
  * (address, port, endpoint id) of the endpoint addresses. */
-inline bool initiates(const std::vector<char> &mine, const std::vector<char> &peer)
+inline bool initiates(const std::vector<char> &mine,
+                      const std::vector<char> &peer)
 {
     struct Key {
         uint8_t  ip[16];
@@ -73,8 +74,9 @@ inline bool initiates(const std::vector<char> &mine, const std::vector<char> &pe
                                     ((a.port == b.port) && (a.id < b.id))));
 }
 
-inline ucs_status_t connect_to(Entity &e, uct_ep_h ep, const std::vector<char> &dev,
-                        const std::vector<char> &addr)
+inline ucs_status_t connect_to(Entity &e, uct_ep_h ep,
+                               const std::vector<char> &dev,
+                               const std::vector<char> &addr)
 {
     return uct_ep_connect_to_ep(ep, (const uct_device_addr_t *)dev.data(),
                                 (const uct_ep_addr_t *)addr.data());

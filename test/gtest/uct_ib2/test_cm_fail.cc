@@ -380,3 +380,125 @@ INSTANTIATE_TEST_SUITE_P(Fabrics, CmIdle, ::testing::ValuesIn(kFabrics),
                          });
 
 } // namespace
+
+namespace {
+
+/* Which side initiates a's and b's pair, and both endpoints. */
+struct Sides {
+    Entity   *ini, *pas;
+    uct_ep_h iep, pep;
+};
+
+Sides sides(Entity &a, uct_ep_h ab, Entity &b, uct_ep_h ba)
+{
+    bool a_ini = initiates(a.ep_addr(ab), b.ep_addr(ba));
+
+    return a_ini ? Sides{&a, &b, ab, ba} : Sides{&b, &a, ba, ab};
+}
+
+/* One side fails after the other has answered (RoCE: the initiator's
+ * rdma_establish; the acceptor's rdma_accept): the other side hears of
+ * it at once, not at its UCX_IB2_CM_TIMEOUT (30 s). */
+TEST(CmTell, FailureAfterReplyTellsThePeer)
+{
+    EXPECT_EQ(in_cm_child("tell", [] {
+        for (const char *fn : {"rdma_establish", "rdma_accept"}) {
+            const Fabric &f = kFabrics[1];
+            Entity a(on(f)), b(on(f));
+            CM_CHECK(a.ok() && b.ok(), "interfaces");
+            uct_ep_h ab = a.ep_create(), ba = b.ep_create();
+            Sides s = sides(a, ab, b, ba);
+            cm_fail_call = fn;
+            cm_fail_skip = 0;
+            std::string r = pair_connect(a, ab, b, ba);
+            CM_CHECK(r.empty(), r);
+            CM_CHECK(wait_for([&] {
+                return !a.errors.empty() && !b.errors.empty();
+            }, [&] {
+                a.progress();
+                b.progress();
+            }, 5000), fn << " failed: initiator " << s.ini->errors.size()
+                     << " errors, acceptor " << s.pas->errors.size()
+                     << " within 5 s");
+            cm_fail_call = nullptr;
+            CM_CHECK(s.ini->errors[0].first == s.iep &&
+                     s.pas->errors[0].first == s.pep, "errors on other "
+                     "endpoints");
+        }
+        return std::string();
+    }), "");
+}
+
+/* connect_to_ep fails for the second queue: it says so, and nothing of
+ * it goes on (no later error for the endpoint, nothing connects at the
+ * peer). */
+TEST_P(CmFail, HalfStartedConnectLeavesNothing)
+{
+    Fabric f = GetParam();
+    EXPECT_EQ(in_cm_child(std::string("half-") + f.name, [f] {
+        Env::Vars to = {{"UCX_IB2_CM_TIMEOUT", "100ms"}};
+        Entity a(on(f, to)), b(on(f, to));
+        CM_CHECK(a.ok() && b.ok(), "interfaces");
+        uct_ep_h ab = a.ep_create(), ba = b.ep_create();
+        Sides s = sides(a, ab, b, ba);
+        cm_fail_call = "rdma_resolve_addr";
+        cm_fail_skip = 1;
+        ucs_status_t st = connect_to(*s.ini, s.iep, s.pas->dev_addr(),
+                                     s.pas->ep_addr(s.pep));
+        cm_fail_call = nullptr;
+        CM_CHECK(st != UCS_OK, "connect_to_ep succeeded");
+        Deadline settle(500);
+        while (!settle.expired()) {
+            a.progress();
+            b.progress();
+        }
+        CM_CHECK(a.errors.empty() && b.errors.empty(), "a later error ("
+                 << a.errors.size() + b.errors.size() << ") after a failed "
+                 "connect_to_ep");
+        ib2_iface_counters_t c = counters(*s.pas);
+        CM_CHECK(c.cm_held == 0 && c.cm_accepted == 0, "the peer got "
+                 << c.cm_held << " requests");
+        return std::string();
+    }), "");
+}
+
+} // namespace
+
+namespace {
+
+/* The event channel breaks for good (a forked child's, say): said once,
+ * not on every progress call, and the connecting endpoint fails at once
+ * instead of at its deadline. */
+TEST_P(CmFail, BrokenChannelSaidOnceAndFails)
+{
+    Fabric f = GetParam();
+    EXPECT_EQ(in_cm_child(std::string("broken-") + f.name, [f] {
+        Entity a(on(f)), b(on(f));   /* UCX_IB2_CM_TIMEOUT 30 s */
+        CM_CHECK(a.ok() && b.ok(), "interfaces");
+        uct_ep_h ab = a.ep_create(), ba = b.ep_create();
+        LogCapture log;
+        cm_fail_call = "rdma_get_cm_event";
+        cm_fail_skip = 0;
+        CM_CHECK(connect_to(a, ab, b.dev_addr(), b.ep_addr(ba)) == UCS_OK,
+                 "connect_to_ep");
+        for (int i = 0; i < 1000; ++i) {
+            a.progress();
+        }
+        cm_fail_call = nullptr;
+        std::string t = log.text();
+        size_t n = 0;
+        for (size_t at = t.find("rdma_get_cm_event failed");
+             at != std::string::npos;
+             at = t.find("rdma_get_cm_event failed", at + 1)) {
+            ++n;
+        }
+        CM_CHECK(n == 1, "the failure logged " << n << " times in 1000 "
+                 "progress calls");
+        CM_CHECK(a.errors.size() == 1 && a.errors[0].first == ab &&
+                 a.errors[0].second == UCS_ERR_IO_ERROR,
+                 a.errors.size() << " errors");
+        return std::string();
+    }), "");
+}
+
+} // namespace
