@@ -278,17 +278,16 @@ static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
 /* ---- the event channel --------------------------------------------------- */
 
 /* The async context's thread (or signal): the channel has events. Only a
- * flag, since endpoints belong to the thread that progresses; the user's
- * async callback wakes an event-driven caller (the interface's event fd
- * only sees completions). */
+ * flag, since endpoints belong to the thread that progresses. The user's
+ * async event callback is not called: the interface does not advertise
+ * UCT_IFACE_FLAG_EVENT_ASYNC_CB (UCP asserts that it is set when called);
+ * an event-driven caller learns of connection events through
+ * iface_event_arm, which reports busy while they wait. */
 static void ib2_cm_async_cb(int fd, ucs_event_set_types_t events, void *arg)
 {
     ib2_cm_t *cm = arg;
 
     cm->events_ready = 1;
-    if (cm->async_cb != NULL) {
-        cm->async_cb(cm->async_arg, 0);
-    }
 }
 
 static ucs_status_t ib2_cm_watch(ib2_cm_t *cm)
@@ -364,7 +363,6 @@ static ucs_status_t ib2_cm_choose(ib2_iface_t *iface,
 }
 
 ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
-                               const uct_iface_params_t *params,
                                const ib2_cm_config_t *config)
 {
     ucs_status_t status;
@@ -406,7 +404,6 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
     if (status != UCS_OK) {
         goto err;
     }
-    uct_iface_set_async_event_params(params, &cm->async_cb, &cm->async_arg);
     status = ib2_cm_listen(cm, config->backlog);
     if (status != UCS_OK) {
         goto err;

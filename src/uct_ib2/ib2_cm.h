@@ -119,16 +119,12 @@ typedef struct ib2_cm {
                                               connections (said once) */
     ucs_time_t                 next_poll;  /* not watched: the next look
                                               at an idle channel */
-    uct_async_event_cb_t       async_cb;   /* the user's, if given: woken
-                                              when events arrive */
-    void                       *async_arg;
     int                        resolve_ms; /* rdma_resolve_* timeouts */
 } ib2_cm_t;
 
 /* Interface (ib2_cm.c). */
 extern ucs_config_field_t ib2_cm_config_table[];
 ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
-                               const uct_iface_params_t *params,
                                const ib2_cm_config_t *config);
 void ib2_cm_iface_cleanup(ib2_iface_t *iface);
 unsigned ib2_cm_progress_events(ib2_iface_t *iface);

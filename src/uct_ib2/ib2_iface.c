@@ -356,7 +356,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         goto err_cleanup_rxq;
     }
     /* rdmacm: the listener (iWARP, or UCX_IB2_CM=rdmacm) */
-    status = ib2_cm_iface_init(self, params, &config->cm);
+    status = ib2_cm_iface_init(self, &config->cm);
     if (status != UCS_OK) {
         goto err_cleanup_rxq;
     }
