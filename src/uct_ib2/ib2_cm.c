@@ -116,7 +116,10 @@ static int ib2_cm_addr_from_gid(ib2_iface_t *iface, struct sockaddr_storage *ss)
     return 0;
 }
 
-/* The software device says which addresses its ports have. */
+/* The software device says which addresses its ports have: softverbs,
+ * the emulated device this project tests with, exports this hook; on a
+ * real system the symbol is absent and the lookup costs one dlsym at
+ * interface open. */
 static int ib2_cm_addr_from_softverbs(ib2_iface_t *iface,
                                       struct sockaddr_storage *ss)
 {

@@ -317,6 +317,10 @@ TEST(CmConfig, RefusedAndFitted)
             {"iw0:1", "UCX_IB2_CM_TIMEOUT", "0s", "give 10ms to 1h"},
             {"iw0:1", "UCX_IB2_CM_ADDR", "10.9.9.9", "rdma_bind_addr"},
             {"iw0:1", "UCX_IB2_CM_ADDR", "not-an-ip", "not an IPv4 or IPv6"},
+            {"iw0:1", "UCX_IB2_CM_BACKLOG", "0", "give 1 to 65535"},
+            {"iw0:1", "UCX_IB2_CM_BACKLOG", "65536", "give 1 to 65535"},
+            {"iw0:1", "UCX_IB2_CM_MAX_HELD", "0", "give 1 to 65536"},
+            {"iw0:1", "UCX_IB2_CM_MAX_HELD", "65537", "give 1 to 65536"},
         };
         for (const Bad &b : bad) {
             EntityParams p;
