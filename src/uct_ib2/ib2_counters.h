@@ -38,6 +38,9 @@ typedef struct ib2_iface_counters {
     uint64_t cm_accepted;
     uint64_t cm_rejected;
     uint64_t cm_held;
+    /* rdmacm: reads of the event channel that found nothing (each a
+     * system call on a real rdma_cm device). */
+    uint64_t cm_empty_reads;
 } ib2_iface_counters_t;
 
 /* Copies the counters of an rc_ib2 interface. UCS_ERR_INVALID_PARAM if

@@ -12,6 +12,7 @@
  * (in_child); the child reports what was wrong, or "".
  */
 #include "ib2_faults.h"
+#include "ib2_port.h"
 #include "ib2_qp_log.h"
 #include "ib2_raw_receiver.h"
 
@@ -25,23 +26,11 @@ using namespace ib2t;
 
 namespace {
 
-#define FAB_CHECK(cond, why)                                                \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            std::ostringstream os_;                                         \
-            os_ << why;                                                     \
-            return os_.str() + " (" #cond ")";                              \
-        }                                                                   \
-    } while (0)
+#define FAB_CHECK IB2_PORT_CHECK
 
 EntityParams on(const std::string &dev, const Env::Vars &vars = {})
 {
-    EntityParams p = with_env(kFaultEnv());
-
-    p.dev = dev;
-    p.md  = dev.substr(0, dev.find(':'));
-    p.env.insert(p.env.end(), vars.begin(), vars.end());
-    return p;
+    return on_port(dev, kFaultEnv(), vars);
 }
 
 std::string gid_str(const uint8_t *g)
