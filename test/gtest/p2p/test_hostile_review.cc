@@ -18,11 +18,14 @@
  *  - an answer UCP refuses at once is sent again (it was lost, its sender
  *    waited forever);
  *  - a PMIx record of another p2p version is refused, saying so (it was
- *    misparsed).
+ *    misparsed);
+ *  - a sender evicted while a held table grows leaves the table's charge
+ *    right (it was overwritten, and the count wrapped below zero).
  *
  * Runs (test/suites/40-p2p.sh):
  *   P2P_UNEXPECTED_LIMIT=64k mpirun -np 3 ...
- *       --gtest_filter=-*HeldTables*:*Record*:*Headerless*
+ *       --gtest_filter=-*HeldTables*:*Record*:*Headerless*:*Eviction*
+ *   P2P_UNEXPECTED_LIMIT=64k mpirun -np 3 ... --gtest_filter=*Eviction*
  *   mpirun -np 2 ... --gtest_filter=*Headerless* (the first drop of the
  *       process: only the first is said)
  *   mpirun -np 2 ... --gtest_filter=*HeldTables*
@@ -34,6 +37,7 @@
 #include <gtest/gtest.h>
 
 #include <p2p.h>
+#include <p2p_embed.h>
 #include <p2p_fault.h>
 #include <p2p_wire.h>
 
@@ -642,6 +646,128 @@ TEST(P2PReview, RecordOfAnotherVersionIsRefused)
     }
     /* rank 1 stays until rank 0 has looked its record up */
     EXPECT_EQ(PMIX_SUCCESS, PMIx_Fence(nullptr, 0, nullptr, 0));
+}
+
+/* A sender evicted while the early table grows for another sender's
+ * message: the eviction trims that very table, and the growth must add
+ * its charge to what the trim left, not overwrite it (it did: the count
+ * went below zero once the table was emptied, and every sender was cut
+ * off). Rank 1 floods early messages over 49 ids up to just under the
+ * hard limit; rank 2's early message then grows the table. Alone (rank 1
+ * must not have been cut off by an earlier test), -np 3, 64k. */
+TEST(P2PReview, EvictionDuringTableGrowthKeepsCount)
+{
+    const int keys = 49;            /* a 64-bucket table, at its bound */
+    hello();
+    ASSERT_GE(size, 3);
+    if (rank == 1) {
+        RawMsg go = raw.wait_tag(0, TAG_GO + 20, "go 1");
+        std::vector<uint8_t> pay(1000, 0x33);
+        for (int i = 0; i < keys; ++i) {
+            p2p_wire_match_t e = hdr(P2P_WIRE_EAGER, 5, 0);
+            e.cid = 5000 + i; e.cepoch = 0x40000000;
+            ASSERT_EQ(UCS_OK, raw.send_raw(0, &e, sizeof(e), pay.data(),
+                                           pay.size(), false));
+        }
+        raw.eager(0, TAG_MARK + 20, "mark", 4);
+        go = raw.wait_tag(0, TAG_GO + 21, "go 2");
+        uint32_t m;
+        memcpy(&m, go.data.data(), sizeof(m));
+        for (uint32_t i = 0; i < m; ++i) {
+            p2p_wire_match_t e = hdr(P2P_WIRE_EAGER, 5, 0);
+            e.cid = 5000; e.cepoch = 0x40000000;
+            ASSERT_EQ(UCS_OK, raw.send_raw(0, &e, sizeof(e), nullptr, 0,
+                                           false));
+        }
+        raw.eager(0, TAG_MARK + 21, "mark", 4);
+        cut_off = true;
+        raw.wait_tag(2, TAG_HONEST_DONE, "rank 2 done");
+        return;
+    }
+    uint32_t two[2] = { 0, 2 };
+    if (rank == 2) {
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, TAG_HONEST_GO, world,
+                                   nullptr));
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 0, TAG_HONEST_GO, world));
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, TAG_HONEST_GO + 1, world,
+                                   nullptr));
+        p2p_comm_t *c = nullptr;
+        ASSERT_EQ(P2P_OK, p2p_comm_create_from_ranks(ctx, 77, 100, 2, two,
+                                                     &c));
+        ASSERT_EQ(P2P_OK, p2p_send("e", 1, 0, 9, c));
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, TAG_HONEST_GO + 2, world,
+                                   nullptr));
+        ASSERT_EQ(P2P_OK, p2p_send("w", 1, 0, TAG_HONEST, world));
+        {
+            p2p_request_t *rq;
+            ASSERT_EQ(P2P_OK, p2p_irecv(nullptr, 0, 0, TAG_HONEST_DONE,
+                                        world, &rq));
+            int dr = wait_req(&rq, nullptr, "rank 0 done (bounded)");
+            printf("rank 2: rank 0's done: %d\n", dr);
+        }
+        p2p_send(nullptr, 0, 1, TAG_HONEST_DONE, world);
+        p2p_comm_free(&c);
+        cut_off = true;
+        return;
+    }
+    /* rank 0: both ways with rank 2 first (endpoint and token) */
+    ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 2, TAG_HONEST_GO, world));
+    ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, TAG_HONEST_GO, world, nullptr));
+    p2p_stats_t s0 = stats();
+    printf("start: unexp_bytes %zu overhead %zu limit %zu hard %zu\n",
+           s0.unexp_bytes, s0.unexp_overhead, s0.unexp_limit,
+           s0.unexp_hard_limit);
+    run_phase(20);
+    p2p_stats_t s1 = stats();
+    size_t lo = s1.unexp_hard_limit - s1.unexp_overhead - 1296 + 1;
+    uint32_t m = (s1.unexp_bytes >= lo) ? 0 :
+                 (uint32_t)((lo - s1.unexp_bytes + s1.unexp_overhead - 1) /
+                            s1.unexp_overhead);
+    printf("after %d keys: unexp_bytes %zu; %u more headers\n", 49,
+           s1.unexp_bytes, m);
+    {
+        char b[8];
+        p2p_request_t *rq;
+        ASSERT_EQ(P2P_OK, p2p_irecv(b, sizeof(b), 1, TAG_MARK + 21, world,
+                                    &rq));
+        ASSERT_EQ(P2P_OK, p2p_send(&m, sizeof(m), 1, TAG_GO + 21, world));
+        ASSERT_EQ(P2P_OK, wait_req(&rq, nullptr, "marker 2"));
+    }
+    p2p_stats_t s2 = stats();
+    printf("before rank 2's early message: unexp_bytes %zu (window %zu..%zu)"
+           "\n", s2.unexp_bytes, lo, s2.unexp_hard_limit - s2.unexp_overhead);
+    ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 2, TAG_HONEST_GO + 1, world));
+    double deadline = now() + 60;
+    while (stats().held_msgs < s2.held_msgs + 1) {
+        p2p_progress(ctx);
+        ASSERT_LT(now(), deadline);
+    }
+    p2p_stats_t s3 = stats();
+    printf("after it: unexp_bytes %zu, rx_over_limit %llu -> %llu\n",
+           s3.unexp_bytes, (unsigned long long)s2.rx_over_limit,
+           (unsigned long long)s3.rx_over_limit);
+    p2p_comm_t *c = nullptr;
+    ASSERT_EQ(P2P_OK, p2p_comm_create_from_ranks(ctx, 77, 100, 2, two, &c));
+    char e = 0;
+    EXPECT_EQ(P2P_OK, p2p_recv(&e, 1, 1, 9, c, nullptr));
+    p2p_stats_t s4 = stats();
+    printf("all taken: unexp_bytes %zu (start %zu)\n", s4.unexp_bytes,
+           s0.unexp_bytes);
+    EXPECT_EQ(s0.unexp_bytes, s4.unexp_bytes);
+    ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 2, TAG_HONEST_GO + 2, world));
+    deadline = now() + 60;
+    while (stats().unexp_msgs == s4.unexp_msgs &&
+           stats().rx_over_limit == s4.rx_over_limit) {
+        p2p_progress(ctx);
+        ASSERT_LT(now(), deadline);
+    }
+    char w = 0;
+    int r = p2p_recv(&w, 1, 2, TAG_HONEST, world, nullptr);
+    printf("honest rank 2's next message on the world: %d (%s)\n", r,
+           p2p_strerror(r));
+    EXPECT_EQ(P2P_OK, r);
+    p2p_send(nullptr, 0, 2, TAG_HONEST_DONE, world);
+    p2p_comm_free(&c);
 }
 
 int main(int argc, char **argv)
