@@ -178,7 +178,8 @@ static int p2p_abort_child(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
 
     for (i = 0; i < ctx->ncomms; ++i) {
         comm = ctx->comms[i];
-        if ((comm != NULL) && (comm->origin_cid == cid) &&
+        if ((comm != NULL) && (comm->origin_cid != UINT32_MAX) &&
+            (comm->origin_cid == cid) &&
             (comm->origin_epoch == cepoch) &&
             (comm->origin_creation == creation) &&
             ((comm->cid != cid) || (comm->cepoch != cepoch))) {

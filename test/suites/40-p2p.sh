@@ -205,9 +205,11 @@ for tl in shm tcp; do
         "$p2pt/test_p2p_review3" "${p2p_gt[@]}" \
         --gtest_filter=P2PReview3.NewCommunicatorCountsKnownFailures
     # the third review (test_review4.cc, a raw peer): a creation's notice
-    # after its parent was freed; notices flooded
+    # after its parent was freed; notices flooded; a forged notice naming
+    # the origin of communicators made by no creation
     for mode in freed:NoticeReachesChildOfFreedParent \
-                flood:FloodedNoticesAreRefused; do
+                flood:FloodedNoticesAreRefused \
+                sentinel:SentinelNoticeLeavesWorldAlone; do
         P2PTEST_RAW_RANK=2 P2PTEST_RAW_MODE=${mode%%:*} ib2_gtest \
             "p2p-$tl-review4-${mode%%:*}" "$p2p_mpirun" "${p2p_mpi[@]}" \
             -x P2PTEST_RAW_RANK -x P2PTEST_RAW_MODE -np 3 \

@@ -9,6 +9,7 @@
  *   LateCommitBytesAreTakenInTheCreation -np 3, rank 1 raw (mode lag),
  *                                   (over shm the order it needs is
  *                                   certain)
+ *   SentinelNoticeLeavesWorldAlone  -np 3, rank 2 raw (mode sentinel)
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -293,6 +294,44 @@ int raw_lag(RawPeer &raw)
 
 }
 
+/* A forged ABORT naming the origin of "made by no creation" (cid
+ * UINT32_MAX, epoch 0, creation 0) names no creation: it must not make
+ * its sender absent from the world (it did, and from every communicator
+ * made by p2p_comm_create_from_ranks). -np 3, P2PTEST_RAW_RANK=2,
+ * P2PTEST_RAW_MODE=sentinel */
+TEST(P2PReview4, SentinelNoticeLeavesWorldAlone)
+{
+    {
+        Blocking b("rank 2's word after its notice");
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, 61, world, nullptr));
+    }
+    if (rank == 0) {
+        ucp_ep_h ep;
+        p2p_stats_t st;
+        p2p_get_stats(ctx, &st);
+        printf("world failure count %d, p2p_ucp_ep(world, 2) = %d, "
+               "rx_stale_comm %llu\n", p2p_comm_failure_count(world),
+               p2p_ucp_ep(world, 2, &ep),
+               (unsigned long long)st.rx_stale_comm);
+        EXPECT_EQ(0, p2p_comm_failure_count(world));
+        EXPECT_EQ(P2P_OK, p2p_ucp_ep(world, 2, &ep));
+    }
+}
+
+namespace {
+int raw_sentinel(RawPeer &raw)
+{
+    for (int d = 0; d < 2; ++d) {
+        if (d == 0) {
+            raw_abort(raw, d, UINT32_MAX, 0, 0, 0);
+        }
+        raw.eager(d, 61, nullptr, 0);
+    }
+    raw.barrier();                      /* finalize */
+    return 0;
+}
+}
+
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
@@ -311,11 +350,13 @@ int main(int argc, char **argv)
             rc = raw_freed(peer);
         } else if (m == "flood") {
             rc = raw_flood(peer);
+        } else if (m == "sentinel") {
+            rc = raw_sentinel(peer);
         } else if (m == "lag") {
             rc = raw_lag(peer);
         } else {
-            fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood or "
-                    "lag\n");
+            fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood, "
+                    "sentinel or lag\n");
         }
         peer.finalize();
         return rc;
