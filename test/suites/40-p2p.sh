@@ -137,8 +137,9 @@ for tl in shm tcp; do
     ib2_gtest "p2p-$tl-hostile-review-tables" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p_hostile_review" \
         "${p2p_gt[@]}" --gtest_filter='*HeldTables*'
-    # a PMIx record of another p2p version is refused, saying so
-    for rec in v2 v99; do
+    # a PMIx record of another p2p version is refused, saying so (v4:
+    # the last version with a 16-byte ABORT)
+    for rec in v2 v4 v99; do
         P2PTEST_RAW_RECORD=$rec ib2_gtest \
             "p2p-$tl-hostile-review-record-$rec" "$p2p_mpirun" \
             "${p2p_mpi[@]}" -x P2PTEST_RAW_RECORD -np 2 \

@@ -29,7 +29,7 @@
  *   mpirun -np 2 ... --gtest_filter=*Headerless* (the first drop of the
  *       process: only the first is said)
  *   mpirun -np 2 ... --gtest_filter=*HeldTables*
- *   P2PTEST_RAW_RECORD=v2 (and v99) mpirun -np 2 ... --gtest_filter=*Record*
+ *   P2PTEST_RAW_RECORD=v2 (v4, v99) mpirun -np 2 ... --gtest_filter=*Record*
  */
 #include "p2p_util.h"
 #include "raw_peer.h"
@@ -620,7 +620,8 @@ TEST(P2PReview, RecordOfAnotherVersionIsRefused)
 {
     const char *kind = getenv("P2PTEST_RAW_RECORD");
 
-    ASSERT_NE(kind, nullptr) << "run with P2PTEST_RAW_RECORD=v2 or v99";
+    ASSERT_NE(kind, nullptr) << "run with P2PTEST_RAW_RECORD=v2, v4 or "
+                                "v99";
     if (rank == 0) {
         /* not blocking: rank 1 does not progress its worker */
         p2p_request_t *req = nullptr;
@@ -637,11 +638,11 @@ TEST(P2PReview, RecordOfAnotherVersionIsRefused)
         EXPECT_EQ(P2P_ERR_INIT, ret);
         std::string err = p2p_last_error(ctx);
         printf("the error: %s\n", err.c_str());
-        EXPECT_NE(std::string::npos,
-                  err.find(strcmp(kind, "v2") == 0 ?
+        std::string want = (strcmp(kind, "v2") == 0) ?
                            "rank 1 runs an older p2p (wire version 1 or 2" :
-                           "rank 1 runs p2p wire version 99"))
-            << err;
+                           std::string("rank 1 runs p2p wire version ") +
+                           (kind + 1) + ",";
+        EXPECT_NE(std::string::npos, err.find(want)) << err;
         refused = true;
     }
     /* rank 1 stays until rank 0 has looked its record up */
