@@ -31,10 +31,11 @@
 #include <string.h>
 
 /* Notes are kept only for a parent's creation under way or the next one,
- * one per sender and creation: at most two per member of each parent. A
- * backstop above that for the whole context; what is refused is counted
+ * one per sender and creation: at most two per other member of each
+ * parent, which bounds them (checked again per parent as a backstop; no
+ * bound for the whole context, which a parent of more than 1025 ranks
+ * reaches with honest notices). What is refused is counted
  * (rx_abort_dropped) and said once. */
-#define P2P_ABORT_NOTES_MAX 1024
 
 struct p2p_abort_note {
     ucs_list_link_t link;
@@ -213,7 +214,7 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
     p2p_wire_abort_t      h;
     p2p_comm_t            *parent;
     struct p2p_abort_note *n;
-    uint32_t              creation, cid, cepoch, done;
+    uint32_t              creation, cid, cepoch, done, kept = 0;
     int                   r;
 
     memcpy(&h, header, sizeof(h));
@@ -252,13 +253,17 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
         return;
     }
     ucs_list_for_each(n, &ctx->abort_notes, link) {
-        if ((n->cid == cid) && (n->cepoch == cepoch) &&
-            (n->creation == creation) && (n->wrank == peer->rank)) {
+        if ((n->cid != cid) || (n->cepoch != cepoch)) {
+            continue;
+        }
+        if ((n->creation == creation) && (n->wrank == peer->rank)) {
             return;                         /* said already */
         }
+        ++kept;
     }
-    if (ctx->n_abort_notes >= P2P_ABORT_NOTES_MAX) {
-        p2p_abort_refuse(ctx, peer->rank, "beyond the table's bound");
+    if (kept >= 2u * (uint32_t)(parent->size - 1)) {
+        p2p_abort_refuse(ctx, peer->rank, "beyond two per member of the "
+                         "parent");
         return;
     }
     n = malloc(sizeof(*n));

@@ -207,10 +207,12 @@ for tl in shm tcp; do
         --gtest_filter=P2PReview3.NewCommunicatorCountsKnownFailures
     # the third review (test_review4.cc, a raw peer): a creation's notice
     # after its parent was freed; notices flooded; a forged notice naming
-    # the origin of communicators made by no creation
+    # the origin of communicators made by no creation; notices for more
+    # parents than the old context-wide bound
     for mode in freed:NoticeReachesChildOfFreedParent \
                 flood:FloodedNoticesAreRefused \
-                sentinel:SentinelNoticeLeavesWorldAlone; do
+                sentinel:SentinelNoticeLeavesWorldAlone \
+                parents:NoticesOfManyParentsAreKept; do
         P2PTEST_RAW_RANK=2 P2PTEST_RAW_MODE=${mode%%:*} ib2_gtest \
             "p2p-$tl-review4-${mode%%:*}" "$p2p_mpirun" "${p2p_mpi[@]}" \
             -x P2PTEST_RAW_RANK -x P2PTEST_RAW_MODE -np 3 \

@@ -10,6 +10,7 @@
  *                                   (over shm the order it needs is
  *                                   certain)
  *   SentinelNoticeLeavesWorldAlone  -np 3, rank 2 raw (mode sentinel)
+ *   NoticesOfManyParentsAreKept     -np 3, rank 2 raw (mode parents)
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -20,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <p2p.h>
+#include <p2p_embed.h>
 #include <p2p_fault.h>
 #include <p2p_ucp.h>
 #include <p2p_wire.h>
@@ -332,6 +334,67 @@ int raw_sentinel(RawPeer &raw)
 }
 }
 
+/*
+ * The bound on notes goes by parent: a member may have two notes (the
+ * creation under way and the next) for each parent it is a member of,
+ * however many parents there are. Rank 0 makes 1100 communicators with
+ * rank 2 (a raw peer; p2p_comm_create_from_ranks, no traffic), and rank 2
+ * sends a notice for the next creation on each. Every one is kept. Before,
+ * 1024 notes for the whole context was the bound: the last 76 were refused
+ * (rx_abort_dropped) and a member that went on to keep one of those
+ * communicators could have waited for rank 2 for ever. One parent of more
+ * than 1025 members is the case in a large job; a parent per notice is
+ * how three processes reach the same bound.
+ */
+TEST(P2PReview4, NoticesOfManyParentsAreKept)
+{
+    ASSERT_EQ(3, size) << "run with -np 3, P2PTEST_RAW_RANK=2, "
+                          "P2PTEST_RAW_MODE=parents";
+    const uint32_t           two[2] = { 0, 2 };
+    std::vector<p2p_comm_t*> comms(1100, nullptr);
+    p2p_stats_t              s0, s1;
+
+    if (rank == 0) {
+        for (uint32_t i = 0; i < comms.size(); ++i) {
+            ASSERT_EQ(P2P_OK, p2p_comm_create_from_ranks(ctx, 1000 + i, 100,
+                                                         2, two, &comms[i]))
+                << p2p_last_error(ctx);
+        }
+        p2p_get_stats(ctx, &s0);
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 2, 60, world));
+    }
+    {
+        Blocking b("rank 2's word after its notices");
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, 61, world, nullptr));
+    }
+    if (rank == 0) {
+        p2p_get_stats(ctx, &s1);
+        EXPECT_EQ(s0.rx_abort_dropped, s1.rx_abort_dropped);
+        EXPECT_EQ(s0.rx_stale_comm, s1.rx_stale_comm);
+        EXPECT_EQ(s0.rx_unauthenticated, s1.rx_unauthenticated);
+        for (p2p_comm_t *&c : comms) {
+            EXPECT_EQ(P2P_OK, p2p_comm_free(&c));
+        }
+    }
+}
+
+namespace {
+/* Rank 2, parents: once rank 0 has made its communicators, a notice for
+ * the first creation on each, then a word to both. */
+int raw_parents(RawPeer &raw)
+{
+    raw.wait_tag(0, 60, "rank 0 made its communicators");
+    for (uint32_t i = 0; i < 1100; ++i) {
+        raw_abort(raw, 0, 1000 + i, 100, 0, 0);
+    }
+    for (int d = 0; d < 2; ++d) {
+        raw.eager(d, 61, nullptr, 0);
+    }
+    raw.barrier();                      /* finalize */
+    return 0;
+}
+}
+
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
@@ -354,9 +417,11 @@ int main(int argc, char **argv)
             rc = raw_sentinel(peer);
         } else if (m == "lag") {
             rc = raw_lag(peer);
+        } else if (m == "parents") {
+            rc = raw_parents(peer);
         } else {
             fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood, "
-                    "sentinel or lag\n");
+                    "sentinel, lag or parents\n");
         }
         peer.finalize();
         return rc;
