@@ -290,6 +290,7 @@ int p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag)
 {
     p2p_context_t         *ctx = parent->ctx;
     struct p2p_abort_note *n;
+    struct p2p_unexp      *u;
 
     if (ucs_list_is_empty(&ctx->abort_notes) || !parent->creating) {
         return 0;
@@ -302,11 +303,40 @@ int p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag)
              * still to come, or come and not taken, belongs to this
              * round, and left behind it would be read by the parent's
              * next barrier or creation. */
-            return ((int32_t)(parent->recv_seq[crank] - n->seq) >= 0) &&
-                   (p2p_mq_find_unexp(&parent->mq, crank, tag, 0) == NULL);
+            if ((int32_t)(parent->recv_seq[crank] - n->seq) < 0) {
+                return 0;
+            }
+            /* the first queued with the tag is its oldest: one of the
+             * sender's next collective on the parent is not this round's */
+            u = (struct p2p_unexp*)p2p_mq_find_unexp(&parent->mq, crank,
+                                                     tag, 0);
+            return (u == NULL) || ((int32_t)(u->seq - n->seq) >= 0);
         }
     }
     return 0;
+}
+
+/* Everything crank sent before its notice has come now: the rounds'
+ * receives posted from it meanwhile can wait no more (nothing rechecks
+ * p2p_abort_left once they are posted). */
+void p2p_abort_seq_reached(p2p_comm_t *parent, int crank)
+{
+    p2p_context_t         *ctx = parent->ctx;
+    struct p2p_abort_note *n;
+
+    if (ucs_list_is_empty(&ctx->abort_notes)) {
+        return;
+    }
+    ucs_list_for_each(n, &ctx->abort_notes, link) {
+        if ((n->cid == parent->cid) && (n->cepoch == parent->cepoch) &&
+            (n->creation == parent->n_creations - 1) &&
+            (n->wrank == parent->world[crank])) {
+            if ((int32_t)(parent->recv_seq[crank] - n->seq) >= 0) {
+                p2p_abort_fail_posted(parent, crank, 0);
+            }
+            return;
+        }
+    }
 }
 
 void p2p_abort_creation_over(p2p_comm_t *parent, p2p_comm_t *comm)

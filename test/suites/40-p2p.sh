@@ -213,11 +213,13 @@ for tl in shm tcp; do
     # the third review (test_review4.cc, a raw peer): a creation's notice
     # after its parent was freed; notices flooded; a forged notice naming
     # the origin of communicators made by no creation; notices for more
-    # parents than the old context-wide bound
+    # parents than the old context-wide bound; a notice ahead of its
+    # sender's last message
     for mode in freed:NoticeReachesChildOfFreedParent \
                 flood:FloodedNoticesAreRefused \
                 sentinel:SentinelNoticeLeavesWorldAlone \
-                parents:NoticesOfManyParentsAreKept; do
+                parents:NoticesOfManyParentsAreKept \
+                ahead:NoticeAheadOfMessagesIsLookedAtAgain; do
         P2PTEST_RAW_RANK=2 P2PTEST_RAW_MODE=${mode%%:*} ib2_gtest \
             "p2p-$tl-review4-${mode%%:*}" "$p2p_mpirun" "${p2p_mpi[@]}" \
             -x P2PTEST_RAW_RANK -x P2PTEST_RAW_MODE -np 3 \

@@ -11,6 +11,7 @@
  *                                   certain)
  *   SentinelNoticeLeavesWorldAlone  -np 3, rank 2 raw (mode sentinel)
  *   NoticesOfManyParentsAreKept     -np 3, rank 2 raw (mode parents)
+ *   NoticeAheadOfMessagesIsLookedAtAgain -np 3, rank 2 raw (mode ahead)
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -395,6 +396,56 @@ int raw_parents(RawPeer &raw)
 }
 }
 
+/*
+ * A notice that comes ahead of some of its sender's messages is looked at
+ * again when they come. Rank 2 (a raw peer) tells rank 0 that the world's
+ * next creation failed at it, with one message still to come; once rank
+ * 0's receive of rank 2's offer is posted (rank 0 posts it before sending
+ * its own offer to rank 2), that message comes: a user message, not the
+ * offer. Rank 0 must stop waiting for rank 2 then. Before, nothing looked
+ * at the notice again: rank 0 waited for the offer for ever. (Over one
+ * lane UCP keeps a notice behind its sender's earlier messages; a raw peer
+ * can send them in any order, which is what another lane could do.) Rank
+ * 1 gets an ordinary notice.
+ */
+TEST(P2PReview4, NoticeAheadOfMessagesIsLookedAtAgain)
+{
+    ASSERT_EQ(3, size) << "run with -np 3, P2PTEST_RAW_RANK=2, "
+                          "P2PTEST_RAW_MODE=ahead";
+    p2p_comm_t *n = nullptr;
+    int        e;
+
+    {
+        Blocking b("p2p_comm_dup with rank 2 gone from it");
+        e = p2p_comm_dup(world, &n);
+    }
+    EXPECT_EQ(P2P_ERR_COMM_ABORTED, e) << p2p_last_error(ctx);
+    EXPECT_EQ(nullptr, n);
+    {
+        Blocking b("rank 2's user message");
+        EXPECT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, 61, world, nullptr));
+    }
+}
+
+namespace {
+/* Rank 2, ahead: a notice to rank 0 counting a message not sent yet, an
+ * ordinary one to rank 1; the message once rank 0 waits for the offer. */
+int raw_ahead(RawPeer &raw)
+{
+    raw_abort(raw, 1, 0, 0, 0, raw.next_seq(1));
+    raw_abort(raw, 0, 0, 0, 0, raw.next_seq(0) + 1);
+    raw.wait_tag(0, P2P_WIRE_TAG_ALLGATHER, "rank 0's offer");
+    raw.eager(0, 61, nullptr, 0);
+    raw.eager(1, 61, nullptr, 0);
+    /* the failed creation's commit round still sends rank 2 a byte from
+     * each; taken here so that finalize's barrier reads its own */
+    raw.wait_tag(0, P2P_WIRE_TAG_BARRIER, "rank 0's commit-round byte");
+    raw.wait_tag(1, P2P_WIRE_TAG_BARRIER, "rank 1's commit-round byte");
+    raw.barrier();                      /* finalize */
+    return 0;
+}
+}
+
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
@@ -419,9 +470,11 @@ int main(int argc, char **argv)
             rc = raw_lag(peer);
         } else if (m == "parents") {
             rc = raw_parents(peer);
+        } else if (m == "ahead") {
+            rc = raw_ahead(peer);
         } else {
             fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood, "
-                    "sentinel, lag or parents\n");
+                    "sentinel, lag, parents or ahead\n");
         }
         peer.finalize();
         return rc;
