@@ -526,6 +526,7 @@ struct sv_context {
     struct sv_evq       *async;
     pthread_mutex_t      lock;
     _Atomic uint32_t     n_pd, n_ah; /* given back at close if left */
+    pid_t                owner;       /* the process that opened it */
 };
 
 struct sv_pd {
