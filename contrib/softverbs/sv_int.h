@@ -439,6 +439,8 @@ struct sv_global {
     _Atomic uint64_t *sq_polled;
     _Atomic uint32_t  pending;     /* QPs with queued send work */
     int               cqe_inline;  /* deliver small receives in the CQE */
+    int               memlock_set; /* SOFTVERBS_MEMLOCK given: */
+    uint64_t          memlock;     /* bytes a process may register */
     _Atomic uint32_t  next_tslot;  /* transfer epoch slots handed out */
     int               warned_ptrace;
 };
