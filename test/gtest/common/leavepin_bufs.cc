@@ -94,6 +94,16 @@ void brk_setup()
 
 }
 
+size_t malloc_len(size_t least)
+{
+    const size_t kMargin = 4 << 20;
+    struct mallinfo2 mi  = mallinfo2();
+    size_t len           = (least > mi.fordblks + kMargin) ?
+                           least : mi.fordblks + kMargin;
+
+    return (len + kMargin - 1) / kMargin * kMargin;
+}
+
 const char *method_name(Method m)
 {
     switch (m) {
