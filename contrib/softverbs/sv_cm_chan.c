@@ -445,16 +445,29 @@ static void sv_cm_event_work(struct sv_cm_event *e)
     e->work = SV_CMEV_PLAIN;
 }
 
+/* A reader blocked in the kernel's event read holds a reference to the
+ * channel's file: closing the channel in another thread neither wakes it
+ * nor fails it, and the events the destroyed ids leave behind are dropped,
+ * so it stays asleep until the process ends. Programs rely on that (rping's
+ * event thread is still in rdma_get_cm_event when main destroys the
+ * channel and returns); an error here would make them exit with it. */
+static void sv_cm_reader_orphaned(void)
+{
+    for (;;) {
+        pause();
+    }
+}
+
 SV_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch,
                                 struct rdma_cm_event **event)
 {
     struct pollfd p;
-    int fl;
+    int fl, waited = 0;
 
     if (event == NULL) {
         return SV_CM_ERR(EINVAL);
     }
-    for (;;) {
+    for (;; waited = 1) {
         struct sv_cm_chan *c;
         struct sv_cm_event *e;
 
@@ -462,6 +475,9 @@ SV_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch,
         c = sv_cm_chan_of(ch);
         if (c == NULL) {
             pthread_mutex_unlock(&sv_cm.lock);
+            if (waited) {
+                sv_cm_reader_orphaned();
+            }
             return SV_CM_ERR(EINVAL);
         }
         e = sv_cm_pop(c);
@@ -488,8 +504,19 @@ SV_EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch,
         p.events = POLLIN;
         pthread_mutex_unlock(&sv_cm.lock);
         fl = fcntl(p.fd, F_GETFL);
-        if (fl < 0 || (fl & O_NONBLOCK)) {
-            return SV_CM_ERR(fl < 0 ? EINVAL : EAGAIN);
+        if (fl < 0) {
+            int gone;
+
+            pthread_mutex_lock(&sv_cm.lock);
+            gone = sv_cm_chan_of(ch) == NULL;
+            pthread_mutex_unlock(&sv_cm.lock);
+            if (gone) {
+                sv_cm_reader_orphaned(); /* destroyed since we looked */
+            }
+            return SV_CM_ERR(EBADF); /* the program closed the fd itself */
+        }
+        if (fl & O_NONBLOCK) {
+            return SV_CM_ERR(EAGAIN);
         }
         while (poll(&p, 1, -1) < 0 && errno == EINTR) {
         }

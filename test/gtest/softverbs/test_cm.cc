@@ -9,8 +9,13 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <fstream>
 #include <set>
 
 using namespace sv;
@@ -390,4 +395,101 @@ TEST(CmAttr, InitQpAttr)
         });
         EXPECT_EQ(rc, 0) << k.name;
     }
+}
+
+namespace {
+
+/* The system call a thread of this process is in (-1 if running or gone). */
+long task_syscall(pid_t tid)
+{
+    std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
+    std::string first;
+
+    if (!(f >> first) || first == "running") {
+        return -1;
+    }
+    return strtol(first.c_str(), nullptr, 10);
+}
+
+/* Until tid is in one of the system calls (or done is set); false after
+ * kTimeoutMs. */
+bool await_syscall(pid_t tid, std::initializer_list<long> nrs,
+                   const std::atomic<int> &done)
+{
+    for (int ms = 0; ms < kTimeoutMs; ++ms) {
+        long nr = task_syscall(tid);
+
+        for (long want : nrs) {
+            if (nr == want) {
+                return true;
+            }
+        }
+        if (done.load()) {
+            return true;
+        }
+        usleep(1000);
+    }
+    return false;
+}
+
+struct Reader {
+    rdma_event_channel *ch;
+    std::atomic<pid_t>  tid{0};
+    std::atomic<int>    done{0};
+    int                 rc = 0, err = 0;
+};
+
+void *reader_main(void *arg)
+{
+    Reader *r = (Reader *)arg;
+    rdma_cm_event *ev;
+
+    r->tid = (pid_t)syscall(SYS_gettid);
+    r->rc  = rdma_get_cm_event(r->ch, &ev);
+    r->err = errno;
+    r->done = 1;
+    return nullptr;
+}
+
+} // namespace
+
+/* A thread asleep in rdma_get_cm_event when another destroys the channel
+ * stays asleep, as a reader in the kernel does (it holds the file): rping's
+ * event thread is there when its main thread destroys the channel and
+ * returns, and an error would make rping exit with it. The wake-up here is
+ * a write to a copy of the channel's descriptor, what an event left behind
+ * by a destroyed id does. */
+TEST(CmChannel, ReaderStaysAsleepWhenChannelDestroyed)
+{
+    int rc = run_child_env(cm_env("ib", kCmKinds[0].devices), [] {
+        Reader r;
+        pthread_t t;
+        uint64_t one = 1;
+
+        r.ch = rdma_create_event_channel();
+        SV_CHILD_CHECK(r.ch != nullptr, 10);
+        SV_CHILD_CHECK(pthread_create(&t, nullptr, reader_main, &r) == 0,
+                       11);
+        while (r.tid.load() == 0) {
+            sched_yield();
+        }
+        SV_CHILD_CHECK(await_syscall(r.tid, {SYS_poll, SYS_ppoll}, r.done),
+                       12);
+        SV_CHILD_CHECK(!r.done.load(), 13);
+        int copy = dup(r.ch->fd);
+        SV_CHILD_CHECK(copy >= 0, 14);
+        rdma_destroy_event_channel(r.ch);
+        SV_CHILD_CHECK(write(copy, &one, sizeof(one)) == sizeof(one), 15);
+        SV_CHILD_CHECK(await_syscall(r.tid, {SYS_pause}, r.done), 16);
+        if (r.done.load()) {
+            fprintf(stderr, "rdma_get_cm_event returned %d (%s) after its "
+                    "channel was destroyed\n", r.rc, strerror(r.err));
+            return 17;
+        }
+        close(copy);
+        pthread_cancel(t);
+        SV_CHILD_CHECK(pthread_join(t, nullptr) == 0, 18);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
 }
