@@ -142,6 +142,30 @@ for tl in shm tcp; do
     ib2_gtest "p2p-$tl-hostile-review-tables" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p_hostile_review" \
         "${p2p_gt[@]}" --gtest_filter='*HeldTables*'
+    # finalize while the peer still talks (rank 0 finalizes in the test,
+    # so each alone): over tcp, where a rendezvous read waits for the peer
+    # and keeps the endpoints' flush going, an early message arriving
+    # while they close is dropped, not held, and the read completing then
+    # does not connect again for its FIN (refused, said at debug level);
+    # over shm, a peer dead in the closing barrier and noticed by
+    # nothing: the bound ends it
+    if [ "$tl" = tcp ]; then
+        ib2_gtest "p2p-$tl-teardown-arrival" "$p2p_mpirun" \
+            "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p_hostile_review" \
+            "${p2p_gt[@]}" \
+            --gtest_filter=P2PTeardown.ArrivalWhileClosingIsNotHeld
+        P2P_LOG_LEVEL=debug ib2_gtest "p2p-$tl-teardown-connect" \
+            "$p2p_mpirun" "${p2p_mpi[@]}" -x P2P_LOG_LEVEL -np 2 \
+            "$p2pt/test_p2p_hostile_review" "${p2p_gt[@]}" \
+            --gtest_filter=P2PTeardown.ConnectWhileClosingIsRefused
+    else
+        P2P_FINALIZE_TIMEOUT=2s P2P_KEEPALIVE_INTERVAL=0 ib2_gtest \
+            "p2p-$tl-teardown-dead-peer" "$p2p_mpirun" "${p2p_mpi[@]}" \
+            --enable-recovery -x P2P_FINALIZE_TIMEOUT \
+            -x P2P_KEEPALIVE_INTERVAL -np 2 \
+            "$p2pt/test_p2p_hostile_review" "${p2p_gt[@]}" \
+            --gtest_filter=P2PTeardown.PeerDeadInClosingBarrierEndsInBound
+    fi
     # a PMIx record of another p2p version is refused, saying so (v4:
     # the last version with a 16-byte ABORT)
     for rec in v2 v4 v99; do
