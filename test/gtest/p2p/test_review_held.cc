@@ -115,7 +115,8 @@ TEST(P2PReview, HeldTablesAreChargedAndShrunk)
  * (data dropped) and, since records move one at a time and the table
  * only shrinks, raise the peak. So: every byte kept, the count exactly N
  * records, the peak no higher than once the chain was held out of order,
- * and back to where it was once all are taken. Alone, -np 2, P2P_UNEXPECTED_LIMIT=64k. */
+ * and back to where it was once all are taken. Alone, -np 2,
+ * P2P_UNEXPECTED_LIMIT=64k. */
 TEST(P2PReview, HeldChargeMovesEarlyToOutOfOrderToUnexpected)
 {
     const uint32_t cid = 91, cepoch = 0x40000000;
