@@ -296,6 +296,86 @@ ucs_status_t RawPeer::send_raw(int dest, const void *hdr, size_t hdr_len,
     return status;
 }
 
+ucs_status_t RawPeer::send_am(int dest, unsigned am_id, const void *data,
+                              size_t len)
+{
+    ucs_status_t        status = UCS_INPROGRESS;
+    ucp_request_param_t param;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
+                         UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA;
+    param.flags        = UCP_AM_SEND_FLAG_EAGER;
+    param.cb.send      = send_cb;
+    param.user_data    = &status;
+    ucs_status_ptr_t sp = ucp_am_send_nbx(ep(dest), am_id, nullptr, 0, data,
+                                          len, &param);
+    if (!UCS_PTR_IS_PTR(sp)) {
+        return UCS_PTR_STATUS(sp);
+    }
+    double deadline = now() + 60;
+    while (status == UCS_INPROGRESS) {
+        progress();
+        if (now() > deadline) {
+            die("a send did not complete in 60 s");
+        }
+    }
+    ucp_request_free(sp);
+    return status;
+}
+
+ucs_status_t RawPeer::flush(int dest)
+{
+    ucp_request_param_t param;
+
+    param.op_attr_mask = 0;
+    ucs_status_ptr_t sp = ucp_ep_flush_nbx(ep(dest), &param);
+    if (!UCS_PTR_IS_PTR(sp)) {
+        return UCS_PTR_STATUS(sp);
+    }
+    ucs_status_t status;
+    double       deadline = now() + 60;
+    while ((status = ucp_request_check_status(sp)) == UCS_INPROGRESS) {
+        progress();
+        if (now() > deadline) {
+            die("a flush did not complete in 60 s");
+        }
+    }
+    ucp_request_free(sp);
+    return status;
+}
+
+bool RawPeer::map(void *buf, size_t len, std::vector<uint8_t> *rkey)
+{
+    ucp_mem_map_params_t mp;
+    void                 *packed;
+    size_t               packed_len;
+
+    memset(&mp, 0, sizeof(mp));
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                    UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address    = buf;
+    mp.length     = len;
+    if ((memh_ != nullptr) || (ucp_mem_map(ucp_, &mp, &memh_) != UCS_OK)) {
+        return false;
+    }
+    if (ucp_rkey_pack(ucp_, memh_, &packed, &packed_len) != UCS_OK) {
+        unmap();
+        return false;
+    }
+    rkey->assign((uint8_t*)packed, (uint8_t*)packed + packed_len);
+    ucp_rkey_buffer_release(packed);
+    return true;
+}
+
+void RawPeer::unmap()
+{
+    if (memh_ != nullptr) {
+        ucp_mem_unmap(ucp_, memh_);
+        memh_ = nullptr;
+    }
+}
+
 void RawPeer::send_nb(int dest, const void *hdr, size_t hdr_len,
                       const void *data, size_t len, uint32_t flags,
                       Pending *p)
@@ -427,6 +507,7 @@ void RawPeer::finalize()
         }
     }
     ucp_worker_destroy(worker_);
+    unmap();
     ucp_cleanup(ucp_);
     PMIx_Finalize(NULL, 0);
 }

@@ -52,6 +52,15 @@ public:
     ucs_status_t send_raw(int dest, const void *hdr, size_t hdr_len,
                           const void *data, size_t len, bool reply = true,
                           uint32_t flags = UCP_AM_SEND_FLAG_EAGER);
+    /* One active message on another id (a caller's beside p2p's) */
+    ucs_status_t send_am(int dest, unsigned am_id, const void *data,
+                         size_t len);
+    /* Until everything sent to dest has left this process */
+    ucs_status_t flush(int dest);
+    /* A buffer registered for RMA, packed remote key in rkey: what an RTS
+     * offers. Released by unmap(). */
+    bool map(void *buf, size_t len, std::vector<uint8_t> *rkey);
+    void unmap();
     /* The same without waiting: finish() it later (its header and data
      * must live until then). */
     struct Pending {
@@ -96,6 +105,7 @@ private:
     std::vector<uint32_t>    send_seq_;
     std::vector<uint64_t>    tokens_;
     std::deque<RawMsg>       inbox_;
+    ucp_mem_h                memh_   = nullptr;
     void                     *pmix_ = nullptr;
 };
 

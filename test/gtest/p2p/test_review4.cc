@@ -12,12 +12,15 @@
  *   SentinelNoticeLeavesWorldAlone  -np 3, rank 2 raw (mode sentinel)
  *   NoticesOfManyParentsAreKept     -np 3, rank 2 raw (mode parents)
  *   NoticeAheadOfMessagesIsLookedAtAgain -np 3, rank 2 raw (mode ahead)
+ *   NextCollectiveIsNotTheRounds    -np 3, rank 2 raw (mode next;
+ *                                   test_review4_next.cc)
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
  */
 #include "p2p_util.h"
 #include "raw_peer.h"
+#include "review4.h"
 
 #include <gtest/gtest.h>
 
@@ -76,6 +79,8 @@ struct RawComm {
     }
 };
 
+}
+
 void raw_abort(RawPeer &raw, int dest, uint32_t cid, uint32_t cepoch,
                uint32_t creation, uint32_t mark)
 {
@@ -92,8 +97,6 @@ void raw_abort(RawPeer &raw, int dest, uint32_t cid, uint32_t cepoch,
         fprintf(stderr, "[raw] an ABORT could not be sent\n");
         exit(2);
     }
-}
-
 }
 
 /*
@@ -472,9 +475,11 @@ int main(int argc, char **argv)
             rc = raw_parents(peer);
         } else if (m == "ahead") {
             rc = raw_ahead(peer);
+        } else if (m == "next") {
+            rc = raw_next(peer);
         } else {
             fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood, "
-                    "sentinel, lag, parents or ahead\n");
+                    "sentinel, lag, parents, ahead or next\n");
         }
         peer.finalize();
         return rc;
