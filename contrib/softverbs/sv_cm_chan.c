@@ -170,14 +170,20 @@ int sv_cm_leave(int rc)
 /* Channels                                                            */
 /* ------------------------------------------------------------------ */
 
+/* Found in the list, not read through the pointer: a destroyed channel's
+ * memory is freed, and a reader may still hold its pointer. Called with
+ * sv_cm.lock held; a process has few channels. */
 struct sv_cm_chan *sv_cm_chan_of(struct rdma_event_channel *ch)
 {
-    struct sv_cm_chan *c = (struct sv_cm_chan *)ch;
+    struct sv_cm_chan *c;
 
-    if (c == NULL || c->magic != SV_CM_CHAN_MAGIC || c->gen != sv_cm.gen) {
-        return NULL;
+    for (c = sv_cm.chans; c != NULL; c = c->next) {
+        if (&c->ch == ch) {
+            return (c->magic == SV_CM_CHAN_MAGIC && c->gen == sv_cm.gen) ?
+                   c : NULL;
+        }
     }
-    return c;
+    return NULL;
 }
 
 struct sv_cm_chan *sv_cm_chan_new(void)
