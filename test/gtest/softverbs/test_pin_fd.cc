@@ -391,3 +391,77 @@ TEST(PinFd, LargeRegionsMoveLittle)
     }
     munmap(m, pages * kPg);
 }
+
+/* When no descriptor is left for a new pipe, what is left of a region
+ * goes into the room of several shared pipes, and beyond all room it is
+ * not held at all (softverbs says so). Under ulimit -n 256 (32
+ * descriptors), regions of 100 pages fill that: each region is held
+ * whole or not at all, and deregistering them in a shuffled order leaves
+ * exactly the others held. */
+TEST(PinFd, RegionsSpreadWhenDescriptorsRunOut)
+{
+    const size_t kRegions = 60, kPages = 100;
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    if (softverbs_pin_mode() != 1) {
+        GTEST_SKIP() << "pages are held where frame numbers are compared "
+                        "(root) only";
+    }
+    ASSERT_LT(fds_open(), 128u) << "the test needs room under its limit";
+    NofileLimit lim(256);
+    ASSERT_TRUE(lim.set) << "cannot set RLIMIT_NOFILE to 256";
+    char *m = tagged_pages(kRegions * kPages);
+    ASSERT_NE(m, nullptr);
+    size_t fds0 = fds_open();
+
+    std::vector<ibv_mr *> mr(kRegions, nullptr);
+    for (size_t i = 0; i < kRegions; ++i) {
+        mr[i] = ibv_reg_mr(d.pd, m + i * kPages * kPg, kPages * kPg,
+                           IBV_ACCESS_LOCAL_WRITE);
+        ASSERT_NE(mr[i], nullptr) << "region " << i;
+    }
+    EXPECT_LE((long)fds_open() - (long)fds0, kFdBound);
+    /* held whole or not at all: which, is what the pipes say */
+    std::vector<int> held(kRegions);
+    auto check = [&](const char *when) {
+        std::multiset<uint64_t> tags = held_tags();
+        size_t want = 0;
+        for (size_t i = 0; i < kRegions; ++i) {
+            size_t n = 0;
+            for (size_t p = 0; p < kPages; ++p) {
+                n += tags.count(kTag | (i * kPages + p));
+            }
+            EXPECT_TRUE(n == 0 || n == kPages)
+                << when << ": region " << i << " has " << n << " of its "
+                << kPages << " pages held";
+            if (held[i] < 0) {
+                held[i] = (n == kPages);
+            } else {
+                EXPECT_EQ(held[i] && mr[i] != nullptr, n == kPages)
+                    << when << ": region " << i;
+            }
+            want += (held[i] && mr[i] != nullptr) ? kPages : 0;
+        }
+        EXPECT_EQ(tags.size(), want) << when;
+    };
+    std::fill(held.begin(), held.end(), -1);
+    check("registered");
+    size_t n_held = std::count(held.begin(), held.end(), 1);
+    EXPECT_GT(n_held, 10u) << "regions held";
+    EXPECT_LT(n_held, kRegions) << "the descriptors should not take all";
+    printf("%zu of %zu regions of %zu pages held\n", n_held, kRegions,
+           kPages);
+
+    std::vector<size_t> order(kRegions);
+    for (size_t i = 0; i < kRegions; ++i) {
+        order[i] = (i * 37) % kRegions; /* 37 is prime to 60 */
+    }
+    for (size_t i : order) {
+        ASSERT_EQ(ibv_dereg_mr(mr[i]), 0);
+        mr[i] = nullptr;
+        check("after a deregistration");
+    }
+    EXPECT_TRUE(held_tags().empty());
+    EXPECT_EQ(fds_open(), fds0) << "nothing held, yet descriptors kept";
+    munmap(m, kRegions * kPages * kPg);
+}
