@@ -91,6 +91,15 @@ uint64_t softverbs_stale_accesses(void);
 /* Stale accesses through one region (of any process), 0 if it is gone. */
 uint64_t softverbs_mr_stale(struct ibv_mr *mr);
 
+/* Holding the pages of regions (docs/softverbs.md, "Pinned memory"): how
+ * many references to other regions' pages this process's
+ * deregistrations have moved between its hold pipes so far, and in *most
+ * (unless NULL) the most that one deregistration moved. Small regions
+ * share pipes of at most 128 pages and a region has pages in one shared
+ * pipe (several only when no descriptor was left for a new one), so one
+ * deregistration moves at most 127, however many regions there are. */
+uint64_t softverbs_pin_hold_moves(uint64_t *most);
+
 /* What each process of the segment holds (docs/softverbs.md, "What a
  * process holds"): a snapshot, taken without stopping anyone. */
 struct softverbs_proc_stats {

@@ -9,80 +9,72 @@
  * registration where the hardware's region would keep working.
  *
  * The reference is taken with vmsplice: a pipe holds each page it was
- * given, for as long as the page is in the pipe, without copying it. It
- * references pages, not addresses: what the process does to its mappings
- * still changes what its addresses reach (munmap, mmap over,
- * MADV_DONTNEED, copy-on-write after fork), and that is still seen as
- * stale; the old pages stay held, as an adapter holds them, so they
- * cannot come back at the same address either.
+ * given, for as long as the page is in the pipe, without copying it
+ * (sv_pin_pipe.c). It references pages, not addresses: what the process
+ * does to its mappings still changes what its addresses reach (munmap,
+ * mmap over, MADV_DONTNEED, copy-on-write after fork), and that is still
+ * seen as stale; the old pages stay held, as an adapter holds them, so
+ * they cannot come back at the same address either.
  *
  * An adapter takes no file descriptor per region, and a process that
  * registers many regions must still be able to open files. So the
- * regions share a few pipes, grown with F_SETPIPE_SZ as they fill (one
- * slot a page), and their number is bounded (SV_HOLD_PIPES, and a share
- * of RLIMIT_NOFILE). A pipe gives its pages back in order only, so
- * deregistering a region moves the references of the others sharing its
- * pipe into a spare pipe (splice: the pages are not copied), drops the
- * region's (into /dev/null) and swaps the two. Pages beyond what the
- * pipes take are registered without a hold, and softverbs says so.
+ * descriptors are bounded (SV_HOLD_PIPES, and a share of RLIMIT_NOFILE),
+ * and small regions share pipes. A pipe gives its pages back in order
+ * only: deregistering a region behind others in its pipe moves the
+ * others' references into a spare pipe (splice: the pages are not
+ * copied), drops the region's (into /dev/null) and swaps the two. What
+ * that moves is bounded, not the number of regions: a shared pipe holds
+ * at most SV_HOLD_SHARED pages, a region of that many pages or more gets
+ * pipes of its own for them (closed at deregistration, nothing moved),
+ * and the rest of a region goes into one shared pipe. Only when no
+ * descriptor is left for a new pipe is a region spread over the room
+ * left in shared ones. Pages beyond what the pipes take are registered
+ * without a hold, and softverbs says so.
  *
  * Taken only where frame numbers are compared (root): a moved page keeps
  * its presence, which is all that is compared otherwise.
  */
-#include "sv_pin.h"
+#include "sv_pin_pipe.h"
+#include "softverbs.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
 
-#define SV_HOLD_SLOTS_MAX 65536u /* pages a pipe takes at most (256 MiB;
-                                  * 2.5 MiB of the kernel's pipe_buffer
-                                  * array, allocated when reached) */
-#define SV_HOLD_SLOTS_MIN 16u    /* a pipe's default size */
 #define SV_HOLD_FDS       256u   /* descriptors at most, all included */
 #define SV_HOLD_NOFILE    8u     /* and at most this part of the soft
                                   * RLIMIT_NOFILE (8 descriptors at least) */
 #define SV_HOLD_RESERVE   3u     /* kept for the spare pipe and /dev/null */
 #define SV_HOLD_PIPES     (SV_HOLD_FDS - SV_HOLD_RESERVE)
 
-/* A run of one region's pages in a pipe. */
-struct sv_hold_seg {
-    uint32_t region;
-    uint32_t pages;
-};
-
-struct sv_hold_pipe {
-    int                 rd, wr;     /* wr -1: full for good, closed */
-    uint32_t            cap;    /* pages it can take now */
-    uint32_t            used;   /* pages in it */
-    struct sv_hold_seg *seg;    /* in pipe order */
-    uint32_t            nseg, segcap;
-};
-
 /* A region held, by its MR slot index (for taking it again after fork). */
 struct sv_hold_region {
     uintptr_t lo, hi;
     int       held;
+    uint16_t  nslot, slotcap;
+    uint16_t *slot;     /* the pipes its pages are in (sv_pipe indices) */
 };
 
 static pthread_mutex_t        sv_hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sv_hold_region *sv_holds;    /* one per MR slot */
 static uint32_t               sv_holds_n;
+/* Pipes by slot; a slot below sv_npipe with rd -1 is free. A region
+ * keeps the slots of its pipes, which therefore never move. */
 static struct sv_hold_pipe    sv_pipe[SV_HOLD_PIPES];
 static uint32_t               sv_npipe;
-static uint32_t               sv_hold_fds;  /* open, all included */
-static struct sv_hold_pipe    sv_spare = { -1, -1, 0, 0, NULL, 0, 0 };
-static int                    sv_null = -1;
+static uint32_t               sv_nopen;     /* pipes in slots */
+static struct sv_hold_pipe    sv_spare = SV_HOLD_PIPE_NONE;
 static _Atomic int            sv_hold_warned;
+/* Other regions' page references moved by deregistrations: in all, and
+ * the most by one (softverbs_pin_hold_moves). */
+static uint64_t               sv_hold_moved, sv_hold_moved_most;
 
 static uint32_t sv_hold_idx(const struct sv_mr_shared *m)
 {
@@ -115,210 +107,219 @@ static uint32_t sv_hold_fds_allowed(void)
     return (n < 8) ? 8 : (n > SV_HOLD_FDS) ? SV_HOLD_FDS : (uint32_t)n;
 }
 
-static void sv_hold_pipe_close(struct sv_hold_pipe *p)
+/* Could the pipes in slots have n descriptors more, the spare pipe's and
+ * /dev/null's kept aside? */
+static int sv_hold_fds_left(uint32_t n)
 {
-    if (p->rd >= 0) {
-        close(p->rd);
-        sv_hold_fds--;
-    }
-    if (p->wr >= 0) {
-        close(p->wr);
-        sv_hold_fds--;
-    }
-    free(p->seg);
-    memset(p, 0, sizeof(*p));
-    p->rd = p->wr = -1;
+    uint32_t aside = (sv_spare.rd >= 0) + (sv_spare.wr >= 0) +
+                     (sv_hold_null >= 0);
+
+    return sv_hold_fds - aside + n + SV_HOLD_RESERVE <= sv_hold_fds_allowed();
 }
 
-static int sv_hold_pipe_open(struct sv_hold_pipe *p)
+/* A new pipe in a free slot: the slot, or -1 with *rc ENOSPC (no
+ * descriptor allowed) or pipe2's errno. */
+static int sv_hold_slot_new(int *rc)
 {
-    int fd[2];
+    uint32_t i;
 
-    if (pipe2(fd, O_CLOEXEC | O_NONBLOCK) != 0) {
-        return errno;
+    for (i = 0; i < sv_npipe && sv_pipe[i].rd >= 0; ++i) {
     }
-    memset(p, 0, sizeof(*p));
-    p->rd  = fd[0];
-    p->wr  = fd[1];
-    p->cap = SV_HOLD_SLOTS_MIN;
-    sv_hold_fds += 2;
+    if (i == SV_HOLD_PIPES || !sv_hold_fds_left(2)) {
+        *rc = ENOSPC;
+        return -1;
+    }
+    *rc = sv_hold_pipe_open(&sv_pipe[i]);
+    if (*rc != 0) {
+        sv_pipe[i].rd = sv_pipe[i].wr = -1;
+        return -1;
+    }
+    sv_npipe += (i == sv_npipe);
+    sv_nopen++;
+    return (int)i;
+}
+
+static void sv_hold_slot_close(uint32_t i)
+{
+    sv_hold_pipe_close(&sv_pipe[i]);
+    sv_nopen--;
+    while (sv_npipe > 0 && sv_pipe[sv_npipe - 1].rd < 0) {
+        sv_npipe--;
+    }
+}
+
+static int sv_hold_linked(const struct sv_hold_region *h, uint32_t slot)
+{
+    uint32_t i;
+
+    for (i = 0; i < h->nslot; ++i) {
+        if (h->slot[i] == slot) {
+            return 1;
+        }
+    }
     return 0;
 }
 
-/* Grow p towards want pages (a power of two, at most SV_HOLD_SLOTS_MAX);
- * where the kernel cannot give that much, as much as it can. */
-static void sv_hold_pipe_grow(struct sv_hold_pipe *p, uint64_t want)
+/* Pages of [*at, hi) into the pipe in slot, for region, until it holds
+ * limit pages or is full. 0 or an errno. */
+static int sv_hold_put(uint32_t region, uint32_t slot, uintptr_t *at,
+                       uintptr_t hi, uint32_t limit)
 {
-    uint32_t slots = p->cap;
-    int got;
+    struct sv_hold_region *h = &sv_holds[region];
+    struct sv_hold_pipe *p = &sv_pipe[slot];
+    uintptr_t from = *at;
+    int rc;
 
-    while (slots < want && slots < SV_HOLD_SLOTS_MAX) {
-        slots *= 2;
-    }
-    for (; slots > p->cap; slots /= 2) {
-        got = fcntl(p->wr, F_SETPIPE_SZ, (int)(slots * SV_PG));
-        if (got > 0) {
-            p->cap = (uint32_t)((uint64_t)got / SV_PG);
-            return;
-        }
-    }
-}
-
-static int sv_hold_seg_add(struct sv_hold_pipe *p, uint32_t region,
-                           uint32_t pages)
-{
-    if (p->nseg > 0 && p->seg[p->nseg - 1].region == region) {
-        p->seg[p->nseg - 1].pages += pages;
-        return 0;
-    }
-    if (p->nseg == p->segcap) {
-        uint32_t cap = p->segcap ? p->segcap * 2 : 8;
-        struct sv_hold_seg *s = realloc(p->seg, sizeof(*s) * cap);
+    if (h->nslot == h->slotcap) {
+        uint16_t cap = h->slotcap ? (uint16_t)(h->slotcap * 2) : 4;
+        uint16_t *s  = realloc(h->slot, sizeof(*s) * cap);
 
         if (s == NULL) {
             return ENOMEM;
         }
-        p->seg    = s;
-        p->segcap = cap;
+        h->slot    = s;
+        h->slotcap = cap;
     }
-    p->seg[p->nseg].region = region;
-    p->seg[p->nseg].pages  = pages;
-    p->nseg++;
-    return 0;
+    rc = sv_hold_pipe_fill(p, region, at, hi, limit);
+    if (*at != from) {
+        h->slot[h->nslot++] = (uint16_t)slot;
+    }
+    /* takes no more (of this region, or by the bound): a descriptor less */
+    if (p->used == p->cap && p->used < SV_HOLD_SHARED) {
+        sv_hold_pipe_grow(p, (uint64_t)p->cap * 2);
+    }
+    if ((rc == 0 && *at == from) || p->used >= SV_HOLD_SHARED ||
+        p->used == p->cap) {
+        sv_hold_pipe_close_wr(p);
+    }
+    return rc;
 }
 
-/* Move (to out) or drop (out NULL) the first pages of p. 0 or errno. */
-static int sv_hold_move(struct sv_hold_pipe *p, struct sv_hold_pipe *out,
-                        uint32_t pages)
+/* For a region's pages that share a pipe: one that takes all of them,
+ * else a new one, else any with room. A slot, or -1. */
+static int sv_hold_slot_shared(const struct sv_hold_region *h, uint64_t pages)
 {
-    size_t left = (size_t)pages * SV_PG;
-    char buf[4096];
+    uint32_t i;
+    int rc, slot;
 
-    while (left > 0) {
-        ssize_t n;
-
-        if (out != NULL) {
-            n = splice(p->rd, NULL, out->wr, NULL, left, SPLICE_F_NONBLOCK);
-        } else if (sv_null >= 0) {
-            n = splice(p->rd, NULL, sv_null, NULL, left, SPLICE_F_NONBLOCK);
-        } else {
-            n = read(p->rd, buf, left < sizeof(buf) ? left : sizeof(buf));
+    for (i = 0; i < sv_npipe; ++i) {
+        if (sv_pipe[i].wr >= 0 && sv_pipe[i].used + pages <= SV_HOLD_SHARED &&
+            !sv_hold_linked(h, i)) {
+            return (int)i;
         }
-        if (n <= 0) {
-            return (n < 0) ? errno : EIO; /* out full, or p short */
+    }
+    slot = sv_hold_slot_new(&rc);
+    for (i = 0; slot < 0 && i < sv_npipe; ++i) {
+        if (sv_pipe[i].wr >= 0 && sv_pipe[i].used < SV_HOLD_SHARED &&
+            !sv_hold_linked(h, i)) {
+            slot = (int)i;
         }
-        left -= (size_t)n;
     }
-    p->used -= pages;
-    if (out != NULL) {
-        out->used += pages;
-    }
-    return 0;
+    return slot;
 }
 
-/* Take region's pages out of pipe p; the others' stay held. Lock held.
- * On a failure the pipe is given up (its regions are then not held). */
-static void sv_hold_remove(struct sv_hold_pipe *p, uint32_t region)
+/* Give up the pipe in slot after a failure: its regions are not held. */
+static void sv_hold_give_up(uint32_t slot, int rc)
 {
-    struct sv_hold_pipe t;
-    uint32_t i, k, lead = 0, keep = 0;
+    sv_hold_slot_close(slot);
+    sv_hold_warn(strerror(rc), "giving back one region's pages dropped "
+                 "the hold of those sharing its pipe");
+}
+
+/* Take region's pages out of the pipe in slot; the others' stay held.
+ * Returns how many of the others' references it moved. */
+static uint64_t sv_hold_remove(uint32_t slot, uint32_t region)
+{
+    struct sv_hold_pipe *p = &sv_pipe[slot], t;
+    uint32_t i, k, mine = 0, lead = 0, keep;
     int rc = 0;
 
+    for (i = 0; p->rd >= 0 && i < p->nseg; ++i) {
+        mine += (p->seg[i].region == region) ? p->seg[i].pages : 0;
+    }
+    if (mine == 0) {
+        return 0; /* the pipe was given up since */
+    }
+    if (mine == p->used) {
+        sv_hold_slot_close(slot); /* its own: all go at once */
+        return 0;
+    }
     for (i = 0; i < p->nseg && p->seg[i].region == region; ++i) {
         lead += p->seg[i].pages;
     }
-    for (k = i; k < p->nseg; ++k) {
-        keep += (p->seg[k].region != region) ? p->seg[k].pages : 0;
-    }
-    if (sv_null < 0) {
-        sv_null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-        sv_hold_fds += (sv_null >= 0);
-    }
-    /* at the head only: dropped where they are */
-    if (keep == p->used - lead) {
+    if (lead == mine) { /* at the head only: dropped where they are */
         rc = sv_hold_move(p, NULL, lead);
         memmove(p->seg, p->seg + i, sizeof(*p->seg) * (p->nseg - i));
         p->nseg -= i;
-        goto out;
+        if (rc != 0) {
+            sv_hold_give_up(slot, rc);
+        }
+        return 0;
     }
-    /* else the others into the spare, which becomes this pipe */
+    /* else the others into the spare, a splice per run, and the spare
+     * becomes this pipe */
+    keep = p->used - mine;
     if (sv_spare.rd < 0) {
         rc = sv_hold_pipe_open(&sv_spare);
     }
     if (rc == 0) {
-        sv_hold_pipe_grow(&sv_spare, p->cap);
-        rc = (sv_spare.cap >= keep) ? 0 : ENOSPC;
+        sv_hold_pipe_grow(&sv_spare, keep);
+        rc = (sv_spare.cap >= keep) ? sv_hold_seg_reserve(&sv_spare, p->nseg)
+                                    : ENOSPC;
     }
-    for (i = 0; rc == 0 && i < p->nseg; ++i) {
-        int mine = p->seg[i].region == region;
+    for (i = 0; rc == 0 && i < p->nseg; i = k) {
+        int his = p->seg[i].region == region;
+        uint32_t run = 0;
 
-        rc = sv_hold_move(p, mine ? NULL : &sv_spare, p->seg[i].pages);
-        if (rc == 0 && !mine) {
-            rc = sv_hold_seg_add(&sv_spare, p->seg[i].region,
-                                 p->seg[i].pages);
+        for (k = i; k < p->nseg && (p->seg[k].region == region) == his; ++k) {
+            run += p->seg[k].pages;
+            if (!his) {
+                sv_hold_seg_add(&sv_spare, p->seg[k].region,
+                                p->seg[k].pages); /* reserved */
+            }
         }
+        rc = sv_hold_move(p, his ? NULL : &sv_spare, run);
     }
     t        = sv_spare;   /* swapped either way: the one left is emptied */
     sv_spare = *p;
     *p       = t;
-    if (rc != 0) {
-        sv_hold_pipe_close(p);
-    }
     /* the spare keeps its pipe and size; its record starts again. One
-     * that was full for good has no write end: a new spare then */
+     * that takes no more has no write end: a new spare then */
     if (sv_spare.used != 0 || sv_spare.wr < 0) {
         sv_hold_pipe_close(&sv_spare);
     }
     sv_spare.nseg = 0;
-out:
     if (rc != 0) {
-        sv_hold_pipe_close(p);
-        sv_hold_warn(strerror(rc), "giving back one region's pages "
-                     "dropped the hold of those sharing its pipe");
+        sv_hold_give_up(slot, rc);
+        return 0;
     }
-}
-
-/* Drop pipes left empty, keeping the order of the others. Lock held. */
-static void sv_hold_compact(void)
-{
-    uint32_t i, n = 0;
-
-    for (i = 0; i < sv_npipe; ++i) {
-        if (sv_pipe[i].rd >= 0 && sv_pipe[i].used > 0) {
-            sv_pipe[n++] = sv_pipe[i];
-        } else {
-            sv_hold_pipe_close(&sv_pipe[i]);
-        }
+    /* where the old pipe had given up its write end, the new one keeps
+     * its own only within the descriptors allowed */
+    if (!sv_hold_fds_left(0)) {
+        sv_hold_pipe_close_wr(p);
     }
-    for (i = n; i < sv_npipe; ++i) {
-        memset(&sv_pipe[i], 0, sizeof(sv_pipe[i]));
-        sv_pipe[i].rd = sv_pipe[i].wr = -1;
-    }
-    sv_npipe = n;
+    return keep;
 }
 
 static void sv_hold_drop(uint32_t region)
 {
-    uint32_t i, k;
+    struct sv_hold_region *h = &sv_holds[region];
+    uint64_t moved = 0;
+    uint32_t i;
 
-    for (i = 0; i < sv_npipe; ++i) {
-        for (k = 0; k < sv_pipe[i].nseg; ++k) {
-            if (sv_pipe[i].seg[k].region == region) {
-                sv_hold_remove(&sv_pipe[i], region);
-                break;
-            }
-        }
+    for (i = 0; i < h->nslot; ++i) {
+        moved += sv_hold_remove(h->slot[i], region);
     }
-    sv_hold_compact();
-    sv_holds[region].held = 0;
+    h->nslot = 0;
+    h->held  = 0;
+    sv_hold_moved += moved;
+    if (moved > sv_hold_moved_most) {
+        sv_hold_moved_most = moved;
+    }
     /* nothing held: no descriptor kept either */
-    if (sv_npipe == 0) {
+    if (sv_nopen == 0) {
         sv_hold_pipe_close(&sv_spare);
-        if (sv_null >= 0) {
-            close(sv_null);
-            sv_null = -1;
-            sv_hold_fds--;
-        }
+        sv_hold_null_close();
     }
 }
 
@@ -326,65 +327,40 @@ static void sv_hold_drop(uint32_t region)
  * (none held then). Lock held. */
 static int sv_hold_take(uint32_t region, uintptr_t lo, uintptr_t hi)
 {
+    struct sv_hold_region *h = &sv_holds[region];
     uintptr_t at = lo;
-    uint32_t i = 0;
-    int rc = 0;
+    int rc = 0, slot;
 
-    sv_holds[region].lo   = lo;
-    sv_holds[region].hi   = hi;
-    sv_holds[region].held = 1;
+    h->lo    = lo;
+    h->hi    = hi;
+    h->held  = 1;
+    h->nslot = 0;
+    /* SV_HOLD_SHARED pages and more: pipes of its own, as large as the
+     * kernel lets them grow */
+    while (rc == 0 && (hi - at) / SV_PG >= SV_HOLD_SHARED) {
+        slot = sv_hold_slot_new(&rc);
+        if (slot < 0) {
+            rc = (rc == ENOSPC) ? 0 : rc; /* then in the room of others */
+            break;
+        }
+        rc = sv_hold_put(region, (uint32_t)slot, &at, hi, SV_HOLD_SLOTS_MAX);
+        if (sv_pipe[slot].used == 0) {
+            sv_hold_slot_close((uint32_t)slot);
+            rc = (rc != 0) ? rc : ENOSPC;
+        }
+    }
+    /* the rest, fewer pages, shares a pipe */
     while (rc == 0 && at < hi) {
-        struct sv_hold_pipe *p;
-
-        if (i == sv_npipe) {
-            if (sv_npipe == SV_HOLD_PIPES ||
-                sv_hold_fds + 2 + SV_HOLD_RESERVE > sv_hold_fds_allowed()) {
-                rc = ENOSPC;
-                break;
-            }
-            rc = sv_hold_pipe_open(&sv_pipe[sv_npipe]);
-            if (rc != 0) {
-                break;
-            }
-            sv_npipe++;
+        slot = sv_hold_slot_shared(h, (hi - at) / SV_PG);
+        if (slot < 0) {
+            rc = ENOSPC;
+            break;
         }
-        p = &sv_pipe[i];
-        if (p->wr < 0) {
-            ++i;
-            continue;
+        rc = sv_hold_put(region, (uint32_t)slot, &at, hi, SV_HOLD_SHARED);
+        if (sv_pipe[slot].used == 0) {
+            sv_hold_slot_close((uint32_t)slot);
+            rc = (rc != 0) ? rc : ENOSPC;
         }
-        if (p->cap - p->used < (hi - at) / SV_PG) {
-            sv_hold_pipe_grow(p, p->used + (hi - at) / SV_PG);
-        }
-        while (rc == 0 && at < hi && p->used < p->cap) {
-            uint64_t room = (uint64_t)(p->cap - p->used) * SV_PG;
-            struct iovec v = { (void *)at,
-                               (hi - at < room) ? hi - at : room };
-            ssize_t n = vmsplice(p->wr, &v, 1, SPLICE_F_NONBLOCK);
-
-            if (n <= 0) {
-                /* EAGAIN: fuller than counted; else not mapped readable */
-                rc = (n < 0 && errno != EAGAIN) ? errno : 0;
-                if (rc == 0) {
-                    p->cap = p->used;
-                }
-                break;
-            }
-            at      += (uintptr_t)n;
-            p->used += (uint32_t)((uint64_t)n / SV_PG);
-            rc = sv_hold_seg_add(p, region, (uint32_t)((uint64_t)n / SV_PG));
-        }
-        /* full, and it cannot grow: the write end is not needed until
-         * a region goes (then the others move to the spare) */
-        if (rc == 0 && p->used == p->cap) {
-            sv_hold_pipe_grow(p, (uint64_t)p->cap * 2);
-            if (p->used == p->cap) {
-                close(p->wr);
-                p->wr = -1;
-                sv_hold_fds--;
-            }
-        }
-        ++i;
     }
     if (rc != 0) {
         sv_hold_drop(region);
@@ -415,9 +391,9 @@ int sv_pin_hold(const struct sv_mr_shared *m, uintptr_t lo, uintptr_t hi)
     if (rc == ENOSPC) {
         sv_hold_warn("its pipes are full", "softverbs holds pages in pipes "
                      "of at most 1 MiB each (fs.pipe-max-size; 256 MiB with "
-                     "CAP_SYS_RESOURCE) through at most 256 descriptors "
-                     "and an eighth of the open files limit: raise ulimit "
-                     "-n, or register less");
+                     "CAP_SYS_RESOURCE), 512 KiB where regions share one, "
+                     "through at most 256 descriptors and an eighth of the "
+                     "open files limit: raise ulimit -n, or register less");
     } else if (rc == EMFILE || rc == ENFILE) {
         sv_hold_warn("no file descriptor for a pipe", "raise the open "
                      "files limit, ulimit -n");
@@ -439,6 +415,19 @@ void sv_pin_unhold(const struct sv_mr_shared *m)
     pthread_mutex_unlock(&sv_hold_lock);
 }
 
+SV_EXPORT uint64_t softverbs_pin_hold_moves(uint64_t *most)
+{
+    uint64_t all;
+
+    pthread_mutex_lock(&sv_hold_lock);
+    all = sv_hold_moved;
+    if (most != NULL) {
+        *most = sv_hold_moved_most;
+    }
+    pthread_mutex_unlock(&sv_hold_lock);
+    return all;
+}
+
 /* ------------------------------------------------------------------ */
 /* fork                                                                */
 /* ------------------------------------------------------------------ */
@@ -448,15 +437,14 @@ static void sv_hold_close_all(void)
     uint32_t i;
 
     for (i = 0; i < sv_npipe; ++i) {
-        sv_hold_pipe_close(&sv_pipe[i]);
+        if (sv_pipe[i].rd >= 0) {
+            sv_hold_pipe_close(&sv_pipe[i]);
+        }
     }
     sv_npipe = 0;
+    sv_nopen = 0;
     sv_hold_pipe_close(&sv_spare);
-    if (sv_null >= 0) {
-        close(sv_null);
-        sv_null = -1;
-        sv_hold_fds--;
-    }
+    sv_hold_null_close();
 }
 
 /* No region is held or dropped while the process forks. */
@@ -502,7 +490,12 @@ void sv_pin_fork_parent(int copied)
 /* The child has none of the parent's regions: it lets their pages go. */
 void sv_pin_fork_child(void)
 {
+    uint32_t i;
+
     sv_hold_close_all();
+    for (i = 0; sv_holds != NULL && i < sv_holds_n; ++i) {
+        free(sv_holds[i].slot);
+    }
     free(sv_holds);
     sv_holds   = NULL;
     sv_holds_n = 0;

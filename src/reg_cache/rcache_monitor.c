@@ -18,7 +18,10 @@
  * and drop them, so that a leave-pinned stress can show that it really sees
  * stale registrations when nothing invalidates them. It corrupts data by
  * design, so it takes a value nobody gives by chance, is read only when a
- * cache is created, and says so on stderr whatever the log callback.
+ * cache is created, and says so on stderr whatever the log callback. The
+ * value may name the caches it is for (p2p's, a memory domain's), so that
+ * a test can show what one cache going stale does while the others of
+ * the process invalidate.
  */
 #include "rcache_int.h"
 
@@ -80,20 +83,59 @@ unsigned rcache_monitor_take(rcache_t *rcache, rcache_inv_range_t *ranges)
     return count;
 }
 
-/* 0, or -EINVAL when the variable holds anything but its one value. */
+/* Whether the switch's value v names this cache: the value alone names
+ * every cache, "value:NAME[,NAME...]" those of the names given. 1, 0, or
+ * -1 when v is neither (or a name is empty). */
+static int rcache_monitor_switch_names(const rcache_t *rcache, const char *v)
+{
+    size_t len = strlen(RCACHE_TEST_NO_INVALIDATION_VALUE);
+    const char *name, *end;
+    int mine = 0;
+
+    if (strncmp(v, RCACHE_TEST_NO_INVALIDATION_VALUE, len) != 0) {
+        return -1;
+    }
+    if (v[len] == '\0') {
+        return 1;
+    }
+    if (v[len] != ':') {
+        return -1;
+    }
+    for (name = v + len + 1;; name = end + 1) {
+        end = strchr(name, ',');
+        if (end == NULL) {
+            end = name + strlen(name);
+        }
+        if (end == name) {
+            return -1;
+        }
+        mine |= ((size_t)(end - name) == strlen(rcache->name)) &&
+                (strncmp(name, rcache->name, (size_t)(end - name)) == 0);
+        if (*end == '\0') {
+            return mine;
+        }
+    }
+}
+
+/* 0, or -EINVAL when the variable holds anything but its values. */
 static int rcache_monitor_test_switch(rcache_t *rcache)
 {
     const char *v = getenv(RCACHE_TEST_NO_INVALIDATION_ENV);
+    int mine;
 
     if (v == NULL || *v == '\0') {
         return 0;
     }
-    if (strcmp(v, RCACHE_TEST_NO_INVALIDATION_VALUE) != 0) {
+    mine = rcache_monitor_switch_names(rcache, v);
+    if (mine < 0) {
         rcache_log(rcache, 1, "%s=%s: this is a test-only switch that makes "
-                   "the cache ignore freed memory, so that data sent from "
-                   "or received into reallocated buffers is lost; it takes "
-                   "only the value '%s'. Unset it.",
+                   "caches ignore freed memory, so that data sent from or "
+                   "received into reallocated buffers is lost; it takes "
+                   "only '%s' (every cache) or '%s:NAME[,NAME...]' (the "
+                   "caches of those names, such as p2p, or a memory "
+                   "domain's, which is its device's). Unset it.",
                    RCACHE_TEST_NO_INVALIDATION_ENV, v,
+                   RCACHE_TEST_NO_INVALIDATION_VALUE,
                    RCACHE_TEST_NO_INVALIDATION_VALUE);
         if (rcache->params.log != NULL) {
             /* also where a silenced callback cannot hide it */
@@ -101,6 +143,9 @@ static int rcache_monitor_test_switch(rcache_t *rcache)
                     rcache->last_error);
         }
         return -EINVAL;
+    }
+    if (!mine) {
+        return 0; /* another cache's: this one invalidates */
     }
     if (rcache->params.monitor != RCACHE_MONITOR_UCM) {
         return 0; /* no events to ignore */

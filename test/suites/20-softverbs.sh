@@ -260,4 +260,17 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     # run are in docs/softverbs.md)
     ib2_check softverbs/benchmark-runs \
         "$BUILD/contrib/bench/softverbs/sv_bench" -r 3 -n 50 -l 3000
+
+    # what pinning adds to a 1 MiB RDMA WRITE, counted with callgrind
+    # (instructions and system calls, not time; docs/softverbs.md,
+    # "Performance"): fails above its bounds (valgrind cannot run the
+    # sanitizer build)
+    if [ -n "${IB2_PREFIX:-}" ]; then
+        ib2_result SKIP "softverbs/pin-cost-per-write-callgrind (sanitizer build)"
+    elif ! command -v valgrind >/dev/null; then
+        ib2_result SKIP "softverbs/pin-cost-per-write-callgrind (no valgrind)"
+    else
+        ib2_check softverbs/pin-cost-per-write-callgrind \
+            "$SRC/test/gtest/softverbs/sv_pin_cost.sh" "$BUILD"
+    fi
 fi

@@ -7,7 +7,10 @@
 # checked. The same tests with invalidation switched off
 # (IB2_RCACHE_TEST_NO_INVALIDATION) must fail, each of them, after a
 # renewal, with softverbs reporting the stale accesses: the proof that the
-# tests see what they claim. Also: rendezvous sends from read-only buffers.
+# tests see what they claim. And over p2p with p2p's cache alone switched
+# off (the memory domain's invalidating) they must fail with the poison
+# of the sender's stale registration: p2p's own cache is proven too.
+# Also: rendezvous sends from read-only buffers.
 for v in $(compgen -e | grep '^P2P_\|^UCX_\|^SOFTVERBS_\|^OMPI_\|^IB2_RCACHE_'); do
     unset "$v"
 done
@@ -40,20 +43,31 @@ UCX_TLS=shm ib2_gtest leave-pinned/p2p-shm-read-only "${lp_mpi[@]}" \
 # one; the caches must have said that invalidation is off, and softverbs
 # must have reported stale accesses. Needs page frame numbers (root): as
 # another user softverbs sees only unmapped pages, not replaced ones.
+# PREFIX WHO CACHES COMMAND...: CACHES is "all", or "p2p" for p2p's cache
+# alone (the switch naming it; the memory domain's then invalidates, so the
+# receive buffers are fresh and every wrong byte must be the poison that
+# the sender's stale registration reads: the receiver's reads from it are
+# reported, no write into a stale registration is).
 lp_expect_stale='
-    prefix=$1 who=$2; shift 2
-    out=$(IB2_RCACHE_TEST_NO_INVALIDATION=stale-registrations-corrupt-data \
-          "$@" 2>&1)
+    prefix=$1 who=$2 caches=$3; shift 3
+    v=stale-registrations-corrupt-data
+    [ "$caches" = all ] || v=$v:$caches
+    out=$(IB2_RCACHE_TEST_NO_INVALIDATION=$v "$@" 2>&1)
     rc=$?
     echo "$out"
-    echo "--- expected-failure check"
+    echo "--- expected-failure check ($caches)"
     if [ $rc -eq 0 ]; then
         echo "passed with invalidation off: the tests do not see stale"
         echo "registrations"
         exit 1
     fi
-    echo "$out" | grep -q "IB2_RCACHE_TEST_NO_INVALIDATION is set" ||
+    said=$(echo "$out" | grep "IB2_RCACHE_TEST_NO_INVALIDATION is set")
+    [ -n "$said" ] ||
         { echo "the caches did not say that invalidation is off"; exit 1; }
+    if [ "$caches" != all ] &&
+       echo "$said" | grep -v "^rcache $caches: WARNING"; then
+        echo "caches other than $caches ignore memory events"; exit 1
+    fi
     if echo "$out" | grep -q "(before any renewal)"; then
         echo "a transfer failed before any renewal"; exit 1
     fi
@@ -65,21 +79,44 @@ lp_expect_stale='
         block=$(echo "$out" | sed -n "/^\[ RUN      \] $prefix\.$t\$/,/^\[ *[A-Z]* *\] $prefix\.$t (/p")
         echo "$block" | grep -q "^\[  FAILED  \] $prefix\.$t (" ||
             { echo "$prefix.$t did not fail"; exit 1; }
-        n=$(echo "$block" | grep -F "$m, round " |
-            grep -F "(after renewal), $who" | grep -c " bytes wrong")
+        wrong=$(echo "$block" | grep -F "$m, round " |
+                grep -F "(after renewal), $who" | grep " bytes wrong")
+        n=$(echo "$wrong" | grep -c " bytes wrong")
         [ "$n" -gt 0 ] ||
             { echo "$prefix.$t: no wrong bytes after a renewal"; exit 1; }
-        echo "$prefix.$t: $n transfers with wrong bytes"
+        if [ "$caches" = all ]; then
+            echo "$prefix.$t: $n transfers with wrong bytes"
+            continue
+        fi
+        # "W of L bytes wrong (first at F): P are the poison 0xa5 (...),
+        # U still 0x5a (...)": every wrong byte must be the poison
+        p=$(echo "$wrong" | sed -n "s/.*: \([0-9]*\) of [0-9]* bytes wrong (first at [0-9-]*): \([0-9]*\) are the poison .*, 0 still 0x5a .*/\1 \2/p" |
+            awk "\$1 == \$2 && \$1 > 0" | wc -l)
+        [ "$p" -eq "$n" ] || { echo "$prefix.$t: of $n transfers with" \
+            "wrong bytes, only $p hold the poison alone"; exit 1; }
+        echo "$prefix.$t: $n transfers with wrong bytes, all of them poison"
     done
     n=$(echo "$out" | grep -c "stale registration: RDMA")
     [ "$n" -gt 0 ] || { echo "softverbs reported no stale access"; exit 1; }
-    echo "softverbs reported $n stale accesses"'
+    echo "softverbs reported $n stale accesses"
+    if [ "$caches" != all ]; then
+        r=$(echo "$out" | grep -c "stale registration: RDMA READ from")
+        w=$(echo "$out" | grep -c "stale registration: .* into region")
+        echo "of them $r reads from a stale send buffer, $w writes into a" \
+             "stale receive buffer"
+        [ "$r" -gt 0 ] && [ "$w" -eq 0 ] ||
+            { echo "not the sender'"'"'s registration alone"; exit 1; }
+    fi'
 if [ "$(id -u)" = 0 ]; then
     ib2_check leave-pinned/ucp-rc_ib2-fails-without-invalidation \
-        bash -c "$lp_expect_stale" _ LeavePinnedUcp "" "${lp_sv[@]}" \
+        bash -c "$lp_expect_stale" _ LeavePinnedUcp "" all "${lp_sv[@]}" \
         "$lp_ucp" --gtest_color=no --gtest_filter='LeavePinnedUcp.*'
     ib2_check leave-pinned/p2p-rc_ib2-fails-without-invalidation \
-        bash -c "$lp_expect_stale" _ LeavePinnedP2P "from rank 1:" \
+        bash -c "$lp_expect_stale" _ LeavePinnedP2P "from rank 1:" all \
+        "${lp_sv[@]}" "${lp_mpi[@]}" -x IB2_RCACHE_TEST_NO_INVALIDATION \
+        "$lp_p2p" --gtest_color=no --gtest_filter='LeavePinnedP2P.*'
+    ib2_check leave-pinned/p2p-cache-alone-stale-sends-poison \
+        bash -c "$lp_expect_stale" _ LeavePinnedP2P "from rank 1:" p2p \
         "${lp_sv[@]}" "${lp_mpi[@]}" -x IB2_RCACHE_TEST_NO_INVALIDATION \
         "$lp_p2p" --gtest_color=no --gtest_filter='LeavePinnedP2P.*'
 else

@@ -12,7 +12,11 @@
  * ships poison or loses the data, and softverbs counts it: with the
  * caches invalidating, no stale access may be seen. With
  * IB2_RCACHE_TEST_NO_INVALIDATION every one of them must fail (the suite
- * checks that: the proof that they see what they claim).
+ * checks that: the proof that they see what they claim). With the switch
+ * naming p2p's cache alone (...:p2p) they must fail too, the receive
+ * buffers fresh: what arrives wrong is the poison the sender's stale
+ * registration reads, so p2p's own cache is proven, not only the memory
+ * domain's under it.
  *
  * ReadOnlyP2P.*: a rendezvous send from a PROT_READ buffer completes
  * with every byte (before, over rc_ib2, with P2P_ERR_NO_MEMORY: the

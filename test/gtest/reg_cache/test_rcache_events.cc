@@ -246,9 +246,10 @@ TEST_F(RcacheEvents, ProgressAppliesDeferredInvalidation)
 
 /*
  * The test-only switch IB2_RCACHE_TEST_NO_INVALIDATION (read when a cache
- * is created): with its one value the cache ignores memory events, which
- * is what lets the leave-pinned stress tests show they see stale
- * registrations; any other value refuses to create the cache.
+ * is created): with its value the cache ignores memory events, which is
+ * what lets the leave-pinned stress tests show they see stale
+ * registrations; "value:NAME,..." does that for the caches of those names
+ * only; any other value refuses to create the cache.
  */
 class RcacheNoInvalidation : public RcacheEvents {
 protected:
@@ -321,7 +322,13 @@ TEST_F(RcacheNoInvalidation, StaleRegionServedAfterMunmap)
 
 TEST_F(RcacheNoInvalidation, AnyOtherValueIsRefused)
 {
-    for (const char *v : { "1", "yes", "stale-registrations" }) {
+    for (const char *v : { "1", "yes", "stale-registrations",
+                           "stale-registrations-corrupt-data:",
+                           "stale-registrations-corrupt-data:p2p,",
+                           "stale-registrations-corrupt-data:,p2p",
+                           "stale-registrations-corrupt-data:p2p,,rcache",
+                           "stale-registrations-corrupt-datap2p",
+                           "stale-registrations-corrupt-data,p2p" }) {
         ASSERT_EQ(0, setenv(env, v, 1));
         logged.clear();
         testing::internal::CaptureStderr();
@@ -347,6 +354,58 @@ TEST_F(RcacheNoInvalidation, AnyOtherValueIsRefused)
     ASSERT_EQ(p, map_at(p, page));
     EXPECT_NE(id, touch(p, page));
     munmap(p, page);
+}
+
+/* Named caches only: the one named serves the stale region, another
+ * invalidates (and says nothing about the switch). */
+TEST_F(RcacheNoInvalidation, OnlyTheCachesNamed)
+{
+    size_t len = 4 * page;
+
+    for (const char *v : { "stale-registrations-corrupt-data:stale",
+                           "stale-registrations-corrupt-data:x,stale,y" }) {
+        ASSERT_EQ(0, setenv(env, v, 1));
+        rcache_params_t named = params;
+        rcache_t *other, *stale;
+        named.name = "stale";
+        testing::internal::CaptureStderr();
+        ASSERT_EQ(0, rcache_create(&params, &other)) << v;
+        std::string err_other = testing::internal::GetCapturedStderr();
+        testing::internal::CaptureStderr();
+        ASSERT_EQ(0, rcache_create(&named, &stale)) << v;
+        std::string err_stale = testing::internal::GetCapturedStderr();
+        EXPECT_EQ(std::string::npos, err_other.find(env)) << err_other;
+        EXPECT_NE(std::string::npos, err_stale.find("rcache stale: "))
+            << err_stale;
+        EXPECT_NE(std::string::npos, err_stale.find("test-only"))
+            << err_stale;
+
+        char *p = map(len);
+        rcache_region_t *r;
+        uint64_t id[2];
+        rcache_t *both[2] = { other, stale };
+        for (int k = 0; k < 2; ++k) {
+            ASSERT_EQ(0, rcache_get(both[k], p, len, 1, &r));
+            id[k] = MockBackend::id_of(r);
+            rcache_put(both[k], r);
+        }
+        munmap(p, len);
+        ASSERT_EQ(p, map_at(p, len));
+        for (int k = 0; k < 2; ++k) {
+            ASSERT_EQ(0, rcache_get(both[k], p, len, 1, &r));
+            if (k == 0) {
+                EXPECT_NE(id[k], MockBackend::id_of(r)) << v
+                    << ": a cache not named kept the stale region";
+            } else {
+                EXPECT_EQ(id[k], MockBackend::id_of(r)) << v
+                    << ": the cache named invalidated";
+            }
+            rcache_put(both[k], r);
+        }
+        rcache_destroy(other);
+        rcache_destroy(stale);
+        munmap(p, len);
+    }
 }
 
 /*

@@ -220,3 +220,248 @@ TEST(PinFd, LargeRegionAmongSmallOnes)
     EXPECT_TRUE(held_tags().empty());
     munmap(m, n * kPg);
 }
+
+/* What deregistration costs does not grow with how many regions share
+ * the hold pipes: a pipe gives its pages back in order only, so taking a
+ * region out from behind others moves their references, and small
+ * regions share pipes of at most kShared pages (softverbs.h,
+ * softverbs_pin_hold_moves; docs/softverbs.md, "Pinned memory"). Counted
+ * in page references moved, not in time. */
+namespace {
+
+const uint64_t kShared = 128; /* pages a shared pipe holds at most */
+
+/* References of other regions moved by one deregistration. */
+uint64_t dereg_moves(ibv_mr *mr)
+{
+    uint64_t before = softverbs_pin_hold_moves(nullptr);
+
+    EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    return softverbs_pin_hold_moves(nullptr) - before;
+}
+
+/* Pages tagged kTag | page index, for held_tags(). */
+char *tagged_pages(size_t pages)
+{
+    char *m = (char *)mmap(nullptr, pages * kPg, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        return nullptr;
+    }
+    for (size_t i = 0; i < pages; ++i) {
+        uint64_t t = kTag | i;
+        memcpy(m + i * kPg, &t, sizeof(t));
+    }
+    return m;
+}
+
+} // namespace
+
+/* 4000 one-page regions, torn down last first (each then sits behind all
+ * others of its pipe), first first (at the head: nothing moves) and from
+ * the middle out. No deregistration moves more than a shared pipe's
+ * worth; with pipes that grow with the number of regions (up to 65536
+ * pages with CAP_SYS_RESOURCE, as before), the last-first teardown moved
+ * up to a whole pipe each time. */
+TEST(PinFd, TeardownMovesABoundedNumberOfPages)
+{
+    const size_t kRegions = 4000;
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    if (softverbs_pin_mode() != 1) {
+        GTEST_SKIP() << "pages are held where frame numbers are compared "
+                        "(root) only";
+    }
+    char *m = tagged_pages(kRegions);
+    ASSERT_NE(m, nullptr);
+    std::vector<std::pair<std::string, std::vector<size_t>>> orders(3);
+    orders[0].first = "last first";
+    orders[1].first = "first first";
+    orders[2].first = "middle out";
+    for (size_t j = 0; j < kRegions; ++j) {
+        orders[0].second.push_back(kRegions - 1 - j);
+        orders[1].second.push_back(j);
+        orders[2].second.push_back((j % 2) ? kRegions / 2 + j / 2 :
+                                             kRegions / 2 - 1 - j / 2);
+    }
+
+    for (const auto &o : orders) {
+        const std::string &order = o.first;
+        std::vector<ibv_mr *> mr(kRegions, nullptr);
+        for (size_t i = 0; i < kRegions; ++i) {
+            mr[i] = ibv_reg_mr(d.pd, m + i * kPg, kPg,
+                               IBV_ACCESS_LOCAL_WRITE);
+            ASSERT_NE(mr[i], nullptr) << "region " << i << ": "
+                                      << strerror(errno);
+        }
+        ASSERT_EQ(held_tags().size(), kRegions) << order;
+        uint64_t most = 0, all = 0;
+        for (size_t j = 0; j < kRegions; ++j) {
+            size_t i = o.second[j];
+            ASSERT_NE(mr[i], nullptr) << order << ": region " << i
+                                      << " twice";
+            uint64_t n = dereg_moves(mr[i]);
+            mr[i] = nullptr;
+            most = std::max(most, n);
+            all += n;
+            if (j == kRegions / 2) {
+                EXPECT_EQ(held_tags().size(), kRegions - j - 1)
+                    << order << ": pages held half way";
+            }
+        }
+        EXPECT_LT(most, kShared) << order << ": references moved by one "
+                                    "deregistration";
+        if (order == "first first") {
+            EXPECT_EQ(all, 0u) << "first first: regions at the head of "
+                                  "their pipe move nothing";
+        }
+        EXPECT_TRUE(held_tags().empty()) << order;
+        printf("%s: %zu deregistrations moved %llu references, at most "
+               "%llu\n", order.c_str(), kRegions, (unsigned long long)all,
+               (unsigned long long)most);
+    }
+    munmap(m, kRegions * kPg);
+}
+
+/* Regions of a pipe's worth and more, among one-page ones: their whole
+ * chunks are in pipes of their own, only what is left over shares; so a
+ * large region goes moving at most a shared pipe's worth of the others,
+ * and the small ones never move the large ones' pages. Every page stays
+ * held exactly as long as its region. */
+TEST(PinFd, LargeRegionsMoveLittle)
+{
+    const size_t sizes[] = { 1, 300, 1, 1, 1000, 1, 129, 1, 128, 127,
+                             1, 2500, 1, 1, 64, 1 };
+    const size_t n = sizeof(sizes) / sizeof(sizes[0]);
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    if (softverbs_pin_mode() != 1) {
+        GTEST_SKIP() << "pages are held where frame numbers are compared "
+                        "(root) only";
+    }
+    size_t pages = 0;
+    std::vector<size_t> first(n);
+    for (size_t i = 0; i < n; ++i) {
+        first[i] = pages;
+        pages += sizes[i];
+    }
+    char *m = tagged_pages(pages);
+    ASSERT_NE(m, nullptr);
+    for (int pass = 0; pass < 2; ++pass) {
+        std::vector<ibv_mr *> mr(n, nullptr);
+        std::vector<bool> live(n, true);
+        for (size_t i = 0; i < n; ++i) {
+            mr[i] = ibv_reg_mr(d.pd, m + first[i] * kPg, sizes[i] * kPg,
+                               IBV_ACCESS_LOCAL_WRITE);
+            ASSERT_NE(mr[i], nullptr) << "region " << i;
+        }
+        /* large ones first, then the rest; second pass: last first */
+        std::vector<size_t> order;
+        for (size_t i = 0; i < n; ++i) {
+            if (sizes[i] >= kShared) {
+                order.push_back(i);
+            }
+        }
+        for (size_t j = 0; j < n; ++j) {
+            size_t i = pass ? n - 1 - j : j;
+            if (sizes[i] < kShared) {
+                order.push_back(i);
+            }
+        }
+        for (size_t i : order) {
+            EXPECT_LT(dereg_moves(mr[i]), kShared)
+                << "pass " << pass << ", region " << i << " of "
+                << sizes[i] << " pages";
+            live[i] = false;
+            std::multiset<uint64_t> tags = held_tags();
+            size_t want = 0;
+            for (size_t k = 0; k < n; ++k) {
+                for (size_t p = 0; p < sizes[k]; ++p) {
+                    size_t got = tags.count(kTag | (first[k] + p));
+                    EXPECT_EQ(got, live[k] ? 1u : 0u)
+                        << "page " << p << " of region " << k;
+                    if (got != (live[k] ? 1u : 0u)) {
+                        break;
+                    }
+                }
+                want += live[k] ? sizes[k] : 0;
+            }
+            EXPECT_EQ(tags.size(), want) << "after region " << i;
+        }
+    }
+    munmap(m, pages * kPg);
+}
+
+/* When no descriptor is left for a new pipe, what is left of a region
+ * goes into the room of several shared pipes, and beyond all room it is
+ * not held at all (softverbs says so). Under ulimit -n 256 (32
+ * descriptors), regions of 100 pages fill that: each region is held
+ * whole or not at all, and deregistering them in a shuffled order leaves
+ * exactly the others held. */
+TEST(PinFd, RegionsSpreadWhenDescriptorsRunOut)
+{
+    const size_t kRegions = 60, kPages = 100;
+    Dev d;
+    ASSERT_TRUE(d.ok());
+    if (softverbs_pin_mode() != 1) {
+        GTEST_SKIP() << "pages are held where frame numbers are compared "
+                        "(root) only";
+    }
+    ASSERT_LT(fds_open(), 128u) << "the test needs room under its limit";
+    NofileLimit lim(256);
+    ASSERT_TRUE(lim.set) << "cannot set RLIMIT_NOFILE to 256";
+    char *m = tagged_pages(kRegions * kPages);
+    ASSERT_NE(m, nullptr);
+    size_t fds0 = fds_open();
+
+    std::vector<ibv_mr *> mr(kRegions, nullptr);
+    for (size_t i = 0; i < kRegions; ++i) {
+        mr[i] = ibv_reg_mr(d.pd, m + i * kPages * kPg, kPages * kPg,
+                           IBV_ACCESS_LOCAL_WRITE);
+        ASSERT_NE(mr[i], nullptr) << "region " << i;
+    }
+    EXPECT_LE((long)fds_open() - (long)fds0, kFdBound);
+    /* held whole or not at all: which, is what the pipes say */
+    std::vector<int> held(kRegions);
+    auto check = [&](const char *when) {
+        std::multiset<uint64_t> tags = held_tags();
+        size_t want = 0;
+        for (size_t i = 0; i < kRegions; ++i) {
+            size_t n = 0;
+            for (size_t p = 0; p < kPages; ++p) {
+                n += tags.count(kTag | (i * kPages + p));
+            }
+            EXPECT_TRUE(n == 0 || n == kPages)
+                << when << ": region " << i << " has " << n << " of its "
+                << kPages << " pages held";
+            if (held[i] < 0) {
+                held[i] = (n == kPages);
+            } else {
+                EXPECT_EQ(held[i] && mr[i] != nullptr, n == kPages)
+                    << when << ": region " << i;
+            }
+            want += (held[i] && mr[i] != nullptr) ? kPages : 0;
+        }
+        EXPECT_EQ(tags.size(), want) << when;
+    };
+    std::fill(held.begin(), held.end(), -1);
+    check("registered");
+    size_t n_held = std::count(held.begin(), held.end(), 1);
+    EXPECT_GT(n_held, 10u) << "regions held";
+    EXPECT_LT(n_held, kRegions) << "the descriptors should not take all";
+    printf("%zu of %zu regions of %zu pages held\n", n_held, kRegions,
+           kPages);
+
+    std::vector<size_t> order(kRegions);
+    for (size_t i = 0; i < kRegions; ++i) {
+        order[i] = (i * 37) % kRegions; /* 37 is prime to 60 */
+    }
+    for (size_t i : order) {
+        ASSERT_EQ(ibv_dereg_mr(mr[i]), 0);
+        mr[i] = nullptr;
+        check("after a deregistration");
+    }
+    EXPECT_TRUE(held_tags().empty());
+    EXPECT_EQ(fds_open(), fds0) << "nothing held, yet descriptors kept";
+    munmap(m, kRegions * kPages * kPg);
+}
