@@ -498,6 +498,14 @@ UCS_CLASS_DECLARE(ib2_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_NEW_FUNC(ib2_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_DELETE_FUNC(ib2_ep_t, uct_ep_t);
 void ib2_ep_destroy(uct_ep_h tl_ep);
+/* Sends kept while an endpoint connects through rdmacm will not be posted
+ * (it failed, or is cancelled or destroyed): they are retired with status
+ * (ib2_cm_defer.c). No-op for any other endpoint. */
+void ib2_cm_defer_abort(ib2_ep_t *ep, ucs_status_t status);
+/* An rdmacm endpoint connecting after connect_to_ep: it keeps sends. */
+int ib2_cm_ep_keeps_sends(ib2_ep_t *ep);
+/* Retire every send of queue q at once with status (ib2_tx.c). */
+void ib2_txq_retire(ib2_ep_t *ep, unsigned q, ucs_status_t status);
 /* A hidden twin failed (ib2_cm_conn.c): its owner fails instead. */
 void ib2_cm_twin_failed(ib2_ep_t *twin, ucs_status_t status);
 void ib2_ep_zombie_progress(ib2_ep_t *ep);

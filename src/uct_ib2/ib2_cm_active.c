@@ -193,8 +193,8 @@ void ib2_cm_conn_event(ib2_cm_t *cm, struct rdma_cm_event *event)
     ucs_assert(qc != NULL);   /* held ids (context NULL) are not ours */
     cep = qc->cep;
 
-    if (cep->ep->failed) {
-        return;   /* reported already; the ids go with the endpoint */
+    if (ib2_cm_ep_is_failed(cep)) {
+        return;   /* reported (or to be); the ids go with the endpoint */
     }
     switch (event->event) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:

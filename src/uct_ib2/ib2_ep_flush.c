@@ -202,8 +202,13 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
         (void)ib2_iface_fence_wait(iface);
         return UCS_ERR_NO_RESOURCE;
     }
-    if (ep->blocked & IB2_EP_BLOCK_CONNECTING) {
-        return UCS_ERR_NO_RESOURCE;   /* rdmacm: connections on their way */
+    if ((ep->blocked & IB2_EP_BLOCK_CONNECTING) &&
+        !ib2_cm_ep_keeps_sends(ep)) {
+        /* rdmacm before connect_to_ep: nothing to connect to yet. After
+         * it, sends are kept until the connections are up
+         * (ib2_cm_defer.c), within the same limits as on a connected
+         * endpoint. */
+        return UCS_ERR_NO_RESOURCE;
     }
     /* Requests added to pending go first: only their own dispatch may
      * send on this endpoint meanwhile. */
@@ -290,7 +295,8 @@ ucs_status_t ib2_ep_flush(uct_ep_h tl_ep, unsigned flags,
 {
     ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
     ib2_iface_t *iface = ep->iface;
-    ib2_op_t *ops[IB2_MAX_QUEUES];
+    ib2_op_t *ops[IB2_MAX_QUEUES] = {NULL};   /* all of them: the error
+                                                path puts back every one */
     unsigned q, waits = 0, tails = 0;
 
     if (flags & UCT_FLUSH_FLAG_CANCEL) {

@@ -119,6 +119,14 @@ static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     }
 }
 
+void ib2_txq_retire(ib2_ep_t *ep, unsigned q, ucs_status_t status)
+{
+    ib2_ep_txq_t *txq = &ep->txq[q];
+
+    ib2_txq_completed(ep->iface, ep, q, ib2_wrid_make(txq->sn, txq->am_sn),
+                      status);
+}
+
 void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status)
 {
     unsigned q;
@@ -234,8 +242,10 @@ void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status)
     }
     ep->failed   = status;
     ep->blocked |= IB2_EP_BLOCK_FAILED;
-    /* Everything outstanding is flushed back with an error. */
+    /* Everything outstanding is flushed back with an error; what rdmacm
+     * kept back from the QPs is retired with it now. */
     ib2_ep_qps_to_error(ep);
+    ib2_cm_defer_abort(ep, status);
     if (ep->ctrl_queued) {
         ucs_list_del(&ep->ctrl_list);
         ep->ctrl_queued = 0;
@@ -258,6 +268,7 @@ void ib2_ep_cancel(ib2_ep_t *ep)
         ep->failed   = UCS_ERR_CANCELED;
         ep->blocked |= IB2_EP_BLOCK_FAILED;
         ib2_ep_qps_to_error(ep);
+        ib2_cm_defer_abort(ep, UCS_ERR_CANCELED);
         if (ep->ctrl_queued) {
             ucs_list_del(&ep->ctrl_list);
             ep->ctrl_queued = 0;
