@@ -92,7 +92,16 @@ ucs_status_t ib2_cm_defer_post(ib2_ep_t *ep, unsigned q,
         /* The caller's buffers may change once we return. */
         data = (char*)(d->sge + 1);
         for (i = 0, length = 0; i < wr->num_sge; ++i) {
-            ucs_assert(length + wr->sg_list[i].length <= cm->defer_inline);
+            if (ucs_unlikely(length + wr->sg_list[i].length >
+                             cm->defer_inline)) {
+                /* The device would refuse it as well (inline sends are
+                 * sized by max_inline): a bug, not the user's. */
+                ucs_error("%s:%u: inline send of more than %zu bytes",
+                          ep->iface->md->name, ep->iface->port,
+                          cm->defer_inline);
+                ucs_mpool_put_inline(d);
+                return ib2_ep_post_failed(ep, q, am, EINVAL);
+            }
             memcpy(data + length, (void*)(uintptr_t)wr->sg_list[i].addr,
                    wr->sg_list[i].length);
             length += wr->sg_list[i].length;
