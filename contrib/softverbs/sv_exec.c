@@ -430,7 +430,6 @@ static void sv_copy_failed(struct sv_attempt *a, ssize_t n, int32_t pid,
     }
 }
 
-/* SEND, SEND_WITH_IMM and RDMA_WRITE_WITH_IMM: consume a receive WQE. */
 /* The bytes of a request on the ports they left and reached (a READ's
  * data leaves the responder's). */
 static void sv_port_count(uint8_t from_dev, uint8_t from_port, uint8_t to_dev,
@@ -446,6 +445,7 @@ static void sv_port_count(uint8_t from_dev, uint8_t from_port, uint8_t to_dev,
                               len, memory_order_relaxed);
 }
 
+/* SEND, SEND_WITH_IMM and RDMA_WRITE_WITH_IMM: consume a receive WQE. */
 static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
                        struct sv_qp_shared *dst, uint32_t dqpn,
                        const struct sv_resp *rp,

@@ -439,6 +439,8 @@ struct sv_global {
     _Atomic uint64_t *sq_polled;
     _Atomic uint32_t  pending;     /* QPs with queued send work */
     int               cqe_inline;  /* deliver small receives in the CQE */
+    int               memlock_set; /* SOFTVERBS_MEMLOCK given: */
+    uint64_t          memlock;     /* bytes a process may register */
     _Atomic uint32_t  next_tslot;  /* transfer epoch slots handed out */
     int               warned_ptrace;
 };
@@ -526,6 +528,7 @@ struct sv_context {
     struct sv_evq       *async;
     pthread_mutex_t      lock;
     _Atomic uint32_t     n_pd, n_ah; /* given back at close if left */
+    pid_t                owner;       /* the process that opened it */
 };
 
 struct sv_pd {

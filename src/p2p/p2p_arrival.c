@@ -279,6 +279,10 @@ int p2p_arrival_ret(p2p_context_t *ctx, p2p_rx_t *rx)
     if (P2P_UNLIKELY(kh_size(&comm->held) != 0)) {
         p2p_deliver_held(comm, peer, rx->m.src);
     }
+    if (P2P_UNLIKELY(comm->creating)) {
+        /* a notice that came ahead of this sender's last messages */
+        p2p_abort_seq_reached(comm, rx->m.src);
+    }
     return keep;
 }
 

@@ -69,9 +69,12 @@ static khint_t p2p_table_next(khint_t n_buckets, khint_t size,
                            (_h)->upper_bound), (_kv)); \
         int _ok = 1; \
         if (_next > *(_charged)) { \
-            _ok = p2p_charge_table((_ctx), (_peer), _next - *(_charged)); \
+            size_t _more = _next - *(_charged); \
+            /* making room may trim this very table (an evicted \
+             * sender's keys): add to what it is charged then */ \
+            _ok = p2p_charge_table((_ctx), (_peer), _more); \
             if (_ok) { \
-                *(_charged) = _next; \
+                *(_charged) += _more; \
             } \
         } \
         _ok; \

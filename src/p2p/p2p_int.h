@@ -476,6 +476,7 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
 /* Whether member crank of parent left the creation under way on it and
  * will send nothing more of tag in it (nothing of it queued either). */
 int  p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag);
+void p2p_abort_seq_reached(p2p_comm_t *parent, int crank);
 /* The creation under way on parent is over; comm: what it made here. */
 void p2p_abort_creation_over(p2p_comm_t *parent, p2p_comm_t *comm);
 /* comm is freed: notices of creations on it go. */

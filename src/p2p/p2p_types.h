@@ -271,6 +271,8 @@ struct p2p_unexp {
     uint8_t       reserve;      /* a header-only record of the reserve */
     int16_t       dropped;      /* 0, or why the data was not kept: the
                                    receive that matches fails with it */
+    uint32_t      seq;          /* its sequence number from src (in the
+                                   padding: the record does not grow) */
     size_t        charge;       /* bytes counted against the limit */
     int32_t       src;
     int32_t       tag;

@@ -429,6 +429,7 @@ int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, p2p_rx_t *rx)
     u->peer     = peer;
     u->src      = rx->m.src;
     u->tag      = rx->m.tag;
+    u->seq      = rx->m.seq;
     u->dropped  = dropped;
     u->data_len = keep;
     u->desc     = NULL;

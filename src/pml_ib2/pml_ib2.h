@@ -14,6 +14,7 @@
 #include "ompi/communicator/communicator.h"
 #include "ompi/datatype/ompi_datatype.h"
 #include "ompi/request/request.h"
+#include "opal/class/opal_free_list.h"
 
 #include <p2p.h>
 #include <p2p_embed.h>
@@ -56,6 +57,8 @@ OBJ_CLASS_DECLARATION(pml_ib2_req_t);
 typedef struct pml_ib2_module {
     mca_pml_base_module_t super;
     p2p_context_t         *ctx;
+    /* requests, reused: an isend or irecv allocates nothing */
+    opal_free_list_t      reqs;
     int                   priority;
     int                   verbose;
 } pml_ib2_module_t;
@@ -88,6 +91,14 @@ static inline p2p_comm_t *pml_ib2_route(ompi_communicator_t *comm, int *tag)
 pml_ib2_req_t *pml_ib2_req_new(int kind, bool persistent,
                                ompi_communicator_t *comm);
 void pml_ib2_req_release(pml_ib2_req_t *r);
+/* a new request r (NULL: out of memory) started by start(r): *req, or the
+ * error with r released */
+int  pml_ib2_req_post(pml_ib2_req_t *r, int (*start)(pml_ib2_req_t *),
+                      ompi_request_t **req);
+/* the blocking calls: wait for req, give its status (may be
+ * MPI_STATUS_IGNORE) and free it; its MPI error */
+int  pml_ib2_req_wait_free(ompi_request_t *req,
+                           ompi_status_public_t *status);
 /* the p2p request is started: complete now if done, else poll it */
 void pml_ib2_req_track(pml_ib2_req_t *r);
 int  pml_ib2_poll(void);

@@ -58,6 +58,18 @@ int pml_ib2_open_context(bool threads)
         ompi_pml_ib2.ctx = NULL;
         return OMPI_ERROR;
     }
+    OBJ_CONSTRUCT(&ompi_pml_ib2.reqs, opal_free_list_t);
+    ret = opal_free_list_init(&ompi_pml_ib2.reqs, sizeof(pml_ib2_req_t),
+                              opal_cache_line_size, OBJ_CLASS(pml_ib2_req_t),
+                              0, opal_cache_line_size, 64, -1, 64, NULL, 0,
+                              NULL, NULL, NULL);
+    if (ret != OPAL_SUCCESS) {
+        PML_IB2_ERROR("no memory for the request list");
+        OBJ_DESTRUCT(&ompi_pml_ib2.reqs);
+        p2p_finalize(ompi_pml_ib2.ctx);
+        ompi_pml_ib2.ctx = NULL;
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
     return OMPI_SUCCESS;
 }
 
@@ -66,6 +78,7 @@ void pml_ib2_close_context(void)
     if (ompi_pml_ib2.ctx != NULL) {
         p2p_finalize(ompi_pml_ib2.ctx);
         ompi_pml_ib2.ctx = NULL;
+        OBJ_DESTRUCT(&ompi_pml_ib2.reqs);
     }
     pml_ib2_req_table_free();
 }

@@ -157,11 +157,5 @@ int pml_ib2_mrecv(void *buf, size_t count, ompi_datatype_t *dt,
     if (ret != OMPI_SUCCESS) {
         return ret;
     }
-    ompi_request_wait_completion(req);
-    ret = req->req_status.MPI_ERROR;
-    if (status != MPI_STATUS_IGNORE) {
-        *status = req->req_status;
-    }
-    ompi_request_free(&req);
-    return ret;
+    return pml_ib2_req_wait_free(req, status);
 }

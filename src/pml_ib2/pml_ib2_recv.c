@@ -69,20 +69,9 @@ int pml_ib2_irecv_init(void *buf, size_t count, ompi_datatype_t *dt,
 int pml_ib2_irecv(void *buf, size_t count, ompi_datatype_t *dt, int src,
                   int tag, ompi_communicator_t *comm, ompi_request_t **req)
 {
-    pml_ib2_req_t *r = pml_ib2_recv_req(buf, count, dt, src, tag, comm,
-                                        false);
-    int           ret;
-
-    if (r == NULL) {
-        return OMPI_ERR_OUT_OF_RESOURCE;
-    }
-    ret = pml_ib2_recv_start(r);
-    if (ret != MPI_SUCCESS) {
-        pml_ib2_req_release(r);
-        return ret;
-    }
-    *req = &r->ompi;
-    return OMPI_SUCCESS;
+    return pml_ib2_req_post(pml_ib2_recv_req(buf, count, dt, src, tag, comm,
+                                             false),
+                            pml_ib2_recv_start, req);
 }
 
 int pml_ib2_recv(void *buf, size_t count, ompi_datatype_t *dt, int src,
@@ -95,13 +84,7 @@ int pml_ib2_recv(void *buf, size_t count, ompi_datatype_t *dt, int src,
     if (ret != OMPI_SUCCESS) {
         return ret;
     }
-    ompi_request_wait_completion(req);
-    ret = req->req_status.MPI_ERROR;
-    if (status != MPI_STATUS_IGNORE) {
-        *status = req->req_status;
-    }
-    ompi_request_free(&req);
-    return ret;
+    return pml_ib2_req_wait_free(req, status);
 }
 
 /* MPI_Start/MPI_Startall on persistent requests made by *_init */

@@ -39,12 +39,13 @@ OBJ_CLASS_INSTANCE(pml_ib2_req_t, ompi_request_t, pml_ib2_req_construct,
 pml_ib2_req_t *pml_ib2_req_new(int kind, bool persistent,
                                ompi_communicator_t *comm)
 {
-    pml_ib2_req_t *r = OBJ_NEW(pml_ib2_req_t);
+    pml_ib2_req_t *r = (pml_ib2_req_t*)opal_free_list_get(&ompi_pml_ib2.reqs);
 
     if (r == NULL) {
         return NULL;
     }
     OMPI_REQUEST_INIT(&r->ompi, persistent);
+    r->p2p       = NULL;
     r->ompi.req_mpi_object.comm = comm;
     r->kind      = kind;
     r->freed     = 0;
@@ -55,6 +56,36 @@ pml_ib2_req_t *pml_ib2_req_new(int kind, bool persistent,
         OBJ_RETAIN(comm);
     }
     return r;
+}
+
+int pml_ib2_req_post(pml_ib2_req_t *r, int (*start)(pml_ib2_req_t *),
+                     ompi_request_t **req)
+{
+    int ret;
+
+    if (r == NULL) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    ret = start(r);
+    if (ret != MPI_SUCCESS) {
+        pml_ib2_req_release(r);
+        return ret;
+    }
+    *req = &r->ompi;
+    return OMPI_SUCCESS;
+}
+
+int pml_ib2_req_wait_free(ompi_request_t *req, ompi_status_public_t *status)
+{
+    int ret;
+
+    ompi_request_wait_completion(req);
+    ret = req->req_status.MPI_ERROR;
+    if (status != MPI_STATUS_IGNORE) {
+        *status = req->req_status;
+    }
+    ompi_request_free(&req);
+    return ret;
 }
 
 void pml_ib2_req_release(pml_ib2_req_t *r)
@@ -74,7 +105,7 @@ void pml_ib2_req_release(pml_ib2_req_t *r)
         r->comm = NULL;
     }
     OMPI_REQUEST_FINI(&r->ompi);
-    OBJ_RELEASE(r);
+    opal_free_list_return(&ompi_pml_ib2.reqs, &r->ompi.super);
 }
 
 void pml_ib2_status_from(ompi_status_public_t *s, int ret,

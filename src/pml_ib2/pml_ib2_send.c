@@ -134,20 +134,9 @@ int pml_ib2_isend(const void *buf, size_t count, ompi_datatype_t *dt,
                   int dst, int tag, mca_pml_base_send_mode_t mode,
                   ompi_communicator_t *comm, ompi_request_t **req)
 {
-    pml_ib2_req_t *r = pml_ib2_send_req(buf, count, dt, dst, tag, mode,
-                                        comm, false);
-    int           ret;
-
-    if (r == NULL) {
-        return OMPI_ERR_OUT_OF_RESOURCE;
-    }
-    ret = pml_ib2_send_start(r);
-    if (ret != MPI_SUCCESS) {
-        pml_ib2_req_release(r);
-        return ret;
-    }
-    *req = &r->ompi;
-    return OMPI_SUCCESS;
+    return pml_ib2_req_post(pml_ib2_send_req(buf, count, dt, dst, tag, mode,
+                                             comm, false),
+                            pml_ib2_send_start, req);
 }
 
 int pml_ib2_send(const void *buf, size_t count, ompi_datatype_t *dt,
@@ -161,8 +150,5 @@ int pml_ib2_send(const void *buf, size_t count, ompi_datatype_t *dt,
     if (ret != OMPI_SUCCESS) {
         return ret;
     }
-    ompi_request_wait_completion(req);
-    ret = req->req_status.MPI_ERROR;
-    ompi_request_free(&req);
-    return ret;
+    return pml_ib2_req_wait_free(req, MPI_STATUS_IGNORE);
 }

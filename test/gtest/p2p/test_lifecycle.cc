@@ -423,19 +423,5 @@ int main(int argc, char **argv)
     if ((r != nullptr) && (raw != nullptr) && (atoi(r) == atoi(raw))) {
         return raw_dying_member();
     }
-    if (p2p_init(nullptr, &ctx) != P2P_OK) {
-        fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
-        return 2;
-    }
-    world = p2p_comm_world(ctx);
-    rank  = p2p_comm_rank(world);
-    size  = p2p_comm_size(world);
-    p2p_test_report_at_rank0(rank);
-    start_watchdog();
-    int rc = RUN_ALL_TESTS();
-    {
-        Blocking b("p2p_finalize");
-        p2p_finalize(ctx);
-    }
-    return rc;
+    return init_and_run_all();
 }

@@ -458,24 +458,5 @@ int main(int argc, char **argv)
                 "cutoff\n");
         return 2;
     }
-    p2p_init_params_t params;
-    memset(&params, 0, sizeof(params));
-    if (getenv("P2PTEST_MT") != nullptr) {
-        params.flags = P2P_INIT_F_THREAD_MULTIPLE;
-    }
-    if (p2p_init(&params, &ctx) != P2P_OK) {
-        fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
-        return 2;
-    }
-    world = p2p_comm_world(ctx);
-    rank  = p2p_comm_rank(world);
-    size  = p2p_comm_size(world);
-    p2p_test_report_at_rank0(rank);
-    start_watchdog();
-    int rc = RUN_ALL_TESTS();
-    {
-        Blocking b("p2p_finalize");
-        p2p_finalize(ctx);
-    }
-    return rc;
+    return init_and_run_all();
 }

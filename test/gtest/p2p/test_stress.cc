@@ -283,6 +283,11 @@ TEST_F(P2P, OrderingStress)
  */
 TEST_F(P2P, SmallFallbackKeepsOrder)
 {
+    /* Skipped in suite 40's singleton job (no peer) and in its tcp and
+     * rc_ib2 jobs: they buffer more than shm's 64-element FIFO, so
+     * whether the fallback this test is about is taken there at all is
+     * left to chance, and a pass would prove nothing. It runs in the
+     * two-rank shm job. */
     const char *tls = getenv("UCX_TLS");
     if ((size < 2) || (tls == nullptr) || (std::string(tls) != "shm")) {
         GTEST_SKIP() << "needs two ranks over UCX_TLS=shm";

@@ -14,6 +14,7 @@
 #include <ib2_counters.h>
 
 #include <cstring>
+#include <functional>
 #include <ostream>
 
 namespace ib2t {
@@ -74,6 +75,45 @@ inline bool initiates(const std::vector<char> &mine,
                                     ((a.port == b.port) && (a.id < b.id))));
 }
 
+/* Which side initiates a's and b's pair, and both endpoints. */
+struct Sides {
+    Entity   *ini, *pas;
+    uct_ep_h iep, pep;
+};
+
+inline Sides sides(Entity &a, uct_ep_h ab, Entity &b, uct_ep_h ba)
+{
+    bool a_ini = initiates(a.ep_addr(ab), b.ep_addr(ba));
+
+    return a_ini ? Sides{&a, &b, ab, ba} : Sides{&b, &a, ba, ab};
+}
+
+/* Progress of both entities, as one callable for wait_for and retry. */
+inline std::function<void()> both(Entity &a, Entity &b)
+{
+    return [&a, &b] {
+        a.progress();
+        b.progress();
+    };
+}
+
+/* Progress for ms milliseconds: what else is coming has come. */
+inline void settle(int ms, const std::function<void()> &prog)
+{
+    Deadline d(ms);
+
+    while (!d.expired()) {
+        prog();
+    }
+}
+
+/* The rdmacm fabrics as the parameters of test suite S, named by fabric. */
+#define CM_ON_FABRICS(S) \
+    INSTANTIATE_TEST_SUITE_P(Fabrics, S, ::testing::ValuesIn(kFabrics), \
+                             [](const ::testing::TestParamInfo<Fabric> &i) { \
+                                 return std::string(i.param.name); \
+                             })
+
 inline ucs_status_t connect_to(Entity &e, uct_ep_h ep,
                                const std::vector<char> &dev,
                                const std::vector<char> &addr)
@@ -93,25 +133,10 @@ inline std::string pair_connect(Entity &a, uct_ep_h ab, Entity &b, uct_ep_h ba)
     return "";
 }
 
-inline std::vector<ucs_status_t> errors_on(const Entity &e, uct_ep_h ep)
-{
-    std::vector<ucs_status_t> v;
-
-    for (const auto &x : e.errors) {
-        if (x.first == ep) {
-            v.push_back(x.second);
-        }
-    }
-    return v;
-}
-
 /* An AM with a 64-bit value each way, a put, a get (zcopy and bcopy). */
 inline std::string traffic(Entity &a, uct_ep_h ab, Entity &b, uct_ep_h ba)
 {
-    auto prog = [&] {
-        a.progress();
-        b.progress();
-    };
+    auto prog = both(a, b);
     for (uint64_t i = 0; i < 10; ++i) {
         CM_CHECK(retry([&] {
             return uct_ep_am_short(ab, 1, i, &i, sizeof(i));
@@ -129,31 +154,9 @@ inline std::string traffic(Entity &a, uct_ep_h ab, Entity &b, uct_ep_h ba)
         memcpy(&v, b.rx[i].data.data(), 8);
         CM_CHECK(v == i && b.rx[i].id == 1, "order: " << v << " at " << i);
     }
-    Mem *la = a.alloc(65536), *rb = b.alloc(65536);
-    CM_CHECK(la && rb && la->memh && rb->memh, "registration failed");
-    fill(la->p, 32768, 9);
-    fill(rb->p + 32768, 32768, 10);
-    std::vector<uct_iov_t> put = make_iov(la, 0, 32768, 1);
-    std::vector<uct_iov_t> get = make_iov(la, 32768, 32768, 1);
-    Comp cp, cg;
-    ucs_status_t sp = retry([&] {
-        return uct_ep_put_zcopy(ab, put.data(), 1, rb->addr(), rb->rkey.rkey,
-                                &cp.c);
-    }, prog);
-    ucs_status_t sg = retry([&] {
-        return uct_ep_get_zcopy(ab, get.data(), 1, rb->addr() + 32768,
-                                rb->rkey.rkey, &cg.c);
-    }, prog);
-    CM_CHECK((sp == UCS_OK || sp == UCS_INPROGRESS) &&
-             (sg == UCS_OK || sg == UCS_INPROGRESS),
-             "put " << ucs_status_string(sp) << ", get "
-                    << ucs_status_string(sg));
-    CM_CHECK(wait_for([&] {
-        return (sp == UCS_OK || cp.calls) && (sg == UCS_OK || cg.calls);
-    }, prog), "put or get did not complete");
-    CM_CHECK(cp.status == UCS_OK && cg.status == UCS_OK, "RMA failed");
-    CM_CHECK(check(rb->p, 32768, 9), "put data");
-    CM_CHECK(check(la->p + 32768, 32768, 10), "get_zcopy data");
+    Mem *rb = nullptr;
+    std::string r = put_get_zcopy(a, ab, b, prog, nullptr, &rb);
+    CM_CHECK(r.empty(), r);
 
     std::vector<char> got(4096);
     Comp cb;

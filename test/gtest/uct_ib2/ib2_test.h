@@ -241,6 +241,19 @@ struct Comp {
 };
 
 /* Deterministic payload bytes. */
+/* The errors reported for ep (through the interface's error handler). */
+inline std::vector<ucs_status_t> errors_of(const Entity &e, uct_ep_h ep)
+{
+    std::vector<ucs_status_t> v;
+
+    for (const auto &x : e.errors) {
+        if (x.first == ep) {
+            v.push_back(x.second);
+        }
+    }
+    return v;
+}
+
 void fill(void *p, size_t n, uint32_t seed);
 bool check(const void *p, size_t n, uint32_t seed, std::string *why = nullptr);
 

@@ -70,15 +70,10 @@ TEST_P(Cm, RequestHeldUntilConnect)
         CM_CHECK(a.ok() && b.ok(), "interfaces");
         uct_ep_h ab = a.ep_create(), ba = b.ep_create();
         CM_CHECK(ab && ba, "endpoints");
-        std::vector<char> aa = a.ep_addr(ab), bb = b.ep_addr(ba);
-        Entity &ini = initiates(aa, bb) ? a : b;
-        Entity &pas = initiates(aa, bb) ? b : a;
-        uct_ep_h iep = initiates(aa, bb) ? ab : ba;
-        uct_ep_h pep = initiates(aa, bb) ? ba : ab;
-        auto prog = [&] {
-            a.progress();
-            b.progress();
-        };
+        Sides s      = sides(a, ab, b, ba);
+        Entity &ini  = *s.ini, &pas = *s.pas;
+        uct_ep_h iep = s.iep, pep = s.pep;
+        auto prog    = both(a, b);
         CM_CHECK(connect_to(ini, iep, pas.dev_addr(), pas.ep_addr(pep)) ==
                  UCS_OK, "initiator's connect_to_ep");
         CM_CHECK(wait_for([&] { return counters(pas).cm_held == 2; }, prog),
@@ -112,18 +107,13 @@ TEST_P(Cm, HeldRequestTimesOut)
         Entity a(on(f, to)), b(on(f, to));
         CM_CHECK(a.ok() && b.ok(), "interfaces");
         uct_ep_h ab = a.ep_create(), ba = b.ep_create();
-        std::vector<char> aa = a.ep_addr(ab), bb = b.ep_addr(ba);
-        Entity &ini = initiates(aa, bb) ? a : b;
-        Entity &pas = initiates(aa, bb) ? b : a;
-        uct_ep_h iep = initiates(aa, bb) ? ab : ba;
-        uct_ep_h pep = initiates(aa, bb) ? ba : ab;
-        auto prog = [&] {
-            a.progress();
-            b.progress();
-        };
+        Sides s      = sides(a, ab, b, ba);
+        Entity &ini  = *s.ini, &pas = *s.pas;
+        uct_ep_h iep = s.iep, pep = s.pep;
+        auto prog    = both(a, b);
         CM_CHECK(connect_to(ini, iep, pas.dev_addr(), pas.ep_addr(pep)) ==
                  UCS_OK, "connect_to_ep");
-        CM_CHECK(wait_for([&] { return !errors_on(ini, iep).empty(); }, prog),
+        CM_CHECK(wait_for([&] { return !errors_of(ini, iep).empty(); }, prog),
                  "the initiator's endpoint did not fail");
         /* the held requests end at their own deadline, whichever of
          * the two deadlines comes first */
@@ -134,9 +124,9 @@ TEST_P(Cm, HeldRequestTimesOut)
                  << counters(pas).cm_rejected);
         CM_CHECK(pas.errors.empty(), "the unconnected endpoint failed");
         uint64_t v = 1;
-        ucs_status_t s = uct_ep_am_short(iep, 1, 0, &v, 8);
-        CM_CHECK(s != UCS_OK && s != UCS_ERR_NO_RESOURCE,
-                 "a failed endpoint sends: " << ucs_status_string(s));
+        ucs_status_t st = uct_ep_am_short(iep, 1, 0, &v, 8);
+        CM_CHECK(st != UCS_OK && st != UCS_ERR_NO_RESOURCE,
+                 "a failed endpoint sends: " << ucs_status_string(st));
         return std::string();
     }), "");
 }
@@ -306,10 +296,7 @@ TEST_P(Cm, SixtyFourEndpointsAtOnce)
     }), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fabrics, Cm, ::testing::ValuesIn(kFabrics),
-                         [](const ::testing::TestParamInfo<Fabric> &i) {
-                             return std::string(i.param.name);
-                         });
+CM_ON_FABRICS(Cm);
 
 /* What the settings and the device allow, each refused with a message. */
 TEST(CmConfig, RefusedAndFitted)
@@ -420,10 +407,7 @@ TEST(CmPerf, ConnectTimePerEndpoint)
                 ba.push_back(b.ep_create());
                 CM_CHECK(ab.back() && ba.back(), "endpoints");
             }
-            auto prog = [&] {
-                a.progress();
-                b.progress();
-            };
+            auto prog = both(a, b);
             auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < n; ++i) {
                 std::string r = pair_connect(a, ab[i], b, ba[i]);

@@ -64,10 +64,7 @@ TEST_P(CmFail, SelfConnectedTimesOutAsItself)
                  "connect_to_ep to itself");
         CM_CHECK(wait_for([&] { return !a.errors.empty(); },
                           [&] { a.progress(); }), "no endpoint error");
-        Deadline settle(200);
-        while (!settle.expired()) {
-            a.progress();
-        }
+        settle(200, [&] { a.progress(); });
         cm_connect_swallow = false;
         std::string r = only_errors_on(a, aa);
         CM_CHECK(r.empty(), r);
@@ -116,20 +113,14 @@ TEST_P(CmFail, SelfConnectedRemoteErrorAsItself)
         CM_CHECK(wait_for([&] { return !a.errors.empty(); }, prog),
                  "no endpoint error after a put out of bounds ("
                  << ucs_status_string(s) << ")");
-        Deadline settle(300);
-        while (!settle.expired()) {
-            a.progress();
-        }
+        settle(300, [&] { a.progress(); });
         std::string r = only_errors_on(a, aa);
         CM_CHECK(r.empty(), r);
         return std::string();
     }), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fabrics, CmFail, ::testing::ValuesIn(kFabrics),
-                         [](const ::testing::TestParamInfo<Fabric> &i) {
-                             return std::string(i.param.name);
-                         });
+CM_ON_FABRICS(CmFail);
 
 } // namespace
 
@@ -148,20 +139,16 @@ TEST_P(CmRefuse, DestroyedPeerEndpointRefusedAtOnce)
             Entity a(on(f)), b(on(f));   /* UCX_IB2_CM_TIMEOUT 30s */
             CM_CHECK(a.ok() && b.ok(), "interfaces");
             uct_ep_h ab = a.ep_create(), ba = b.ep_create();
-            std::vector<char> aa = a.ep_addr(ab), bb = b.ep_addr(ba);
-            bool a_ini   = initiates(aa, bb);
-            Entity &ini  = a_ini ? a : b;
-            Entity &pas  = a_ini ? b : a;
-            uct_ep_h iep = a_ini ? ab : ba;
-            uct_ep_h pep = a_ini ? ba : ab;
-            std::vector<char> pas_addr = a_ini ? bb : aa;
+            Sides s      = sides(a, ab, b, ba);
+            Entity &ini  = *s.ini, &pas = *s.pas;
+            uct_ep_h iep = s.iep, pep = s.pep;
+            std::vector<char> pas_addr = pas.ep_addr(pep);
             pas.ep_destroy(pep);
             CM_CHECK(connect_to(ini, iep, pas.dev_addr(), pas_addr) ==
                      UCS_OK, "connect_to_ep");
-            CM_CHECK(wait_for([&] { return !ini.errors.empty(); }, [&] {
-                a.progress();
-                b.progress();
-            }, 5000), "no endpoint error within 5 s of 30 s");
+            CM_CHECK(wait_for([&] { return !ini.errors.empty(); },
+                              both(a, b), 5000),
+                     "no endpoint error within 5 s of 30 s");
             CM_CHECK(ini.errors.size() == 1 && ini.errors[0].first == iep &&
                      ini.errors[0].second == UCS_ERR_REJECTED,
                      ini.errors.size() << " errors, the first "
@@ -206,10 +193,7 @@ TEST_P(CmRefuse, ErrorHandlerDestroysEndpoints)
         }
         CM_CHECK(wait_for([&] { return !a.errors.empty(); },
                           [&] { a.progress(); }), "no endpoint error");
-        Deadline settle(200);
-        while (!settle.expired()) {
-            a.progress();
-        }
+        settle(200, [&] { a.progress(); });
         CM_CHECK(a.errors.size() == 1 &&
                  a.errors[0].second == UCS_ERR_TIMED_OUT,
                  a.errors.size() << " errors reported");
@@ -217,10 +201,7 @@ TEST_P(CmRefuse, ErrorHandlerDestroysEndpoints)
     }), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fabrics, CmRefuse, ::testing::ValuesIn(kFabrics),
-                         [](const ::testing::TestParamInfo<Fabric> &i) {
-                             return std::string(i.param.name);
-                         });
+CM_ON_FABRICS(CmRefuse);
 
 } // namespace
 
@@ -240,16 +221,10 @@ TEST_P(CmBusy, FullHeldTableIsBackpressure)
         Entity a(on(f, one)), b(on(f, one));
         CM_CHECK(a.ok() && b.ok(), "interfaces");
         uct_ep_h ab = a.ep_create(), ba = b.ep_create();
-        std::vector<char> aa = a.ep_addr(ab), bb = b.ep_addr(ba);
-        bool a_ini   = initiates(aa, bb);
-        Entity &ini  = a_ini ? a : b;
-        Entity &pas  = a_ini ? b : a;
-        uct_ep_h iep = a_ini ? ab : ba;
-        uct_ep_h pep = a_ini ? ba : ab;
-        auto prog = [&] {
-            a.progress();
-            b.progress();
-        };
+        Sides s      = sides(a, ab, b, ba);
+        Entity &ini  = *s.ini, &pas = *s.pas;
+        uct_ep_h iep = s.iep, pep = s.pep;
+        auto prog    = both(a, b);
         CM_CHECK(connect_to(ini, iep, pas.dev_addr(), pas.ep_addr(pep)) ==
                  UCS_OK, "initiator's connect_to_ep");
         CM_CHECK(wait_for([&] {
@@ -275,10 +250,7 @@ TEST_P(CmBusy, FullHeldTableIsBackpressure)
     }), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fabrics, CmBusy, ::testing::ValuesIn(kFabrics),
-                         [](const ::testing::TestParamInfo<Fabric> &i) {
-                             return std::string(i.param.name);
-                         });
+CM_ON_FABRICS(CmBusy);
 
 } // namespace
 
@@ -374,27 +346,11 @@ TEST_P(CmIdle, IdleProgressReadsNoChannel)
     }), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fabrics, CmIdle, ::testing::ValuesIn(kFabrics),
-                         [](const ::testing::TestParamInfo<Fabric> &i) {
-                             return std::string(i.param.name);
-                         });
+CM_ON_FABRICS(CmIdle);
 
 } // namespace
 
 namespace {
-
-/* Which side initiates a's and b's pair, and both endpoints. */
-struct Sides {
-    Entity   *ini, *pas;
-    uct_ep_h iep, pep;
-};
-
-Sides sides(Entity &a, uct_ep_h ab, Entity &b, uct_ep_h ba)
-{
-    bool a_ini = initiates(a.ep_addr(ab), b.ep_addr(ba));
-
-    return a_ini ? Sides{&a, &b, ab, ba} : Sides{&b, &a, ba, ab};
-}
 
 /* One side fails after the other has answered (RoCE: the initiator's
  * rdma_establish; the acceptor's rdma_accept): the other side hears of
@@ -414,11 +370,9 @@ TEST(CmTell, FailureAfterReplyTellsThePeer)
             CM_CHECK(r.empty(), r);
             CM_CHECK(wait_for([&] {
                 return !a.errors.empty() && !b.errors.empty();
-            }, [&] {
-                a.progress();
-                b.progress();
-            }, 5000), fn << " failed: initiator " << s.ini->errors.size()
-                     << " errors, acceptor " << s.pas->errors.size()
+            }, both(a, b), 5000), fn << " failed: initiator "
+                     << s.ini->errors.size() << " errors, acceptor "
+                     << s.pas->errors.size()
                      << " within 5 s");
             cm_fail_call = nullptr;
             CM_CHECK(s.ini->errors[0].first == s.iep &&
@@ -447,11 +401,7 @@ TEST_P(CmFail, HalfStartedConnectLeavesNothing)
                                      s.pas->ep_addr(s.pep));
         cm_fail_call = nullptr;
         CM_CHECK(st != UCS_OK, "connect_to_ep succeeded");
-        Deadline settle(500);
-        while (!settle.expired()) {
-            a.progress();
-            b.progress();
-        }
+        settle(500, both(a, b));
         CM_CHECK(a.errors.empty() && b.errors.empty(), "a later error ("
                  << a.errors.size() + b.errors.size() << ") after a failed "
                  "connect_to_ep");
