@@ -79,9 +79,9 @@ TEST_P(Cm, RequestHeldUntilConnect)
         CM_CHECK(wait_for([&] { return counters(pas).cm_held == 2; }, prog),
                  "requests not held: " << counters(pas).cm_held);
         uint64_t v = 7;
-        ucs_status_t s = uct_ep_am_short(iep, 3, 0, &v, 8);
-        CM_CHECK(s == UCS_OK, "a send before the connection was not kept: "
-                 << ucs_status_string(s));
+        ucs_status_t st = uct_ep_am_short(iep, 3, 0, &v, 8);
+        CM_CHECK(st == UCS_OK, "a send before the connection was not kept: "
+                 << ucs_status_string(st));
         CM_CHECK(connect_to(pas, pep, ini.dev_addr(), ini.ep_addr(iep)) ==
                  UCS_OK, "passive connect_to_ep");
         CM_CHECK(wait_for([&] { return !pas.rx.empty(); }, prog),

@@ -300,9 +300,9 @@ TEST_P(CmEarly, KeptSendsEndWithTheEndpoint)
                 a.ep_destroy(ab);
                 want = UCS_ERR_CANCELED;
             } else {
-                CM_CHECK(wait_for([&] { return !errors_on(a, ab).empty(); },
+                CM_CHECK(wait_for([&] { return !errors_of(a, ab).empty(); },
                                   prog), "the endpoint did not fail");
-                want = errors_on(a, ab)[0];
+                want = errors_of(a, ab)[0];
                 CM_CHECK(want != UCS_OK, "error status");
             }
             CM_CHECK(wait_for([&] {
