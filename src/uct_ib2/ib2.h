@@ -446,6 +446,10 @@ typedef struct ib2_ep {
     uint8_t           probed;           /* an empty write went since the
                                            peer last gave credits
                                            (ib2_ep_probe) */
+    uint8_t           dev_err;          /* the device reported one of its
+                                           QPs failed (async event): a
+                                           flush is then no peer's doing
+                                           (ib2_ep_flushed_status) */
     uint8_t           hidden;           /* the other end of an rdmacm
                                            endpoint connected to itself
                                            (ib2_cm_conn.c): never reported
@@ -572,6 +576,8 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
 int ib2_ep_fence_done(ib2_ep_t *ep);
 void ib2_ep_probe(ib2_ep_t *ep);
 void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q);
+/* The failure a QP flushed by the device itself stands for (ib2_tx.c). */
+ucs_status_t ib2_ep_flushed_status(ib2_ep_t *ep);
 void ib2_ep_signal_am_tails(ib2_ep_t *ep);
 ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
 void ib2_iface_fence_uncount(ib2_ep_t *ep);

@@ -433,7 +433,7 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
         return;
     }
     if (!ep->connected) {
-        ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
+        ib2_ep_set_failed(ep, ib2_ep_flushed_status(ep));
         return;
     }
     if (txq->acked != txq->sn) {
@@ -441,7 +441,7 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
     }
     if (!ib2_txq_ready(iface, txq) ||
         (ib2_ep_post_empty_write(iface, ep, q) != UCS_OK)) {
-        ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
+        ib2_ep_set_failed(ep, ib2_ep_flushed_status(ep));
     }
 }
 

@@ -7,6 +7,7 @@
  * back, and on S queues the credits of the active messages among them.
  */
 #include "ib2_tx.h"
+#include "ib2_cm.h"
 
 /* ---- completing operations ------------------------------------------------- */
 
@@ -141,7 +142,31 @@ void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status)
     }
 }
 
-static ucs_status_t ib2_wc_status(enum ibv_wc_status status)
+/*
+ * A QP of an endpoint that has not failed was flushed: the device moved it
+ * to the error state on its own (not the user's cancel, which fails the
+ * endpoint first). Where rdmacm made the connection, that is how the end
+ * of the connection reaches the QP: an iWARP adapter errors the QP when
+ * the peer disconnects or its end of the TCP stream is closed or reset,
+ * in no fixed order with the DISCONNECTED event that says the same. It is
+ * the peer's reset, as that event reports it (ib2_cm_active.c), unless the
+ * connection manager already knows better (a failure it found in the
+ * async thread, not yet reported). On a QP connected by the address
+ * exchange nothing ends the connection that way, and a QP the device
+ * said it failed (an async event) failed in the device: an I/O error.
+ */
+ucs_status_t ib2_ep_flushed_status(ib2_ep_t *ep)
+{
+    if ((ep->cm == NULL) || ep->dev_err) {
+        return UCS_ERR_IO_ERROR;
+    }
+    if (ep->cm->fail_status != UCS_OK) {
+        return ep->cm->fail_status;
+    }
+    return UCS_ERR_CONNECTION_RESET;
+}
+
+static ucs_status_t ib2_wc_status(ib2_ep_t *ep, enum ibv_wc_status status)
 {
     switch (status) {
     case IBV_WC_RETRY_EXC_ERR:
@@ -152,10 +177,7 @@ static ucs_status_t ib2_wc_status(enum ibv_wc_status status)
     case IBV_WC_REM_OP_ERR:
         return UCS_ERR_CONNECTION_RESET;
     case IBV_WC_WR_FLUSH_ERR:
-        /* Seen first on an endpoint that has not failed (whose failure
-         * would give the status): the device moved the QP to the error
-         * state on its own. Not the user's cancel. */
-        return UCS_ERR_IO_ERROR;
+        return ib2_ep_flushed_status(ep);
     default:
         return UCS_ERR_IO_ERROR;
     }
@@ -184,7 +206,7 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
         }
         status = UCS_OK;
         if (ucs_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
-            status = ib2_wc_status(wc[i].status);
+            status = ib2_wc_status(ep, wc[i].status);
             if (!ep->failed && !ep->destroyed) {
                 if (wc[i].status == IBV_WC_RNR_RETRY_EXC_ERR &&
                     iface->rq.q[q].type ==
