@@ -140,6 +140,10 @@ typedef struct ib2_cm {
                                                 async thread, under its
                                                 lock */
     int                        in_async;   /* handling them there now */
+    int                        may_drain;  /* in progress, handling events:
+                                              a failure may drain the
+                                              receive CQ first
+                                              (ib2_cm_conn.c) */
     ucs_list_link_t            reports;    /* ib2_cm_ep_t, for progress */
     ucs_mpool_t                defer_mp;   /* kept sends (ib2_cm_defer.c) */
     size_t                     defer_inline; /* inline data they hold */

@@ -184,26 +184,58 @@ static void ib2_cm_ep_report(ib2_cm_ep_t *cep, uint8_t what)
     cep->report |= what;
 }
 
-static void ib2_cm_ep_report_fail(ib2_cm_ep_t *cep)
+/*
+ * The endpoint fails, in the endpoint's thread: said, and reported to its
+ * user. When a connection that was up ends (the peer disconnected, its
+ * process ended), what the peer sent before it went may still be in our
+ * receive CQ, which the rdmacm event does not wait for: it reaches the
+ * user first, as it does before a send error (ib2_tx.c), or a peer's last
+ * message before its orderly close would be lost to the failure. Only
+ * where the manager's progress handles its events (cm->may_drain): in
+ * progress, where an endpoint destroyed by a handler meanwhile stays
+ * allocated until progress returns (its cep does not: nothing of it is
+ * used after the drain), and not inside the receive path itself (a
+ * failure that a handler causes during the drain is reported at once).
+ */
+static void ib2_cm_ep_failed_now(ib2_cm_ep_t *cep, ucs_status_t status,
+                                 const char *why)
 {
     ib2_ep_t *ep = cep->ep;
-    char peer[128];
+    ib2_cm_t *cm = ep->iface->cm;
+    char peer[128], msg[sizeof(cep->fail_why)];
 
     if (ep->failed) {
         return;
     }
+    ucs_strncpy_zero(msg, why, sizeof(msg));
+    if (cep->have_peer) {
+        ib2_cm_peer_str(&cep->peer, peer, sizeof(peer));
+    } else {
+        ucs_strncpy_zero(peer, "(not connected)", sizeof(peer));
+    }
+    if (ep->connected && cm->may_drain) {
+        ucs_assert(ep->iface->in_progress != 0);
+        cm->may_drain = 0;
+        ib2_rx_drain(ep->iface);
+        cm->may_drain = 1;
+        if (ep->failed || ep->destroyed) {
+            return;
+        }
+    }
     ucs_diag("%s:%u: rc_ib2 endpoint %p to %s: %s", ep->iface->md->name,
-             ep->iface->port, ep,
-             cep->have_peer ? ib2_cm_peer_str(&cep->peer, peer, sizeof(peer)) :
-                              "(not connected)", cep->fail_why);
-    ib2_ep_set_failed(ep, cep->fail_status);   /* reports it */
+             ep->iface->port, ep, peer, msg);
+    ib2_ep_set_failed(ep, status);   /* reports it */
+}
+
+static void ib2_cm_ep_report_fail(ib2_cm_ep_t *cep)
+{
+    ib2_cm_ep_failed_now(cep, cep->fail_status, cep->fail_why);
 }
 
 void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
 {
     ib2_ep_t *ep = cep->ep;
     ib2_cm_t *cm = ep->iface->cm;
-    char peer[128];
     unsigned q;
 
     ib2_cm_lock(cm);
@@ -228,14 +260,7 @@ void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
         return;
     }
     ib2_cm_unlock(cm);
-    if (ep->failed) {
-        return;
-    }
-    ucs_diag("%s:%u: rc_ib2 endpoint %p to %s: %s", ep->iface->md->name,
-             ep->iface->port, ep,
-             cep->have_peer ? ib2_cm_peer_str(&cep->peer, peer, sizeof(peer)) :
-                              "(not connected)", why);
-    ib2_ep_set_failed(ep, status);   /* reports it; nothing after this */
+    ib2_cm_ep_failed_now(cep, status, why);   /* nothing after this */
 }
 
 void ib2_cm_twin_failed(ib2_ep_t *twin, ucs_status_t status)

@@ -11,6 +11,8 @@
  *   progresses after connect_to_ep still connects (its rdma_cm events are
  *   handled in the async thread), so RDMA and atomics on its memory
  *   complete.
+ * - CmClose: what a peer sent before it disconnected reaches the handler
+ *   before the endpoint's failure.
  *
  * Each case runs in a child on a segment of its own (in_cm_child).
  */
@@ -434,6 +436,78 @@ TEST_P(CmAsync, UnprogressedPeerConnects)
 }
 
 INSTANTIATE_TEST_SUITE_P(Fabrics, CmAsync, ::testing::ValuesIn(kFabrics),
+                         [](const ::testing::TestParamInfo<Fabric> &i) {
+                             return std::string(i.param.name);
+                         });
+
+class CmClose : public ::testing::TestWithParam<Fabric> {};
+
+/*
+ * b sends 100 short AMs (more than a progress call's receive batch),
+ * flushes them (they are in a's receive CQ) and destroys its endpoint:
+ * a's connection ends. a progresses only once the disconnect is there
+ * (its async thread handled it; with a polled context the next progress
+ * reads it): all 100 reach a's handler, in order, before a's endpoint
+ * fails with a reset, as a peer's last messages before its orderly close
+ * must (p2p's closing barrier is one).
+ */
+TEST_P(CmClose, MessagesBeforeTheDisconnectArriveFirst)
+{
+    Fabric f = GetParam();
+    EXPECT_EQ(in_cm_child(std::string("close-") + f.name, [f] {
+        for (ucs_async_mode_t mode : {UCS_ASYNC_MODE_THREAD_SPINLOCK,
+                                      UCS_ASYNC_MODE_POLL}) {
+            const char *m = (mode == UCS_ASYNC_MODE_POLL) ? "polled: " :
+                            "thread: ";
+            EntityParams pa = on(f), pb = on(f);
+            pa.async_mode = pb.async_mode = mode;
+            Entity a(pa), b(pb);
+            CM_CHECK(a.ok() && b.ok(), m << "interfaces");
+            uct_ep_h ab = a.ep_create(), ba = b.ep_create();
+            std::string r = pair_connect(a, ab, b, ba);
+            CM_CHECK(r.empty(), m << r);
+            r = traffic(a, ab, b, ba);
+            CM_CHECK(r.empty(), m << r);
+            a.rx.clear();
+            auto progb = [&] { b.progress(); };
+            for (uint64_t i = 0; i < 100; ++i) {
+                CM_CHECK(retry([&] {
+                    return uct_ep_am_short(ba, 5, i, nullptr, 0);
+                }, progb) == UCS_OK, m << "send " << i);
+            }
+            Comp cf;
+            ucs_status_t sf = retry([&] {
+                return uct_ep_flush(ba, 0, &cf.c);
+            }, progb);
+            CM_CHECK(wait_for([&] { return done(sf, cf); }, progb) &&
+                     ((sf == UCS_OK) || (cf.status == UCS_OK)),
+                     m << "b's flush");
+            uint64_t seen = counters(a).cm_async_events;
+            b.ep_destroy(ba);
+            if (mode != UCS_ASYNC_MODE_POLL) {
+                CM_CHECK(wait_for([&] {
+                    return counters(a).cm_async_events > seen;
+                }, [] {}), m << "a's async thread saw no disconnect");
+            }
+            CM_CHECK(wait_for([&] { return !a.errors.empty(); },
+                              [&] { a.progress(); }),
+                     m << "a's endpoint did not fail");
+            CM_CHECK(a.rx.size() == 100, m << a.rx.size()
+                     << " of 100 messages before the failure");
+            for (uint64_t i = 0; i < 100; ++i) {
+                CM_CHECK(a.rx[i].id == 5 && value_of(a.rx[i]) == i,
+                         m << "message " << i << " is "
+                         << value_of(a.rx[i]));
+            }
+            CM_CHECK(a.errors.size() == 1 && a.errors[0].first == ab &&
+                     a.errors[0].second == UCS_ERR_CONNECTION_RESET,
+                     m << ucs_status_string(a.errors[0].second));
+        }
+        return std::string();
+    }), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fabrics, CmClose, ::testing::ValuesIn(kFabrics),
                          [](const ::testing::TestParamInfo<Fabric> &i) {
                              return std::string(i.param.name);
                          });
