@@ -11,6 +11,19 @@ for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_'); do unset "$v"; done
 
 ucxg=$SRC/contrib/ucx-gtest
 . "$ucxg/modes.sh"
+
+# IB2_UCXG_MODES names the modes to run (default: all of modes.sh). Keep
+# verbs among them: a test that skips itself on rc_ib2 is judged against
+# its rc_verbs result.
+if [ -n "${IB2_UCXG_MODES:-}" ]; then
+    for mode in $IB2_UCXG_MODES; do
+        if ! ucxg_mode_tl "$mode" >/dev/null; then
+            ib2_result FAIL "ucx-gtest/IB2_UCXG_MODES (unknown mode '$mode': use some of $UCXG_MODES)"
+            return 0
+        fi
+    done
+    UCXG_MODES=$IB2_UCXG_MODES
+fi
 ucxg_out=$LOGDIR/${IB2_PREFIX:-}ucx-gtest
 rm -rf "$ucxg_out"
 mkdir -p "$ucxg_out"
