@@ -81,6 +81,8 @@ typedef struct ib2_cm_ep {
      * "Threads"): on cm->reports while report is not 0. */
     ucs_list_link_t    report_list;
     uint8_t            report;     /* IB2_CM_REPORT_* */
+    uint8_t            closed;     /* REPORT_CLOSED: bits of the queues
+                                      the peer closed */
     ucs_status_t       fail_status;
     char               fail_why[128];
     ib2_cm_qconn_t     q[IB2_MAX_QUEUES];
@@ -88,7 +90,9 @@ typedef struct ib2_cm_ep {
 
 enum {
     IB2_CM_REPORT_UP   = 1,   /* every queue is up */
-    IB2_CM_REPORT_FAIL = 2    /* the endpoint failed (fail_status) */
+    IB2_CM_REPORT_FAIL = 2,   /* the endpoint failed (fail_status) */
+    IB2_CM_REPORT_CLOSED = 4  /* the peer closed queues of an endpoint
+                                 that was up (closed) */
 };
 
 /* A connect request waiting for its endpoint's connect_to_ep. */
@@ -140,10 +144,6 @@ typedef struct ib2_cm {
                                                 async thread, under its
                                                 lock */
     int                        in_async;   /* handling them there now */
-    int                        may_drain;  /* in progress, handling events:
-                                              a failure may drain the
-                                              receive CQ first
-                                              (ib2_cm_conn.c) */
     ucs_list_link_t            reports;    /* ib2_cm_ep_t, for progress */
     ucs_mpool_t                defer_mp;   /* kept sends (ib2_cm_defer.c) */
     size_t                     defer_inline; /* inline data they hold */
@@ -213,6 +213,7 @@ void ib2_cm_request(ib2_cm_t *cm, struct rdma_cm_id *id,
                     const ib2_cm_req_t *req, uint8_t rd_in, uint8_t rd_out);
 int ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
                      ib2_cm_req_t *req);
+void ib2_cm_ep_report(ib2_cm_ep_t *cep, uint8_t what);
 void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why);
 void ib2_cm_q_up(ib2_cm_qconn_t *qc);
 ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,

@@ -174,7 +174,7 @@ void ib2_cm_ep_destroy(ib2_ep_t *ep)
 }
 
 /* Queue a report for progress (ib2_cm.h, "Threads"). */
-static void ib2_cm_ep_report(ib2_cm_ep_t *cep, uint8_t what)
+void ib2_cm_ep_report(ib2_cm_ep_t *cep, uint8_t what)
 {
     ib2_cm_t *cm = cep->ep->iface->cm;
 
@@ -184,58 +184,26 @@ static void ib2_cm_ep_report(ib2_cm_ep_t *cep, uint8_t what)
     cep->report |= what;
 }
 
-/*
- * The endpoint fails, in the endpoint's thread: said, and reported to its
- * user. When a connection that was up ends (the peer disconnected, its
- * process ended), what the peer sent before it went may still be in our
- * receive CQ, which the rdmacm event does not wait for: it reaches the
- * user first, as it does before a send error (ib2_tx.c), or a peer's last
- * message before its orderly close would be lost to the failure. Only
- * where the manager's progress handles its events (cm->may_drain): in
- * progress, where an endpoint destroyed by a handler meanwhile stays
- * allocated until progress returns (its cep does not: nothing of it is
- * used after the drain), and not inside the receive path itself (a
- * failure that a handler causes during the drain is reported at once).
- */
-static void ib2_cm_ep_failed_now(ib2_cm_ep_t *cep, ucs_status_t status,
-                                 const char *why)
+static void ib2_cm_ep_report_fail(ib2_cm_ep_t *cep)
 {
     ib2_ep_t *ep = cep->ep;
-    ib2_cm_t *cm = ep->iface->cm;
-    char peer[128], msg[sizeof(cep->fail_why)];
+    char peer[128];
 
     if (ep->failed) {
         return;
     }
-    ucs_strncpy_zero(msg, why, sizeof(msg));
-    if (cep->have_peer) {
-        ib2_cm_peer_str(&cep->peer, peer, sizeof(peer));
-    } else {
-        ucs_strncpy_zero(peer, "(not connected)", sizeof(peer));
-    }
-    if (ep->connected && cm->may_drain) {
-        ucs_assert(ep->iface->in_progress != 0);
-        cm->may_drain = 0;
-        ib2_rx_drain(ep->iface);
-        cm->may_drain = 1;
-        if (ep->failed || ep->destroyed) {
-            return;
-        }
-    }
     ucs_diag("%s:%u: rc_ib2 endpoint %p to %s: %s", ep->iface->md->name,
-             ep->iface->port, ep, peer, msg);
-    ib2_ep_set_failed(ep, status);   /* reports it */
-}
-
-static void ib2_cm_ep_report_fail(ib2_cm_ep_t *cep)
-{
-    ib2_cm_ep_failed_now(cep, cep->fail_status, cep->fail_why);
+             ep->iface->port, ep,
+             cep->have_peer ? ib2_cm_peer_str(&cep->peer, peer, sizeof(peer)) :
+                              "(not connected)", cep->fail_why);
+    ib2_ep_set_failed(ep, cep->fail_status);   /* reports it */
 }
 
 void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
 {
     ib2_ep_t *ep = cep->ep;
     ib2_cm_t *cm = ep->iface->cm;
+    char peer[128];
     unsigned q;
 
     ib2_cm_lock(cm);
@@ -260,7 +228,14 @@ void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
         return;
     }
     ib2_cm_unlock(cm);
-    ib2_cm_ep_failed_now(cep, status, why);   /* nothing after this */
+    if (ep->failed) {
+        return;
+    }
+    ucs_diag("%s:%u: rc_ib2 endpoint %p to %s: %s", ep->iface->md->name,
+             ep->iface->port, ep,
+             cep->have_peer ? ib2_cm_peer_str(&cep->peer, peer, sizeof(peer)) :
+                              "(not connected)", why);
+    ib2_ep_set_failed(ep, status);   /* reports it; nothing after this */
 }
 
 void ib2_cm_twin_failed(ib2_ep_t *twin, ucs_status_t status)
@@ -485,20 +460,34 @@ static ucs_status_t ib2_cm_ep_connect_self(ib2_ep_t *ep,
 void ib2_cm_ep_reports(ib2_cm_t *cm)
 {
     ib2_cm_ep_t *cep;
-    uint8_t what;
+    ib2_ep_t *ep;
+    uint8_t what, closed;
+    unsigned q;
 
     ucs_assert(!cm->in_async);
     while (!ucs_list_is_empty(&cm->reports)) {
-        cep  = ucs_list_head(&cm->reports, ib2_cm_ep_t, report_list);
-        what = cep->report;
+        cep    = ucs_list_head(&cm->reports, ib2_cm_ep_t, report_list);
+        ep     = cep->ep;
+        what   = cep->report;
+        closed = cep->closed;
         ucs_list_del(&cep->report_list);
         ucs_list_head_init(&cep->report_list);
         cep->report = 0;
+        cep->closed = 0;
         if (what & IB2_CM_REPORT_FAIL) {
             ib2_cm_ep_report_fail(cep);
-        } else if (!cep->ep->failed) {
-            ucs_assert(what == IB2_CM_REPORT_UP);
-            ib2_cm_ep_up(cep);
+            continue;
+        }
+        if ((what & IB2_CM_REPORT_UP) && !ep->failed) {
+            ib2_cm_ep_up(cep);   /* may call the user: cep may go */
+        }
+        /* Queues the peer closed (ib2_cm_active.c): what waits there is
+         * woken, the rest is found when used. ep stays allocated in
+         * progress even if a callback destroyed it. */
+        for (q = 0; (q < ep->nq) && !ep->failed && !ep->destroyed; ++q) {
+            if (closed & UCS_BIT(q)) {
+                ib2_ep_qp_error(ep, q);
+            }
         }
     }
 }

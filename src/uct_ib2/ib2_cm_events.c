@@ -215,7 +215,6 @@ unsigned ib2_cm_progress_events(ib2_iface_t *iface)
     unsigned count = 0;
 
     ib2_cm_lock(cm);
-    cm->may_drain = 1;
     /* Cleared before the channel is read: events that arrive during the
      * read raise it again. */
     if (!cm->watched) {
@@ -237,7 +236,6 @@ unsigned ib2_cm_progress_events(ib2_iface_t *iface)
         !ucs_list_is_empty(&cm->retry)) {
         ib2_cm_check_deadlines(cm);
     }
-    cm->may_drain = 0;
     ib2_cm_unlock(cm);
     return count;
 }

@@ -422,7 +422,9 @@ ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
  * hear of it, since nothing else may. Sends outstanding on the QP come
  * back flushed, behind the error that caused it if there was one (whose
  * status is then the endpoint's); with none, an empty signaled write is
- * flushed at once.
+ * flushed at once. An endpoint connected through rdmacm whose connection
+ * the peer ended, with nothing waiting, is left to find it when next
+ * used (ib2_cm_active.c, ib2_cm_q_peer_closed).
  */
 void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
 {
@@ -437,6 +439,12 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
         return;
     }
     if (txq->acked != txq->sn) {
+        return;
+    }
+    if ((ep->cm != NULL) && !ep->dev_err && (ep->pending_count == 0)) {
+        /* Connected through rdmacm and not the device's failure: the
+         * connection ended (the peer closed it, ib2_cm_active.c). Nothing
+         * waits here: found when the endpoint is next used. */
         return;
     }
     if (!ib2_txq_ready(iface, txq) ||
