@@ -7,8 +7,9 @@
 #
 #   contrib/ucx-gtest/run-class.sh [options] MODE CLASS
 #
-#   MODE    verbs | mixed | P | S  (modes.sh: rc_verbs, or rc_ib2 with its
-#           default, per-peer-only or shared-only receive queues)
+#   MODE    verbs | mixed | P | S | roce-cm | iwarp  (modes.sh: rc_verbs,
+#           or rc_ib2 with its default, per-peer-only or shared-only
+#           receive queues, or connected through rdmacm on RoCE and iWARP)
 #   CLASS   a uct test class, e.g. uct_flush_test; or --classes: print
 #           the classes instantiated for the mode's transport, one a line
 #
@@ -71,6 +72,8 @@ class=$2
 [[ $wd =~ ^[0-9]+$ ]] || die "-t $wd: give the test time limit in seconds"
 tl=$(ucxg_mode_tl "$mode") || exit 2
 rq=$(ucxg_mode_rq "$mode")
+mapfile -t mode_env < <(ucxg_mode_env "$mode")
+[ ${#mode_env[@]} -gt 0 ] || exit 2
 
 [ -n "$gdir" ] || gdir=$("$HERE/build.sh" --dir)
 gtest=$gdir/ucx/test/gtest/gtest
@@ -113,6 +116,7 @@ run_gtest() {   # run_gtest TIMEOUT ARGS...
         UCX_HANDLE_ERRORS="${UCX_HANDLE_ERRORS:-bt}" \
         UCX_ERROR_SIGNALS="${UCX_ERROR_SIGNALS:-ILL,SEGV,BUS,FPE,ABRT}" \
         ${rq:+UCX_IB2_RECEIVE_QUEUES="$rq"} \
+        "${mode_env[@]}" \
         ${sv_pin:+SOFTVERBS_PIN="${SOFTVERBS_PIN:-$sv_pin}"} \
         "$gtest" "$@"
 }
@@ -153,12 +157,18 @@ if [ ! -s "$tmp/all" ]; then
     exit 3
 fi
 
+# rc_ib2.skip holds for every rc_ib2 mode; rc_ib2-MODE.skip, where there
+# is one, adds what that mode's device cannot do (iWARP: no atomics).
 skip_list=$HERE/rc_ib2.skip
+mode_skip_list=$HERE/rc_ib2-$mode.skip
 xfail_list=$HERE/rc_verbs.xfail
 todo=()
 while read -r full; do
     short=${full#"$tl"/}
-    if [ "$tl" = rc_ib2 ] && why=$(list_match "$skip_list" "$short"); then
+    if [ "$tl" = rc_ib2 ] &&
+            { why=$(list_match "$skip_list" "$short") ||
+              { why=$(list_match "$mode_skip_list" "$short") &&
+                why="$why [rc_ib2-$mode.skip]"; }; }; then
         printf 'LISTED\t%s\t%s\n' "$short" "$why" >>"$res"
     else
         todo+=("$full")

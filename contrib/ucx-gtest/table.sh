@@ -88,10 +88,10 @@ END {
     row("failed", "FAIL")
     row("expected failures (rc_verbs.xfail)", "XFAIL")
     row("skipped by the test itself", "SKIP")
-    row("skipped by rc_ib2.skip", "LISTED")
+    row("skipped by a skip list", "LISTED")
     print ""
     print "Per class: passed/run, then +N skipped (by the test or by"
-    print "rc_ib2.skip), xN expected failures; a bold cell has failures."
+    print "a skip list), xN expected failures; a bold cell has failures."
     print ""
     header("class")
     for (k = 1; k <= nc; k++) {
@@ -112,6 +112,6 @@ END {
     listing("FAIL", "Failures:")
     listing("XFAIL", "Expected failures of rc_verbs on softverbs (rc_verbs.xfail):")
     listing("XPASS", "Listed in rc_verbs.xfail but passed:")
-    listing("LISTED", "Not run on rc_ib2 (rc_ib2.skip):")
+    listing("LISTED", "Not run on rc_ib2 (rc_ib2.skip, rc_ib2-MODE.skip):")
     listing("SKIP", "Skipped by the test itself:")
 }' "${files[@]}"

@@ -446,6 +446,10 @@ typedef struct ib2_ep {
     uint8_t           probed;           /* an empty write went since the
                                            peer last gave credits
                                            (ib2_ep_probe) */
+    uint8_t           dev_err;          /* the device reported one of its
+                                           QPs failed (async event): a
+                                           flush is then no peer's doing
+                                           (ib2_ep_flushed_status) */
     uint8_t           hidden;           /* the other end of an rdmacm
                                            endpoint connected to itself
                                            (ib2_cm_conn.c): never reported
@@ -498,6 +502,14 @@ UCS_CLASS_DECLARE(ib2_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_NEW_FUNC(ib2_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_DELETE_FUNC(ib2_ep_t, uct_ep_t);
 void ib2_ep_destroy(uct_ep_h tl_ep);
+/* Sends kept while an endpoint connects through rdmacm will not be posted
+ * (it failed, or is cancelled or destroyed): they are retired with status
+ * (ib2_cm_defer.c). No-op for any other endpoint. */
+void ib2_cm_defer_abort(ib2_ep_t *ep, ucs_status_t status);
+/* An rdmacm endpoint connecting after connect_to_ep: it keeps sends. */
+int ib2_cm_ep_keeps_sends(ib2_ep_t *ep);
+/* Retire every send of queue q at once with status (ib2_tx.c). */
+void ib2_txq_retire(ib2_ep_t *ep, unsigned q, ucs_status_t status);
 /* A hidden twin failed (ib2_cm_conn.c): its owner fails instead. */
 void ib2_cm_twin_failed(ib2_ep_t *twin, ucs_status_t status);
 void ib2_ep_zombie_progress(ib2_ep_t *ep);
@@ -564,6 +576,8 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep);
 int ib2_ep_fence_done(ib2_ep_t *ep);
 void ib2_ep_probe(ib2_ep_t *ep);
 void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q);
+/* The failure a QP flushed by the device itself stands for (ib2_tx.c). */
+ucs_status_t ib2_ep_flushed_status(ib2_ep_t *ep);
 void ib2_ep_signal_am_tails(ib2_ep_t *ep);
 ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
 void ib2_iface_fence_uncount(ib2_ep_t *ep);

@@ -182,6 +182,7 @@ void ib2_iface_async_progress(ib2_iface_t *iface)
     for (i = 0; i < n; ++i) {
         ep = ib2_qp_ep_find(iface, qpn[i], &q);
         if (ep != NULL) {
+            ep->dev_err = 1;
             ib2_ep_qp_error(ep, q);
         }
     }

@@ -1,15 +1,18 @@
 /*
  * rc_ib2's connection manager, the interface's part: which way an
  * interface connects (UCX_IB2_CM), the rdma_cm listener on the port's IP
- * address, the event channel (watched by the worker's async context, which
- * only raises a flag; the events are read and handled in the interface's
- * progress, in the thread that owns the endpoints), requests held until
+ * address, the event channel (watched by the worker's async
+ * context: with a thread, the events are handled there under the
+ * context's lock; otherwise it only raises a flag and they are read and
+ * handled in the interface's progress; see "Threads" in ib2_cm.h),
+ * requests held until
  * their endpoint is connected, and the deadlines (the events, requests
  * and deadlines themselves are in ib2_cm_events.c). An endpoint's
  * connections are in ib2_cm_conn.c.
  */
 #include "ib2_cm.h"
 
+#include <ucs/arch/cpu.h>
 #include <ucs/async/async.h>
 #include <ucs/sys/sock.h>
 #include <ucs/sys/string.h>
@@ -280,17 +283,37 @@ static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
 
 /* ---- the event channel --------------------------------------------------- */
 
-/* The async context's thread (or signal): the channel has events. Only a
- * flag, since endpoints belong to the thread that progresses. The user's
- * async event callback is not called: the interface does not advertise
+/*
+ * The async context's thread (or signal): the channel has events. In a
+ * thread (the context blocked by its dispatcher) they are read and
+ * handled here, all of them; what needs the endpoint's thread is queued
+ * on cm->reports and the flag raised for progress (ib2_cm.h, "Threads").
+ * From a signal handler only the flag is raised. The user's async event
+ * callback is not called: the interface does not advertise
  * UCT_IFACE_FLAG_EVENT_ASYNC_CB (UCP asserts that it is set when called);
  * an event-driven caller learns of connection events through
- * iface_event_arm, which reports busy while they wait. */
+ * iface_event_arm, which reports busy while they wait.
+ */
 static void ib2_cm_async_cb(int fd, ucs_event_set_types_t events, void *arg)
 {
     ib2_cm_t *cm = arg;
+    unsigned count;
 
-    cm->events_ready = 1;
+    if (!cm->async_thread) {
+        cm->events_ready = 1;
+        return;
+    }
+    ucs_assert(!cm->in_async);
+    cm->in_async = 1;
+    do {
+        count = ib2_cm_read_events(cm);
+        cm->iface->counters.cm_async_events += count;
+    } while (count != 0);
+    cm->in_async = 0;
+    if (!ucs_list_is_empty(&cm->reports)) {
+        ucs_memory_cpu_store_fence();
+        cm->events_ready = 1;
+    }
 }
 
 static ucs_status_t ib2_cm_watch(ib2_cm_t *cm)
@@ -300,6 +323,7 @@ static ucs_status_t ib2_cm_watch(ib2_cm_t *cm)
     ucs_status_t status;
 
     cm->events_ready = 1;   /* anything that came before */
+    cm->async        = async;
     if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
         /* Handlers run only when the user polls the context: progress
          * reads the channel itself (ib2_cm_progress). */
@@ -308,15 +332,23 @@ static ucs_status_t ib2_cm_watch(ib2_cm_t *cm)
         return UCS_OK;
     }
 
-    /* Edge-triggered: the handler fires when events arrive, not for as
-     * long as they wait for progress to read them. */
+    /* A signal handler only raises the flag: edge-triggered, so that it
+     * fires when events arrive, not for as long as they wait for progress
+     * to read them. The thread reads them itself, and level-triggered:
+     * when the endpoint's thread holds the lock, the dispatch is missed
+     * (and only a ucs_async_check_miss would repeat it), so the thread
+     * must see the channel readable again on its next wait. */
+    cm->async_thread = (async->mode == UCS_ASYNC_MODE_THREAD_SPINLOCK) ||
+                       (async->mode == UCS_ASYNC_MODE_THREAD_MUTEX);
     status = ucs_async_set_event_handler(async->mode, cm->channel->fd,
                                          UCS_EVENT_SET_EVREAD |
-                                         UCS_EVENT_SET_EDGE_TRIGGERED,
+                                         (cm->async_thread ? 0 :
+                                          UCS_EVENT_SET_EDGE_TRIGGERED),
                                          ib2_cm_async_cb, cm, async);
     if (status != UCS_OK) {
         ucs_error("%s:%u: cannot watch the rdma_cm event channel: %s",
                   iface->md->name, iface->port, ucs_status_string(status));
+        cm->async_thread = 0;
         return status;
     }
     cm->watched = 1;
@@ -393,6 +425,7 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
     ucs_list_head_init(&cm->connecting);
     ucs_list_head_init(&cm->held);
     ucs_list_head_init(&cm->retry);
+    ucs_list_head_init(&cm->reports);
     /* A busy peer is asked again often enough to use a freed slot soon,
      * rarely enough not to flood it: a fiftieth of the timeout, at most
      * 100 ms. */
@@ -403,6 +436,11 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
         status = UCS_ERR_NO_MEMORY;
         goto err;
     }
+    status = ib2_cm_defer_init(cm);
+    if (status != UCS_OK) {
+        goto err;
+    }
+    cm->defer_ready = 1;
     status = ib2_cm_find_addr(cm, config->addr);
     if (status != UCS_OK) {
         goto err;
@@ -430,6 +468,13 @@ void ib2_cm_iface_cleanup(ib2_iface_t *iface)
     if (cm == NULL) {
         return;
     }
+    if (cm->watched) {
+        /* First: the handler works on what is destroyed below. Waits for
+         * one that is running. */
+        ucs_async_remove_handler(cm->channel->fd, 1);
+        cm->watched      = 0;
+        cm->async_thread = 0;
+    }
     ucs_list_for_each_safe(held, tmp, &cm->held, list) {
         ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
     }
@@ -443,12 +488,11 @@ void ib2_cm_iface_cleanup(ib2_iface_t *iface)
         }
         kh_destroy(ib2_cm_eps, cm->eps);
     }
-    if (cm->watched) {
-        /* waits for a handler that is running */
-        ucs_async_remove_handler(cm->channel->fd, 1);
-    }
     if (cm->channel != NULL) {
         rdma_destroy_event_channel(cm->channel);
+    }
+    if (cm->defer_ready) {
+        ib2_cm_defer_cleanup(cm);
     }
     ucs_free(cm);
     iface->cm = NULL;

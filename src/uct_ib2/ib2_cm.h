@@ -24,6 +24,7 @@
 #include "ib2.h"
 #include "ib2_cm_wire.h"
 
+#include <ucs/async/async.h>
 #include <ucs/time/time.h>
 
 #include <rdma/rdma_cma.h>
@@ -55,6 +56,9 @@ typedef struct ib2_cm_qconn {
     uint8_t            state;      /* ib2_cmq_state_t */
     ucs_list_link_t    retry;      /* BACKOFF: cm->retry */
     ucs_time_t         retry_at;
+    ucs_queue_head_t   defer;      /* sends kept until the endpoint is up
+                                      (ib2_cm_defer.c) */
+    unsigned           ndefer;
 } ib2_cm_qconn_t;
 
 /* An endpoint's side of the connection manager. */
@@ -73,8 +77,23 @@ typedef struct ib2_cm_ep {
                                       endpoint that is its other end */
     ucs_list_link_t    held;       /* its held requests (ep_list) */
     unsigned           nheld;
+    /* What the async thread leaves to the endpoint's thread (ib2_cm.h,
+     * "Threads"): on cm->reports while report is not 0. */
+    ucs_list_link_t    report_list;
+    uint8_t            report;     /* IB2_CM_REPORT_* */
+    uint8_t            closed;     /* REPORT_CLOSED: bits of the queues
+                                      the peer closed */
+    ucs_status_t       fail_status;
+    char               fail_why[128];
     ib2_cm_qconn_t     q[IB2_MAX_QUEUES];
 } ib2_cm_ep_t;
+
+enum {
+    IB2_CM_REPORT_UP   = 1,   /* every queue is up */
+    IB2_CM_REPORT_FAIL = 2,   /* the endpoint failed (fail_status) */
+    IB2_CM_REPORT_CLOSED = 4  /* the peer closed queues of an endpoint
+                                 that was up (closed) */
+};
 
 /* A connect request waiting for its endpoint's connect_to_ep. */
 typedef struct ib2_cm_held {
@@ -120,7 +139,53 @@ typedef struct ib2_cm {
     ucs_time_t                 next_poll;  /* not watched: the next look
                                               at an idle channel */
     int                        resolve_ms; /* rdma_resolve_* timeouts */
+    ucs_async_context_t        *async;     /* the worker's */
+    int                        async_thread; /* events are handled in the
+                                                async thread, under its
+                                                lock */
+    int                        in_async;   /* handling them there now */
+    ucs_list_link_t            reports;    /* ib2_cm_ep_t, for progress */
+    ucs_mpool_t                defer_mp;   /* kept sends (ib2_cm_defer.c) */
+    size_t                     defer_inline; /* inline data they hold */
+    int                        defer_ready;  /* defer_mp initialized */
 } ib2_cm_t;
+
+/*
+ * Threads. With a worker whose async context has a thread
+ * (UCS_ASYNC_MODE_THREAD_*), the event channel is read and its events
+ * handled in that thread, under the context's lock, as UCX's own rdmacm
+ * connection manager does: a peer accepts, and its QPs reach RTS, whether
+ * or not its worker progresses (RDMA and atomics need no CPU at the
+ * target once connected). Everything the endpoint's thread does with the
+ * manager's state (endpoint creation, connect_to_ep, destruction,
+ * deadlines, reading the channel itself) takes the same lock
+ * (ib2_cm_lock). What would call the user or touch the send path is left
+ * to the endpoint's thread: an endpoint whose queues are all up, or that
+ * failed, is put on cm->reports, and the next progress call finishes the
+ * connection (kept sends posted, pending requests dispatched) or reports
+ * the error (uct_iface_handle_ep_err, the kept sends' completions). With a
+ * signal or polled context, the handler only raises a flag and
+ * everything is done in progress.
+ */
+static UCS_F_ALWAYS_INLINE void ib2_cm_lock(ib2_cm_t *cm)
+{
+    if (cm->async_thread) {
+        UCS_ASYNC_BLOCK(cm->async);
+    }
+}
+
+static UCS_F_ALWAYS_INLINE void ib2_cm_unlock(ib2_cm_t *cm)
+{
+    if (cm->async_thread) {
+        UCS_ASYNC_UNBLOCK(cm->async);
+    }
+}
+
+/* Failed, or failing in the async thread (reported by progress). */
+static UCS_F_ALWAYS_INLINE int ib2_cm_ep_is_failed(ib2_cm_ep_t *cep)
+{
+    return (cep->ep->failed != UCS_OK) || (cep->fail_status != UCS_OK);
+}
 
 /* Interface (ib2_cm.c). */
 extern ucs_config_field_t ib2_cm_config_table[];
@@ -128,6 +193,8 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
                                const ib2_cm_config_t *config);
 void ib2_cm_iface_cleanup(ib2_iface_t *iface);
 unsigned ib2_cm_progress_events(ib2_iface_t *iface);
+unsigned ib2_cm_read_events(ib2_cm_t *cm);
+void ib2_cm_ep_reports(ib2_cm_t *cm);
 int ib2_cm_dev_addr_reachable(ib2_iface_t *iface,
                               const ib2_dev_addr_t *remote);
 uint8_t ib2_cm_dev_addr_flags(ib2_iface_t *iface);
@@ -146,6 +213,7 @@ void ib2_cm_request(ib2_cm_t *cm, struct rdma_cm_id *id,
                     const ib2_cm_req_t *req, uint8_t rd_in, uint8_t rd_out);
 int ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
                      ib2_cm_req_t *req);
+void ib2_cm_ep_report(ib2_cm_ep_t *cep, uint8_t what);
 void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why);
 void ib2_cm_q_up(ib2_cm_qconn_t *qc);
 ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,
@@ -155,6 +223,12 @@ socklen_t ib2_cm_peer_to_sockaddr(const ib2_cm_peer_t *p,
                                   struct sockaddr_storage *ss);
 void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
                        const void *data, uint8_t len);
+
+/* Sends before the connection is up (ib2_cm_defer.c; ib2_cm_defer_post
+ * and ib2_cm_defer_abort are declared in ib2_tx.h and ib2.h). */
+ucs_status_t ib2_cm_defer_init(ib2_cm_t *cm);
+void ib2_cm_defer_cleanup(ib2_cm_t *cm);
+void ib2_cm_defer_drain(ib2_ep_t *ep);
 
 /* The passive side (ib2_cm_accept.c). */
 ucs_status_t ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
@@ -179,6 +253,7 @@ static UCS_F_ALWAYS_INLINE unsigned ib2_cm_progress(ib2_iface_t *iface)
 
     ucs_assert(cm != NULL);
     if (!cm->events_ready && ucs_list_is_empty(&cm->connecting) &&
+        ucs_list_is_empty(&cm->reports) &&
         (cm->nheld == 0) && ucs_list_is_empty(&cm->retry) &&
         (cm->watched || ((int64_t)(ucs_get_time() - cm->next_poll) < 0))) {
         return 0;
@@ -194,6 +269,7 @@ static UCS_F_ALWAYS_INLINE int ib2_cm_busy(ib2_iface_t *iface)
 
     return (cm != NULL) && (cm->events_ready ||
                             !ucs_list_is_empty(&cm->connecting) ||
+                            !ucs_list_is_empty(&cm->reports) ||
                             (cm->nheld != 0) ||
                             !ucs_list_is_empty(&cm->retry));
 }

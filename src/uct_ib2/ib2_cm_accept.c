@@ -54,7 +54,7 @@ ucs_status_t ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
 
     /* ib2_cm_req_parse compared nq with our queues and queue with nq */
     ucs_assert(req->queue < ep->nq);
-    if (ep->failed) {
+    if (ib2_cm_ep_is_failed(cep)) {
         reason = IB2_CM_REJ_NO_EP;
         goto reject;
     }

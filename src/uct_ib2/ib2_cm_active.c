@@ -184,6 +184,46 @@ static const char *ib2_cm_rej_reason(const struct rdma_conn_param *p)
 
 /* ---- events of an endpoint's connections --------------------------------- */
 
+/*
+ * The peer closed a queue's connection after the endpoint was up (its
+ * endpoint was destroyed, or its process ended). As with a QP connected
+ * by the address exchange, whose peer's end is found when the endpoint is
+ * next used, this alone is no endpoint error: UCP closes an endpoint's
+ * lanes one by one, and the peer may still be reading, on another lane,
+ * what was sent before (p2p's closing barrier over two rc_ib2 devices
+ * failed when the close of one lane failed the endpoint at once). The QP
+ * goes to the error state (an iWARP adapter has put it there already),
+ * so whatever is outstanding on it, or sent later, is flushed and fails
+ * the endpoint with UCS_ERR_CONNECTION_RESET (ib2_ep_flushed_status);
+ * requests waiting for credits are woken by a probe (ib2_ep_qp_error, in
+ * the endpoint's thread). The peer's disconnect is answered.
+ */
+static void ib2_cm_q_peer_closed(ib2_cm_qconn_t *qc)
+{
+    ib2_cm_ep_t *cep = qc->cep;
+    ib2_ep_t *ep     = cep->ep;
+    ib2_cm_t *cm     = ep->iface->cm;
+    struct ibv_qp_attr attr;
+
+    ucs_diag("%s:%u: rc_ib2 endpoint %p: the peer closed the connection "
+             "of queue %u (its endpoint or process ended)",
+             ep->iface->md->name, ep->iface->port, ep, qc->queue);
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_ERR;
+    if (ibv_modify_qp(ep->txq[qc->queue].qp, &attr, IBV_QP_STATE) != 0) {
+        ucs_debug("QP 0x%x to ERR failed: %m", ep->txq[qc->queue].qp->qp_num);
+    }
+    (void)rdma_disconnect(qc->id);
+    qc->state = IB2_CMQ_DOWN;
+    if (cm->in_async) {
+        /* the send path is the endpoint thread's */
+        cep->closed |= UCS_BIT(qc->queue);
+        ib2_cm_ep_report(cep, IB2_CM_REPORT_CLOSED);
+        return;
+    }
+    ib2_ep_qp_error(ep, qc->queue);
+}
+
 void ib2_cm_conn_event(ib2_cm_t *cm, struct rdma_cm_event *event)
 {
     ib2_cm_qconn_t *qc = event->id->context;
@@ -193,8 +233,8 @@ void ib2_cm_conn_event(ib2_cm_t *cm, struct rdma_cm_event *event)
     ucs_assert(qc != NULL);   /* held ids (context NULL) are not ours */
     cep = qc->cep;
 
-    if (cep->ep->failed) {
-        return;   /* reported already; the ids go with the endpoint */
+    if (ib2_cm_ep_is_failed(cep)) {
+        return;   /* reported (or to be); the ids go with the endpoint */
     }
     switch (event->event) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -226,6 +266,11 @@ void ib2_cm_conn_event(ib2_cm_t *cm, struct rdma_cm_event *event)
                        ib2_cm_rej_reason(&event->param.conn));
         break;
     case RDMA_CM_EVENT_DISCONNECTED:
+        if ((qc->state == IB2_CMQ_UP) && (cep->nup == cep->ep->nq)) {
+            ib2_cm_q_peer_closed(qc);
+            break;
+        }
+        /* before the endpoint was up: it cannot be */
         ib2_cm_ep_fail(cep, UCS_ERR_CONNECTION_RESET,
                        "the peer disconnected (its endpoint or process "
                        "ended)");

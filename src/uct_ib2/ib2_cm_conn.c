@@ -87,16 +87,20 @@ ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep)
     if (cep == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
+    cep->ep = ep;
+    ucs_list_head_init(&cep->report_list);
+    ib2_cm_lock(cm);
     do {
         cep->ep_id = cm->next_ep_id++;
     } while (cep->ep_id == 0);
     it = kh_put(ib2_cm_eps, cm->eps, cep->ep_id, &ret);
     if (ret <= 0) {   /* an id still in use after 2^64: refuse, not alias */
+        ib2_cm_unlock(cm);
         ucs_free(cep);
         return UCS_ERR_NO_MEMORY;
     }
     kh_val(cm->eps, it) = cep;
-    cep->ep = ep;
+    ib2_cm_unlock(cm);
     ib2_cm_sockaddr_to_peer(&cm->addr, &cep->self);
     cep->self.ep_id = cep->ep_id;
     ucs_list_head_init(&cep->list);
@@ -106,6 +110,7 @@ ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep)
         cep->q[q].queue = (uint8_t)q;
         cep->q[q].state = IB2_CMQ_IDLE;
         ucs_list_head_init(&cep->q[q].retry);
+        ucs_queue_head_init(&cep->q[q].defer);
     }
     ep->cm        = cep;
     ep->connected = 0;
@@ -132,6 +137,11 @@ void ib2_cm_ep_destroy(ib2_ep_t *ep)
     khiter_t it;
     unsigned q;
 
+    /* Sends kept back end as cancelled, as posted ones do (before ep->cm
+     * goes: the abort needs it). */
+    ib2_cm_defer_abort(ep, UCS_ERR_CANCELED);
+    ib2_cm_lock(cm);
+    ucs_list_del(&cep->report_list);   /* self-linked when not reported */
     ib2_cm_ep_reject_held(cep);
     for (q = 0; q < ep->nq; ++q) {
         ib2_cm_qconn_t *qc = &cep->q[q];
@@ -155,6 +165,7 @@ void ib2_cm_ep_destroy(ib2_ep_t *ep)
     }
     ucs_list_del(&cep->list);   /* self-linked when on no list */
     ep->cm = NULL;
+    ib2_cm_unlock(cm);
     if (cep->twin != NULL) {
         cep->twin->twin_of = NULL;   /* its failures go nowhere now */
         ib2_ep_destroy(&cep->twin->super.super);
@@ -162,12 +173,40 @@ void ib2_cm_ep_destroy(ib2_ep_t *ep)
     ucs_free(cep);
 }
 
-void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
+/* Queue a report for progress (ib2_cm.h, "Threads"). */
+void ib2_cm_ep_report(ib2_cm_ep_t *cep, uint8_t what)
+{
+    ib2_cm_t *cm = cep->ep->iface->cm;
+
+    if (cep->report == 0) {
+        ucs_list_add_tail(&cm->reports, &cep->report_list);
+    }
+    cep->report |= what;
+}
+
+static void ib2_cm_ep_report_fail(ib2_cm_ep_t *cep)
 {
     ib2_ep_t *ep = cep->ep;
     char peer[128];
+
+    if (ep->failed) {
+        return;
+    }
+    ucs_diag("%s:%u: rc_ib2 endpoint %p to %s: %s", ep->iface->md->name,
+             ep->iface->port, ep,
+             cep->have_peer ? ib2_cm_peer_str(&cep->peer, peer, sizeof(peer)) :
+                              "(not connected)", cep->fail_why);
+    ib2_ep_set_failed(ep, cep->fail_status);   /* reports it */
+}
+
+void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
+{
+    ib2_ep_t *ep = cep->ep;
+    ib2_cm_t *cm = ep->iface->cm;
+    char peer[128];
     unsigned q;
 
+    ib2_cm_lock(cm);
     ib2_cm_ep_reject_held(cep);   /* this endpoint will not accept them */
     ucs_list_del(&cep->list);
     ucs_list_head_init(&cep->list);
@@ -177,6 +216,18 @@ void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
         }
         cep->q[q].state = IB2_CMQ_DOWN;
     }
+    if (cm->in_async) {
+        /* The error handler and the kept sends' completions are the
+         * endpoint thread's: progress reports it. */
+        if (!ib2_cm_ep_is_failed(cep)) {
+            cep->fail_status = status;
+            ucs_strncpy_zero(cep->fail_why, why, sizeof(cep->fail_why));
+            ib2_cm_ep_report(cep, IB2_CM_REPORT_FAIL);
+        }
+        ib2_cm_unlock(cm);
+        return;
+    }
+    ib2_cm_unlock(cm);
     if (ep->failed) {
         return;
     }
@@ -202,6 +253,8 @@ void ib2_cm_twin_failed(ib2_ep_t *twin, ucs_status_t status)
     }
 }
 
+static void ib2_cm_ep_up(ib2_cm_ep_t *cep);
+
 void ib2_cm_q_up(ib2_cm_qconn_t *qc)
 {
     ib2_cm_ep_t *cep = qc->cep;
@@ -220,12 +273,28 @@ void ib2_cm_q_up(ib2_cm_qconn_t *qc)
     }
     ucs_list_del(&cep->list);
     ucs_list_head_init(&cep->list);
+    if (ep->iface->cm->in_async) {
+        /* The send path is the endpoint thread's: progress finishes. */
+        ib2_cm_ep_report(cep, IB2_CM_REPORT_UP);
+        return;
+    }
+    ib2_cm_ep_up(cep);
+}
+
+/* Every queue is up: the endpoint takes sends on its QPs from now on. */
+static void ib2_cm_ep_up(ib2_cm_ep_t *cep)
+{
+    ib2_ep_t *ep = cep->ep;
+
     ep->connected = 1;
     ep->blocked  &= ~IB2_EP_BLOCK_CONNECTING;
     ucs_debug("%s:%u: rc_ib2 endpoint %p connected through rdmacm (%s)",
               ep->iface->md->name, ep->iface->port, ep,
               cep->initiator ? "initiator" : "acceptor");
-    ib2_ep_resources_back(ep);   /* pending requests may go now */
+    ib2_cm_defer_drain(ep);      /* what was sent meanwhile goes first */
+    if (!ep->failed) {
+        ib2_ep_resources_back(ep);   /* pending requests may go now */
+    }
 }
 
 /* ---- QPs ----------------------------------------------------------------- */
@@ -382,8 +451,68 @@ static ucs_status_t ib2_cm_ep_connect_self(ib2_ep_t *ep,
     return ib2_cm_ep_connect(ep, dev, (uct_ep_addr_t*)&other);
 }
 
+/*
+ * What the async thread left for the endpoint's thread, called from
+ * progress (the lock held). One endpoint at a time off the head: a report
+ * may call an error handler, which may destroy endpoints (they leave the
+ * list).
+ */
+void ib2_cm_ep_reports(ib2_cm_t *cm)
+{
+    ib2_cm_ep_t *cep;
+    ib2_ep_t *ep;
+    uint8_t what, closed;
+    unsigned q;
+
+    ucs_assert(!cm->in_async);
+    while (!ucs_list_is_empty(&cm->reports)) {
+        cep    = ucs_list_head(&cm->reports, ib2_cm_ep_t, report_list);
+        ep     = cep->ep;
+        what   = cep->report;
+        closed = cep->closed;
+        ucs_list_del(&cep->report_list);
+        ucs_list_head_init(&cep->report_list);
+        cep->report = 0;
+        cep->closed = 0;
+        if (what & IB2_CM_REPORT_FAIL) {
+            ib2_cm_ep_report_fail(cep);
+            continue;
+        }
+        if ((what & IB2_CM_REPORT_UP) && !ep->failed) {
+            ib2_cm_ep_up(cep);   /* may call the user: cep may go */
+        }
+        /* Queues the peer closed (ib2_cm_active.c): what waits there is
+         * woken, the rest is found when used. ep stays allocated in
+         * progress even if a callback destroyed it. */
+        for (q = 0; (q < ep->nq) && !ep->failed && !ep->destroyed; ++q) {
+            if (closed & UCS_BIT(q)) {
+                ib2_ep_qp_error(ep, q);
+            }
+        }
+    }
+}
+
+static ucs_status_t ib2_cm_ep_connect_locked(ib2_ep_t *ep,
+                                             const ib2_dev_addr_t *dev,
+                                             const uct_ep_addr_t *addr);
+
+/* Under the lock: the async thread may see the endpoint's requests and
+ * its connections' events as soon as they exist. */
 ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
                                const uct_ep_addr_t *addr)
+{
+    ib2_cm_t *cm = ep->iface->cm;
+    ucs_status_t status;
+
+    ib2_cm_lock(cm);
+    status = ib2_cm_ep_connect_locked(ep, dev, addr);
+    ib2_cm_unlock(cm);
+    return status;
+}
+
+static ucs_status_t ib2_cm_ep_connect_locked(ib2_ep_t *ep,
+                                             const ib2_dev_addr_t *dev,
+                                             const uct_ep_addr_t *addr)
 {
     const ib2_cm_ep_addr_t *a = (const ib2_cm_ep_addr_t*)addr;
     ib2_iface_t *iface        = ep->iface;
@@ -432,6 +561,7 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
                 return status;
             }
         }
+        ib2_ep_resources_back(ep);
         return UCS_OK;
     }
     /* Requests that came before we knew the peer, one at a time off the
@@ -447,8 +577,10 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
                                held->rd_out);
         ucs_free(held);
         if (status != UCS_OK) {
-            break;   /* reported; cep and ep may be gone */
+            return UCS_OK;   /* reported; cep and ep may be gone */
         }
     }
+    /* Pending requests that waited for a peer may be kept now. */
+    ib2_ep_resources_back(ep);
     return UCS_OK;
 }

@@ -159,14 +159,62 @@ static void ib2_cm_fail_connecting(ib2_cm_t *cm)
     }
 }
 
-unsigned ib2_cm_progress_events(ib2_iface_t *iface)
+/*
+ * Up to 16 events read and handled (the caller holds the lock in thread
+ * mode: from the async handler, or from progress). A broken channel
+ * fails the endpoints that connect through it.
+ */
+unsigned ib2_cm_read_events(ib2_cm_t *cm)
 {
-    ib2_cm_t *cm = iface->cm;
+    ib2_iface_t *iface = cm->iface;
     struct rdma_cm_event *event;
     unsigned count = 0;
     struct rdma_cm_event copy;
     uint8_t data[256];
 
+    if (cm->broken) {
+        return 0;
+    }
+    /* Acknowledged before it is handled: handling may destroy the id,
+     * which waits for its events' acknowledgements. */
+    while ((count < 16) &&
+               (rdma_get_cm_event(cm->channel, &event) == 0)) {
+        copy = *event;
+        copy.param.conn.private_data_len = (uint8_t)ucs_min(
+                (event->param.conn.private_data != NULL) ?
+                (size_t)event->param.conn.private_data_len : 0,
+                sizeof(data));
+        if (copy.param.conn.private_data_len != 0) {
+            memcpy(data, event->param.conn.private_data,
+                   copy.param.conn.private_data_len);
+        }
+        copy.param.conn.private_data = data;
+        rdma_ack_cm_event(event);
+        ib2_cm_event(cm, &copy);
+        ++count;
+    }
+    if (count == 16) {
+        return count;   /* more may wait */
+    } else if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+        ++iface->counters.cm_empty_reads;
+    } else {
+        /* A broken channel (or a forked child's) stays broken: said once,
+         * and what waits for it fails instead of timing out. */
+        ucs_error("%s:%u: rdma_get_cm_event failed: %m; no more rdmacm "
+                  "connections through this interface", iface->md->name,
+                  iface->port);
+        cm->broken = 1;
+        ib2_cm_fail_connecting(cm);
+    }
+    return count;
+}
+
+unsigned ib2_cm_progress_events(ib2_iface_t *iface)
+{
+    ib2_cm_t *cm   = iface->cm;
+    unsigned count = 0;
+
+    ib2_cm_lock(cm);
     /* Cleared before the channel is read: events that arrive during the
      * read raise it again. */
     if (!cm->watched) {
@@ -174,44 +222,20 @@ unsigned ib2_cm_progress_events(ib2_iface_t *iface)
         cm->next_poll    = ucs_get_time() +
                            ucs_time_from_msec(IB2_CM_IDLE_POLL_MS);
     }
-    if (cm->events_ready && !cm->broken) {
+    if (cm->events_ready) {
         cm->events_ready = 0;
         ucs_memory_cpu_fence();
-        /* Acknowledged before it is handled: handling may destroy the id,
-         * which waits for its events' acknowledgements. */
-        while ((count < 16) &&
-               (rdma_get_cm_event(cm->channel, &event) == 0)) {
-            copy = *event;
-            copy.param.conn.private_data_len = (uint8_t)ucs_min(
-                    (event->param.conn.private_data != NULL) ?
-                    (size_t)event->param.conn.private_data_len : 0,
-                    sizeof(data));
-            if (copy.param.conn.private_data_len != 0) {
-                memcpy(data, event->param.conn.private_data,
-                       copy.param.conn.private_data_len);
-            }
-            copy.param.conn.private_data = data;
-            rdma_ack_cm_event(event);
-            ib2_cm_event(cm, &copy);
-            ++count;
-        }
+        count = ib2_cm_read_events(cm);
         if (count == 16) {
             cm->events_ready = 1;   /* more may wait: the next call */
-        } else if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
-            ++iface->counters.cm_empty_reads;
-        } else {
-            /* A broken channel (or a forked child's) stays broken: said
-             * once, and what waits for it fails instead of timing out. */
-            ucs_error("%s:%u: rdma_get_cm_event failed: %m; no more "
-                      "rdmacm connections through this interface",
-                      iface->md->name, iface->port);
-            cm->broken = 1;
-            ib2_cm_fail_connecting(cm);
         }
     }
+    /* What the async thread left for this one (ib2_cm.h, "Threads"). */
+    ib2_cm_ep_reports(cm);
     if (!ucs_list_is_empty(&cm->connecting) || (cm->nheld != 0) ||
         !ucs_list_is_empty(&cm->retry)) {
         ib2_cm_check_deadlines(cm);
     }
+    ib2_cm_unlock(cm);
     return count;
 }

@@ -41,6 +41,11 @@ typedef struct ib2_iface_counters {
     /* rdmacm: reads of the event channel that found nothing (each a
      * system call on a real rdma_cm device). */
     uint64_t cm_empty_reads;
+    /* rdmacm: sends kept until their endpoint's connections were up (and
+     * then posted, or retired with its error); connection events handled
+     * in the async context's thread, without the worker's progress. */
+    uint64_t cm_deferred;
+    uint64_t cm_async_events;
 } ib2_iface_counters_t;
 
 /* Copies the counters of an rc_ib2 interface. UCS_ERR_INVALID_PARAM if

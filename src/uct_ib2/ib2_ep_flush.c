@@ -202,8 +202,13 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
         (void)ib2_iface_fence_wait(iface);
         return UCS_ERR_NO_RESOURCE;
     }
-    if (ep->blocked & IB2_EP_BLOCK_CONNECTING) {
-        return UCS_ERR_NO_RESOURCE;   /* rdmacm: connections on their way */
+    if ((ep->blocked & IB2_EP_BLOCK_CONNECTING) &&
+        !ib2_cm_ep_keeps_sends(ep)) {
+        /* rdmacm before connect_to_ep: nothing to connect to yet. After
+         * it, sends are kept until the connections are up
+         * (ib2_cm_defer.c), within the same limits as on a connected
+         * endpoint. */
+        return UCS_ERR_NO_RESOURCE;
     }
     /* Requests added to pending go first: only their own dispatch may
      * send on this endpoint meanwhile. */
@@ -290,7 +295,8 @@ ucs_status_t ib2_ep_flush(uct_ep_h tl_ep, unsigned flags,
 {
     ib2_ep_t *ep       = ucs_derived_of(tl_ep, ib2_ep_t);
     ib2_iface_t *iface = ep->iface;
-    ib2_op_t *ops[IB2_MAX_QUEUES];
+    ib2_op_t *ops[IB2_MAX_QUEUES] = {NULL};   /* all of them: the error
+                                                path puts back every one */
     unsigned q, waits = 0, tails = 0;
 
     if (flags & UCT_FLUSH_FLAG_CANCEL) {
@@ -416,7 +422,9 @@ ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
  * hear of it, since nothing else may. Sends outstanding on the QP come
  * back flushed, behind the error that caused it if there was one (whose
  * status is then the endpoint's); with none, an empty signaled write is
- * flushed at once.
+ * flushed at once. An endpoint connected through rdmacm whose connection
+ * the peer ended, with nothing waiting, is left to find it when next
+ * used (ib2_cm_active.c, ib2_cm_q_peer_closed).
  */
 void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
 {
@@ -427,15 +435,21 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
         return;
     }
     if (!ep->connected) {
-        ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
+        ib2_ep_set_failed(ep, ib2_ep_flushed_status(ep));
         return;
     }
     if (txq->acked != txq->sn) {
         return;
     }
+    if ((ep->cm != NULL) && !ep->dev_err && (ep->pending_count == 0)) {
+        /* Connected through rdmacm and not the device's failure: the
+         * connection ended (the peer closed it, ib2_cm_active.c). Nothing
+         * waits here: found when the endpoint is next used. */
+        return;
+    }
     if (!ib2_txq_ready(iface, txq) ||
         (ib2_ep_post_empty_write(iface, ep, q) != UCS_OK)) {
-        ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
+        ib2_ep_set_failed(ep, ib2_ep_flushed_status(ep));
     }
 }
 

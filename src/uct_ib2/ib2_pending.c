@@ -30,7 +30,11 @@ ib2_tx_state_t ib2_ep_tx_state(ib2_ep_t *ep)
     ib2_tx_state_t state;
     unsigned q;
 
-    if (ep->failed || !ep->connected) {
+    if (ep->failed ||
+        (!ep->connected && !((ep->blocked & IB2_EP_BLOCK_CONNECTING) &&
+                             ib2_cm_ep_keeps_sends(ep)))) {
+        /* (an rdmacm endpoint after connect_to_ep takes sends before its
+         * connections are up: ib2_cm_defer.c) */
         return IB2_TX_WAIT_EP;
     }
     if (ep->blocked & IB2_EP_BLOCK_IFACE_FENCE) {

@@ -7,6 +7,7 @@
  * back, and on S queues the credits of the active messages among them.
  */
 #include "ib2_tx.h"
+#include "ib2_cm.h"
 
 /* ---- completing operations ------------------------------------------------- */
 
@@ -119,6 +120,14 @@ static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     }
 }
 
+void ib2_txq_retire(ib2_ep_t *ep, unsigned q, ucs_status_t status)
+{
+    ib2_ep_txq_t *txq = &ep->txq[q];
+
+    ib2_txq_completed(ep->iface, ep, q, ib2_wrid_make(txq->sn, txq->am_sn),
+                      status);
+}
+
 void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status)
 {
     unsigned q;
@@ -133,7 +142,31 @@ void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status)
     }
 }
 
-static ucs_status_t ib2_wc_status(enum ibv_wc_status status)
+/*
+ * A QP of an endpoint that has not failed was flushed: the device moved it
+ * to the error state on its own (not the user's cancel, which fails the
+ * endpoint first). Where rdmacm made the connection, that is how the end
+ * of the connection reaches the QP: an iWARP adapter errors the QP when
+ * the peer disconnects or its end of the TCP stream is closed or reset,
+ * in no fixed order with the DISCONNECTED event that says the same. It is
+ * the peer's reset, as that event reports it (ib2_cm_active.c), unless the
+ * connection manager already knows better (a failure it found in the
+ * async thread, not yet reported). On a QP connected by the address
+ * exchange nothing ends the connection that way, and a QP the device
+ * said it failed (an async event) failed in the device: an I/O error.
+ */
+ucs_status_t ib2_ep_flushed_status(ib2_ep_t *ep)
+{
+    if ((ep->cm == NULL) || ep->dev_err) {
+        return UCS_ERR_IO_ERROR;
+    }
+    if (ep->cm->fail_status != UCS_OK) {
+        return ep->cm->fail_status;
+    }
+    return UCS_ERR_CONNECTION_RESET;
+}
+
+static ucs_status_t ib2_wc_status(ib2_ep_t *ep, enum ibv_wc_status status)
 {
     switch (status) {
     case IBV_WC_RETRY_EXC_ERR:
@@ -144,10 +177,7 @@ static ucs_status_t ib2_wc_status(enum ibv_wc_status status)
     case IBV_WC_REM_OP_ERR:
         return UCS_ERR_CONNECTION_RESET;
     case IBV_WC_WR_FLUSH_ERR:
-        /* Seen first on an endpoint that has not failed (whose failure
-         * would give the status): the device moved the QP to the error
-         * state on its own. Not the user's cancel. */
-        return UCS_ERR_IO_ERROR;
+        return ib2_ep_flushed_status(ep);
     default:
         return UCS_ERR_IO_ERROR;
     }
@@ -176,7 +206,7 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
         }
         status = UCS_OK;
         if (ucs_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
-            status = ib2_wc_status(wc[i].status);
+            status = ib2_wc_status(ep, wc[i].status);
             if (!ep->failed && !ep->destroyed) {
                 if (wc[i].status == IBV_WC_RNR_RETRY_EXC_ERR &&
                     iface->rq.q[q].type ==
@@ -234,8 +264,10 @@ void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status)
     }
     ep->failed   = status;
     ep->blocked |= IB2_EP_BLOCK_FAILED;
-    /* Everything outstanding is flushed back with an error. */
+    /* Everything outstanding is flushed back with an error; what rdmacm
+     * kept back from the QPs is retired with it now. */
     ib2_ep_qps_to_error(ep);
+    ib2_cm_defer_abort(ep, status);
     if (ep->ctrl_queued) {
         ucs_list_del(&ep->ctrl_list);
         ep->ctrl_queued = 0;
@@ -258,6 +290,7 @@ void ib2_ep_cancel(ib2_ep_t *ep)
         ep->failed   = UCS_ERR_CANCELED;
         ep->blocked |= IB2_EP_BLOCK_FAILED;
         ib2_ep_qps_to_error(ep);
+        ib2_cm_defer_abort(ep, UCS_ERR_CANCELED);
         if (ep->ctrl_queued) {
             ucs_list_del(&ep->ctrl_list);
             ep->ctrl_queued = 0;

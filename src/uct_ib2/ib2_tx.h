@@ -24,6 +24,10 @@ IB2_INTERNAL ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am,
 IB2_INTERNAL ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q,
                                              int am, int ret);
 IB2_INTERNAL ucs_status_t ib2_ep_am_id_invalid(uint8_t id);
+/* rdmacm: the endpoint's connections are not up yet, the send is kept
+ * until they are (ib2_cm_defer.c). */
+IB2_INTERNAL ucs_status_t ib2_cm_defer_post(ib2_ep_t *ep, unsigned q,
+                                            struct ibv_send_wr *wr, int am);
 
 static UCS_F_ALWAYS_INLINE int ib2_txq_ready(ib2_iface_t *iface,
                                              ib2_ep_txq_t *txq)
@@ -95,6 +99,9 @@ ib2_ep_post_flags(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     txq->sn        = sn;
     --txq->sq_avail;
     --iface->tx_cq_avail;
+    if (ucs_unlikely(ep->blocked & IB2_EP_BLOCK_CONNECTING)) {
+        return ib2_cm_defer_post(ep, q, wr, am);
+    }
     ret = ibv_post_send(txq->qp, wr, &iface->tx_short.bad_wr);
     if (ucs_unlikely(ret != 0)) {
         return ib2_ep_post_failed(ep, q, am, ret);

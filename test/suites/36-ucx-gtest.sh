@@ -2,7 +2,8 @@
 # package, built by contrib/ucx-gtest/build.sh with rc_ib2 added to its IB
 # transport list) on softverbs: every class in contrib/ucx-gtest/classes.list
 # for rc_verbs, the reference, and for rc_ib2 with mixed, per-peer-only and
-# shared-only receive queues, each class under its own time limit. A test
+# shared-only receive queues, and connected through rdmacm on a RoCE and on
+# an iWARP device (modes.sh), each class under its own time limit. A test
 # rc_ib2 cannot run is left out only through contrib/ucx-gtest/rc_ib2.skip;
 # rc_verbs' own failures on softverbs are expected through rc_verbs.xfail.
 # See docs/ucx-gtest.md.
@@ -10,6 +11,19 @@ for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_'); do unset "$v"; done
 
 ucxg=$SRC/contrib/ucx-gtest
 . "$ucxg/modes.sh"
+
+# IB2_UCXG_MODES names the modes to run (default: all of modes.sh). Keep
+# verbs among them: a test that skips itself on rc_ib2 is judged against
+# its rc_verbs result.
+if [ -n "${IB2_UCXG_MODES:-}" ]; then
+    for mode in $IB2_UCXG_MODES; do
+        if ! ucxg_mode_tl "$mode" >/dev/null; then
+            ib2_result FAIL "ucx-gtest/IB2_UCXG_MODES (unknown mode '$mode': use some of $UCXG_MODES)"
+            return 0
+        fi
+    done
+    UCXG_MODES=$IB2_UCXG_MODES
+fi
 ucxg_out=$LOGDIR/${IB2_PREFIX:-}ucx-gtest
 rm -rf "$ucxg_out"
 mkdir -p "$ucxg_out"
@@ -64,14 +78,15 @@ ucxg_report() {
         XPASS)  ib2_result PASS "ucx-gtest/$tag/$test ($why)" ;;
         FAIL)   ib2_result FAIL "ucx-gtest/$tag/$test ($why)" ;;
         XFAIL)  ib2_result SKIP "ucx-gtest/$tag/$test (expected failure: $why)" ;;
-        LISTED) ib2_result SKIP "ucx-gtest/$tag/$test (rc_ib2.skip: $why)" ;;
+        LISTED) ib2_result SKIP "ucx-gtest/$tag/$test (skip list: $why)" ;;
         SKIP)
             # A test that skips itself on rc_ib2 but runs on rc_verbs needs
-            # a line in rc_ib2.skip saying why it cannot apply.
+            # a line in rc_ib2.skip (or the mode's rc_ib2-MODE.skip) saying
+            # why it cannot apply.
             vstatus=$(awk -F'\t' -v t="$test" '$2 == t { print $1 }' \
                       "$ucxg_out/verbs/$class.res" 2>/dev/null)
             if [ "$mode" != verbs ] && [ "$vstatus" = PASS ]; then
-                ib2_result FAIL "ucx-gtest/$tag/$test (skips itself: $why; passes on rc_verbs and is not in rc_ib2.skip)"
+                ib2_result FAIL "ucx-gtest/$tag/$test (skips itself: $why; passes on rc_verbs and is not in rc_ib2.skip or rc_ib2-$mode.skip)"
             else
                 ib2_result SKIP "ucx-gtest/$tag/$test (skipped by the test: $why)"
             fi

@@ -1,4 +1,5 @@
 #include "ib2_test.h"
+#include "../../../src/uct_ib2/ib2_counters.h"
 
 #include <infiniband/verbs.h>
 
@@ -495,8 +496,21 @@ void Entity::unpack(Mem *m, const std::vector<char> &rkey_buf)
     }
 }
 
+/* Queue connections made through rdmacm by an interface, as initiator
+ * and as acceptor. */
+static uint64_t cm_connections(const Entity &e)
+{
+    ib2_iface_counters_t c{};
+
+    EXPECT_EQ(ib2_iface_get_counters(e.iface, &c), UCS_OK);
+    return c.cm_initiated + c.cm_accepted;
+}
+
 void connect_pair(Entity &a, uct_ep_h a_ep, Entity &b, uct_ep_h b_ep)
 {
+    /* before connect_to_ep: an async thread may connect at once */
+    uint64_t a_conn = cm_connections(a);
+    uint64_t b_conn = (&a == &b) ? 0 : cm_connections(b);
     std::vector<char> a_dev = a.dev_addr(), b_dev = b.dev_addr();
     std::vector<char> a_ep_addr = a.ep_addr(a_ep);
     std::vector<char> b_ep_addr = b.ep_addr(b_ep);
@@ -508,25 +522,26 @@ void connect_pair(Entity &a, uct_ep_h a_ep, Entity &b, uct_ep_h b_ep)
                                    (uct_ep_addr_t *)a_ep_addr.data()),
               UCS_OK);
     /* Through rdmacm (its 32-byte endpoint address) the connection is
-     * made in progress: wait until both endpoints could send (a pending
-     * request is refused with BUSY exactly then), as tests written for the
-     * verbs exchange expect a usable pair. */
+     * made in progress (or the async thread), and sends are taken before
+     * it is up: wait until every queue's connection was made, counted
+     * once as initiated and once as accepted (by a and b, or by a twice
+     * when both endpoints are a's), as tests written for the verbs
+     * exchange expect a connected pair; then progress both once more, so
+     * that connections the async thread made are finished. */
     if (a.attr.ep_addr_len == 32) {
-        uct_pending_req_t req{};
-        req.func = [](uct_pending_req_t *) { return UCS_OK; };
-        for (uct_ep_h ep : {a_ep, b_ep}) {
-            bool up = wait_for([&] {
-                if (uct_ep_pending_add(ep, &req, 0) == UCS_ERR_BUSY) {
-                    return true;
-                }
-                uct_ep_pending_purge(ep, nullptr, nullptr);
-                return false;
-            }, [&] {
-                a.progress();
-                b.progress();
-            });
-            ASSERT_TRUE(up) << "rdmacm connection not made";
-        }
+        unsigned nq = (uint8_t)a_ep_addr[5];   /* ib2_cm_ep_addr_t.nq */
+        auto made   = [&] {
+            return (cm_connections(a) - a_conn) +
+                   ((&a == &b) ? 0 : (cm_connections(b) - b_conn));
+        };
+        bool up = wait_for([&] { return made() >= 2 * nq; }, [&] {
+            a.progress();
+            b.progress();
+        });
+        ASSERT_TRUE(up) << "rdmacm connection not made: " << made()
+                        << " of " << 2 * nq << " queue connections";
+        a.progress();
+        b.progress();
     }
 }
 

@@ -60,7 +60,8 @@ TEST_P(Cm, OneConnectionPerQueueAndData)
 }
 
 /* The request reaches an endpoint that was not connected yet: held (the
- * endpoint's sends wait), accepted at connect_to_ep. */
+ * initiator's sends are kept meanwhile: ib2_cm_defer.c), accepted at
+ * connect_to_ep, and the kept send arrives first. */
 TEST_P(Cm, RequestHeldUntilConnect)
 {
     Fabric f = GetParam();
@@ -78,10 +79,16 @@ TEST_P(Cm, RequestHeldUntilConnect)
         CM_CHECK(wait_for([&] { return counters(pas).cm_held == 2; }, prog),
                  "requests not held: " << counters(pas).cm_held);
         uint64_t v = 7;
-        CM_CHECK(uct_ep_am_short(iep, 1, 0, &v, 8) == UCS_ERR_NO_RESOURCE,
-                 "a send before the connection did not wait");
+        ucs_status_t st = uct_ep_am_short(iep, 3, 0, &v, 8);
+        CM_CHECK(st == UCS_OK, "a send before the connection was not kept: "
+                 << ucs_status_string(st));
         CM_CHECK(connect_to(pas, pep, ini.dev_addr(), ini.ep_addr(iep)) ==
                  UCS_OK, "passive connect_to_ep");
+        CM_CHECK(wait_for([&] { return !pas.rx.empty(); }, prog),
+                 "the kept send did not arrive");
+        CM_CHECK(pas.rx[0].id == 3 && pas.rx[0].data.size() == 16,
+                 "the kept send arrived as id " << int(pas.rx[0].id));
+        pas.rx.clear();
         std::string r = traffic(a, ab, b, ba);
         CM_CHECK(r.empty(), r);
         CM_CHECK(counters(pas).cm_accepted == 2, "accepted "

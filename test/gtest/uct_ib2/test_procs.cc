@@ -568,8 +568,13 @@ TEST(DeadPeer, KilledWithSendsHeldBack)
      * and their completions are called */
     EntityParams pp = fast_fail();
     pp.env.push_back({"UCX_IB2_RECEIVE_QUEUES", "P,128,64:S,1024,4,2,2"});
+    /* The peer's worker has a threaded async context, as UCP's have:
+     * through rdmacm its side of the connection is made there, although
+     * it never progresses. */
+    EntityParams cp = pp;
+    cp.async_mode   = UCS_ASYNC_MODE_THREAD_SPINLOCK;
     Child child([&](Chan &ch) {
-        Entity e(pp);
+        Entity e(cp);
         IB2_CHILD_CHECK(e.ok(), 10);
         uct_ep_h ep = e.ep_create();
         Mem *m = e.alloc(4096);
