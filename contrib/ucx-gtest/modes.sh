@@ -5,14 +5,15 @@
 #   mixed   rc_ib2 with its default queues (P for small messages, S above)
 #   P       rc_ib2 with per-peer queues only
 #   S       rc_ib2 with shared queues only
-# The P and S queue sets are the ones suite 30 runs ucx_perftest with.
+#   X       rc_ib2 with X (XRC) queues only
+# The P, S and X queue sets are the ones suite 30 runs ucx_perftest with.
 
-UCXG_MODES="verbs mixed P S"
+UCXG_MODES="verbs mixed P S X"
 
 ucxg_mode_tl() {   # ucxg_mode_tl MODE: print the transport name
     case $1 in
     verbs) echo rc_verbs ;;
-    mixed|P|S) echo rc_ib2 ;;
+    mixed|P|S|X) echo rc_ib2 ;;
     *) echo "unknown mode '$1': use one of $UCXG_MODES" >&2; return 1 ;;
     esac
 }
@@ -23,6 +24,7 @@ ucxg_mode_rq() {   # ucxg_mode_rq MODE: print UCX_IB2_RECEIVE_QUEUES, or ""
     mixed) echo auto ;;
     P) echo "P,128,256,192,128:P,8256,64,32,16" ;;
     S) echo "S,256,1024,512,64:S,8256,512,256,32" ;;
+    X) echo "X,256,1024,512,64:X,8256,512,256,32" ;;
     *) echo "unknown mode '$1': use one of $UCXG_MODES" >&2; return 1 ;;
     esac
 }
@@ -33,6 +35,7 @@ ucxg_mode_title() {   # ucxg_mode_title MODE: a heading for tables
     mixed) echo "rc_ib2, mixed queues (default)" ;;
     P) echo "rc_ib2, P queues only" ;;
     S) echo "rc_ib2, S queues only" ;;
+    X) echo "rc_ib2, X (XRC) queues only" ;;
     *) echo "$1" ;;
     esac
 }

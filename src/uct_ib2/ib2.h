@@ -187,8 +187,9 @@ typedef struct ib2_rx_desc {
 typedef struct ib2_iface_rxq {
     ib2_rq_spec_t spec;
     ucs_mpool_t   mp;             /* receive buffers of spec.size */
-    struct ibv_srq *srq;          /* S queues */
-    unsigned      srq_posted;     /* S: buffers posted to the SRQ */
+    struct ibv_srq *srq;          /* S and X queues */
+    unsigned      srq_posted;     /* S, X: buffers posted to the SRQ */
+    uint32_t      srqn;           /* X: the number peers' requests name */
 } ib2_iface_rxq_t;
 
 /* Something to do when a send completes (or is flushed). */
@@ -239,6 +240,7 @@ typedef struct ib2_iface {
     int                    rx_cq_needed;   /* receive buffers that could
                                               complete at once */
     unsigned               num_srqs;
+    struct ibv_xrcd        *xrcd;          /* X queues (ib2_xrc.c) */
     int                    srq_short;      /* an SRQ got fewer buffers than
                                               asked: refill even when idle */
     khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep | queue */
@@ -293,6 +295,9 @@ typedef struct ib2_iface {
         uint8_t            traffic_class;
         uint8_t            hop_limit;
         unsigned           seq_window;     /* messages in flight per ep */
+        unsigned           txq_mask;       /* the send queue of receive
+                                              queue q is q & txq_mask: X
+                                              queues share one QP (0) */
         uint8_t            timeout;
         uint8_t            retry_count;
         uint8_t            rnr_timer;
@@ -366,6 +371,8 @@ typedef struct ib2_ep_txq {
     ucs_queue_head_t ops;       /* ib2_op_t by sn */
     uint16_t      *am_seqs;     /* endpoint seq of each active message not
                                    completed, by am_sn & am_seq_mask */
+    uint8_t       *am_queues;   /* X: the receive queue of each of them,
+                                   whose credit its completion returns */
     uint32_t      am_seq_mask;
 } ib2_ep_txq_t;
 
@@ -424,8 +431,13 @@ typedef struct ib2_ep {
                                            peer last gave credits
                                            (ib2_ep_probe) */
     ucs_arbiter_group_t arb_group;      /* pending requests */
+    /* P, S: one entry per queue, each with its QP. X: entry 0 has the one
+     * INI QP all queues share; entry q keeps queue q's credits. */
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
+    struct ibv_qp     *tgt;             /* X: the peer's INI QP lands here */
+    uint32_t          x_srqn[IB2_MAX_QUEUES]; /* X: the peer's SRQs; 0
+                                           elsewhere (ignored by RC QPs) */
 } ib2_ep_t;
 
 /*
@@ -554,9 +566,28 @@ void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status);
 ucs_status_t ib2_qp_probe_caps(ib2_iface_t *iface);
 ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
                            struct ibv_qp **qp_p);
+ucs_status_t ib2_qp_init(ib2_iface_t *iface, struct ibv_qp *qp);
 ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
                             unsigned queue, const ib2_dev_addr_t *remote,
                             uint32_t remote_qpn);
+
+/* X queues: XRC domain, SRQs, INI and TGT QPs (ib2_xrc.c). */
+static UCS_F_ALWAYS_INLINE int ib2_iface_is_xrc(const ib2_iface_t *iface)
+{
+    return iface->rq.q[0].type == IB2_RQ_XRC;   /* all are X, or none */
+}
+
+ucs_status_t ib2_xrc_open(ib2_iface_t *iface);
+void ib2_xrc_close(ib2_iface_t *iface);
+struct ibv_srq *ib2_xrc_srq_create(ib2_iface_t *iface, unsigned queue);
+ucs_status_t ib2_xrc_ep_create(ib2_ep_t *ep);
+void ib2_xrc_ep_release(ib2_ep_t *ep);
+void ib2_xrc_ep_to_error(ib2_ep_t *ep);
+size_t ib2_xrc_ep_addr_len(const ib2_iface_t *iface);
+void ib2_xrc_ep_pack(ib2_ep_t *ep, void *addr);
+ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
+                                const void *addr);
+void ib2_xrc_ams_completed(ib2_ep_t *ep, uint32_t first, uint32_t count);
 
 /* Interface configuration (ib2_iface_config.c). */
 extern ucs_config_field_t ib2_iface_config_table[];

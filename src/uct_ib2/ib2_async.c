@@ -181,7 +181,14 @@ void ib2_iface_async_progress(ib2_iface_t *iface)
     }
     for (i = 0; i < n; ++i) {
         ep = ib2_qp_ep_find(iface, qpn[i], &q);
-        if (ep != NULL) {
+        if ((ep != NULL) && (ep->tgt != NULL) &&
+            (ep->tgt->qp_num == qpn[i])) {
+            /* X queues: the peer's requests land nowhere any more, and
+             * nothing we send would tell (it is another QP). */
+            if (!ep->failed && !ep->destroyed) {
+                ib2_ep_set_failed(ep, UCS_ERR_CONNECTION_RESET);
+            }
+        } else if (ep != NULL) {
             ib2_ep_qp_error(ep, q);
         }
     }

@@ -20,7 +20,7 @@ ib2_ep_am_short_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     iface->tx_short.am_hdr.header    = header;
     iface->tx_short.am_sge[1].addr   = (uintptr_t)payload;
     iface->tx_short.am_sge[1].length = length;
-    ib2_ep_am_sent(ep, txq);
+    ib2_ep_am_sent(ep, q);
     UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, sizeof(header) + length);
     return ib2_ep_post_flags(iface, ep, q, &iface->tx_short.am_wr,
                              IBV_SEND_INLINE | flags,
@@ -143,7 +143,7 @@ ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
     if (sge.length <= iface->config.max_inline) {
         send_flags |= IBV_SEND_INLINE;
     }
-    ib2_ep_am_sent(ep, txq);
+    ib2_ep_am_sent(ep, q);
     status = ib2_ep_post_flags(iface, ep, q, &wr, send_flags,
                                ib2_ep_am_signal(ep, txq), 1);
     if (ucs_unlikely(status != UCS_OK)) {
@@ -234,7 +234,7 @@ ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     wr.sg_list    = sge;
     wr.num_sge    = (int)n;
     wr.next       = NULL;
-    ib2_ep_am_sent(ep, txq);
+    ib2_ep_am_sent(ep, q);
     UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, length);
     return ib2_ep_post_flags(iface, ep, q, &wr, IBV_SEND_INLINE | flags,
                              ib2_ep_am_signal(ep, txq), 1);
@@ -299,7 +299,7 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
     wr.sg_list = sge;
     wr.num_sge = (int)n;
     wr.next    = NULL;
-    ib2_ep_am_sent(ep, txq);
+    ib2_ep_am_sent(ep, q);
     status = ib2_ep_post_flags(iface, ep, q, &wr, send_flags,
                                (comp != NULL) || ib2_ep_am_signal(ep, txq),
                                1);

@@ -48,6 +48,7 @@ static void ib2_ep_release_qps(ib2_ep_t *ep)
     khiter_t it;
     unsigned q;
 
+    ib2_xrc_ep_release(ep);
     for (q = 0; q < ep->nq; ++q) {
         if (ep->txq[q].qp == NULL) {
             continue;
@@ -155,7 +156,8 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
     memset(UCS_PTR_BYTE_OFFSET(self, sizeof(self->super)), 0,
            sizeof(*self) - sizeof(self->super));
     self->iface = iface;
-    self->nq    = (uint8_t)iface->rq.count;
+    /* X queues: one QP sends for them all (ib2_xrc.c). */
+    self->nq    = ib2_iface_is_xrc(iface) ? 1 : (uint8_t)iface->rq.count;
     ucs_arbiter_group_init(&self->arb_group);
     if (iface->fence_eps != 0) {
         /* Operations of this endpoint come after the interface fence. */
@@ -171,7 +173,13 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
         ucs_free(self->txq[0].am_seqs);
         return status;
     }
-    for (q = 0; q < self->nq; ++q) {
+    if (ib2_iface_is_xrc(iface)) {
+        status = ib2_xrc_ep_create(self);
+        if (status != UCS_OK) {
+            goto err;
+        }
+    }
+    for (q = 0; !ib2_iface_is_xrc(iface) && (q < self->nq); ++q) {
         const ib2_rq_spec_t *spec = &iface->rq.q[q];
         ib2_ep_txq_t *txq         = &self->txq[q];
         khiter_t it;
@@ -330,6 +338,10 @@ ucs_status_t ib2_ep_get_address(uct_ep_h tl_ep, uct_ep_addr_t *addr)
     ib2_ep_addr_t *ep_addr = (ib2_ep_addr_t*)addr;
     unsigned q;
 
+    if (ib2_iface_is_xrc(ep->iface)) {
+        ib2_xrc_ep_pack(ep, addr);
+        return UCS_OK;
+    }
     memset(ep_addr, 0, sizeof(*ep_addr));
     ep_addr->rq_hash = ep->iface->rq_hash;
     for (q = 0; q < ep->nq; ++q) {
@@ -360,6 +372,14 @@ ucs_status_t ib2_ep_connect_to_ep(uct_ep_h tl_ep,
                   "(and device parameter file)", iface->md->name,
                   iface->port);
         return UCS_ERR_UNREACHABLE;
+    }
+    if (ib2_iface_is_xrc(iface)) {
+        status = ib2_xrc_ep_connect(ep, remote, addr);
+        if (status != UCS_OK) {
+            return status;
+        }
+        ep->connected = 1;
+        return UCS_OK;
     }
     for (q = 0; q < ep->nq; ++q) {
         qpn = ep_addr->qpn[q][0] | ((uint32_t)ep_addr->qpn[q][1] << 8) |

@@ -36,15 +36,15 @@ UCS_F_NOINLINE
 ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q, int am, int ret)
 {
     ib2_iface_t *iface = ep->iface;
+    ib2_ep_txq_t *txq  = &ep->txq[q & iface->config.txq_mask];
 
-    --ep->txq[q].sn;
-    ep->txq[q].am_sn -= (uint32_t)am;
-    ++ep->txq[q].sq_avail;
+    --txq->sn;
+    txq->am_sn -= (uint32_t)am;
+    ++txq->sq_avail;
     ++iface->tx_cq_avail;
 
     ucs_error("%s:%u: ibv_post_send on QP 0x%x failed: %s",
-              iface->md->name, iface->port, ep->txq[q].qp->qp_num,
-              strerror(ret));
+              iface->md->name, iface->port, txq->qp->qp_num, strerror(ret));
     ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
     /* Whether the device will flush what it took is unknown: what waits
      * for it ends now. */
@@ -212,7 +212,8 @@ void ib2_ep_signal_am_tails(ib2_ep_t *ep)
 ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
 {
     ib2_iface_t *iface = ep->iface;
-    ib2_ep_txq_t *txq  = &ep->txq[q];
+    unsigned t         = q & iface->config.txq_mask;
+    ib2_ep_txq_t *txq  = &ep->txq[t];
 
     if (ep->blocked & IB2_EP_BLOCK_FAILED) {
         return ep->failed;
@@ -230,7 +231,7 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
         ib2_ep_signal_am_tails(ep);
         return UCS_ERR_NO_RESOURCE;
     }
-    if (!ib2_txq_ready(iface, txq) || (am && (txq->credits <= 0))) {
+    if (!ib2_txq_ready(iface, txq) || (am && (ep->txq[q].credits <= 0))) {
         return UCS_ERR_NO_RESOURCE;
     }
     if (iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation) {
@@ -238,7 +239,7 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
         *flags |= IBV_SEND_SIGNALED;
     }
     if (ep->blocked & IB2_EP_BLOCK_FENCE) {
-        return ib2_ep_fence_check(ep, q, flags);
+        return ib2_ep_fence_check(ep, t, flags);
     }
     return UCS_OK;
 }

@@ -382,6 +382,9 @@ static ucs_status_t ib2_iface_seq_window(ib2_iface_t *iface)
         return UCS_ERR_INVALID_PARAM;
     }
     iface->config.seq_window = (unsigned)window;
+    /* X queues send on the endpoint's one QP (ib2_xrc.c). */
+    iface->config.txq_mask   = (iface->rq.q[0].type == IB2_RQ_XRC) ?
+                               0 : IB2_MAX_QUEUES - 1;
     return UCS_OK;
 }
 

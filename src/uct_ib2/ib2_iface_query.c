@@ -124,7 +124,9 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
 
     attr->iface_addr_len  = 0;
     attr->device_addr_len = sizeof(ib2_dev_addr_t);
-    attr->ep_addr_len     = sizeof(ib2_ep_addr_t);
+    attr->ep_addr_len     = ib2_iface_is_xrc(iface) ?
+                            ib2_xrc_ep_addr_len(iface) :
+                            sizeof(ib2_ep_addr_t);
     attr->max_conn_priv   = 0;
 
     ib2_iface_perf(iface, attr);

@@ -257,7 +257,7 @@ static void ib2_rx_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
 {
     ib2_rx_desc_t *desc = (ib2_rx_desc_t*)(uintptr_t)wc->wr_id;
     unsigned q          = desc->queue;
-    int shared          = (iface->rq.q[q].type == IB2_RQ_SHARED);
+    int shared          = (iface->rq.q[q].type != IB2_RQ_PER_PEER);
     ib2_ep_t *ep;
 
     if (shared) {

@@ -101,7 +101,10 @@ static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     if (ams != 0) {
         ib2_ep_ams_completed(iface, ep);
     }
-    if (iface->rq.q[q].type != IB2_RQ_PER_PEER) {
+    if (ucs_unlikely(txq->am_queues != NULL)) {
+        /* X queues: each active message gives its own queue's credit. */
+        ib2_xrc_ams_completed(ep, txq->am_acked - ams, ams);
+    } else if (iface->rq.q[q].type != IB2_RQ_PER_PEER) {
         /* S queues: credits are active messages allowed in flight. */
         txq->credits += (int32_t)ams;
         ucs_assert(txq->credits <= (int32_t)iface->rq.q[q].max_pending);
@@ -222,6 +225,9 @@ static void ib2_ep_qps_to_error(ib2_ep_t *ep)
             ibv_modify_qp(ep->txq[q].qp, &attr, IBV_QP_STATE) != 0) {
             ucs_debug("QP 0x%x to ERR failed: %m", ep->txq[q].qp->qp_num);
         }
+    }
+    if (ep->tgt != NULL) {
+        ib2_xrc_ep_to_error(ep);
     }
 }
 

@@ -31,7 +31,9 @@ static UCS_F_ALWAYS_INLINE int ib2_txq_ready(ib2_iface_t *iface,
     return (txq->sq_avail > 0) & (iface->tx_cq_avail > 0);
 }
 
-/* Everything an operation on queue q needs is there (the fast path). The
+/* Everything an operation on queue q needs is there (the fast path): the
+ * send queue's WQE (with X queues, of the endpoint's one QP) and the
+ * queue's credit. The
  * fast path wants more CQ budget than a moderation window: below that the
  * slow path lets sends go signaled, so that budget held by unsignaled
  * sends comes back to an endpoint waiting for it. */
@@ -39,12 +41,12 @@ static UCS_F_ALWAYS_INLINE int ib2_ep_tx_fast(ib2_iface_t *iface,
                                               ib2_ep_t *ep, unsigned q,
                                               int am)
 {
-    ib2_ep_txq_t *txq = &ep->txq[q];
+    ib2_ep_txq_t *txq = &ep->txq[q & iface->config.txq_mask];
 
     return (txq->sq_avail > 0) &&
            (iface->tx_cq_avail > (int32_t)iface->config.tx_moderation) &&
            !ep->blocked &&
-           (!am || ((txq->credits > 0) && ib2_ep_seq_room(ep)));
+           (!am || ((ep->txq[q].credits > 0) && ib2_ep_seq_room(ep)));
 }
 
 /*
@@ -64,7 +66,8 @@ ib2_ep_tx_check(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, int am,
 }
 
 /*
- * Post wr on queue q's QP. The bookkeeping is done before the call, so
+ * Post wr on queue q's QP (the send queue q & txq_mask; an active message
+ * lands in queue q's buffers). The bookkeeping is done before the call, so
  * that nothing but the endpoint lives across it; a failed post undoes it
  * and fails the endpoint (the QP's state is unknown then).
  *
@@ -77,9 +80,12 @@ static UCS_F_ALWAYS_INLINE ucs_status_t
 ib2_ep_post_flags(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
                   struct ibv_send_wr *wr, unsigned flags, int signal, int am)
 {
-    ib2_ep_txq_t *txq = &ep->txq[q];
+    ib2_ep_txq_t *txq = &ep->txq[q & iface->config.txq_mask];
     uint32_t sn       = txq->sn + 1;
     int ret;
+
+    /* X queues: the peer's SRQ of queue q (RC QPs ignore the field). */
+    wr->qp_type.xrc.remote_srqn = ep->x_srqn[q];
 
     /* Branches, not selects: most sends are not signaled. */
     if (ucs_unlikely(signal) ||
@@ -115,8 +121,10 @@ ib2_ep_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
 static UCS_F_ALWAYS_INLINE void ib2_ep_add_op(ib2_ep_t *ep, unsigned q,
                                               ib2_op_t *op)
 {
-    op->sn = ep->txq[q].sn;
-    ucs_queue_push(&ep->txq[q].ops, &op->queue);
+    ib2_ep_txq_t *txq = &ep->txq[q & ep->iface->config.txq_mask];
+
+    op->sn = txq->sn;
+    ucs_queue_push(&txq->ops, &op->queue);
 }
 
 /* Fill a message header: the endpoint's order, and the credits we owe the
@@ -140,14 +148,18 @@ static UCS_F_ALWAYS_INLINE void ib2_ep_fill_hdr(ib2_ep_t *ep, unsigned q,
 /* An active message takes its credit and sequence number (and is
  * remembered until it completes: ib2_ep_seq_room). Called before the post,
  * which counts it in am_sn. */
-static UCS_F_ALWAYS_INLINE void ib2_ep_am_sent(ib2_ep_t *ep,
-                                               ib2_ep_txq_t *txq)
+static UCS_F_ALWAYS_INLINE void ib2_ep_am_sent(ib2_ep_t *ep, unsigned q)
 {
+    ib2_ep_txq_t *txq = &ep->txq[q & ep->iface->config.txq_mask];
+
     /* The ring holds them all: AMs outstanding on a queue are sends
      * outstanding (<= tx_qp_len) and within the window (ib2_ep_seq_room),
      * and the ring has the smaller of the two (asserted on completion). */
-    --txq->credits;
+    --ep->txq[q].credits;
     txq->am_seqs[txq->am_sn & txq->am_seq_mask] = ep->tx_seq;
+    if (ucs_unlikely(txq->am_queues != NULL)) {
+        txq->am_queues[txq->am_sn & txq->am_seq_mask] = (uint8_t)q;
+    }
     ++ep->tx_seq;
 }
 

@@ -70,6 +70,30 @@ typedef struct ib2_ep_addr {
     uint8_t  qpn[IB2_MAX_QUEUES][3];      /* 24-bit QP numbers */
 } UCS_S_PACKED ib2_ep_addr_t;
 
+/* Endpoint address with X queues (ib2_xrc.c): the INI QP that sends to
+ * the peer, the TGT QP the peer's INI QP is to connect to, and the XRC SRQ
+ * of each queue that our messages name (count of them: the address is
+ * 10 + 3 * count bytes). Every number is 24 bits and never 0; the
+ * receiver checks that before using any. */
+typedef struct ib2_xrc_ep_addr {
+    uint32_t rq_hash;
+    uint8_t  ini_qpn[3];
+    uint8_t  tgt_qpn[3];
+    uint8_t  srqn[IB2_MAX_QUEUES][3];
+} UCS_S_PACKED ib2_xrc_ep_addr_t;
+
+static inline void ib2_wire_put24(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+}
+
+static inline uint32_t ib2_wire_get24(const uint8_t *p)
+{
+    return p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16);
+}
+
 /*
  * Send work request ids: a send completion tells which send it completes
  * (the QP's 32-bit send number, so everything up to it is done too) and

@@ -1,0 +1,276 @@
+/*
+ * X (XRC) receive queues: one XRC SRQ per X queue per interface, in the
+ * interface's own XRC domain, and per endpoint one INI QP (which sends
+ * every operation of the endpoint, naming the peer's SRQ of the message's
+ * queue in each request) and one TGT QP (where the peer's INI QP lands;
+ * it delivers into any of our SRQs).
+ *
+ * The endpoint's send bookkeeping is that of one queue (txq[0]: the INI
+ * QP), so everything the endpoint sends is ordered by that QP; the credits
+ * stay per queue as on S queues (max_pending active messages in flight),
+ * kept in txq[q].credits and given back by the completions, each active
+ * message to the queue it named (am_queues, a ring beside am_seqs).
+ *
+ * Receive completions of an XRC SRQ carry the TGT QP's number, which the
+ * QP table maps to the endpoint, as it maps an RC QP's. Why the INI QP is
+ * per endpoint and not per remote node: docs/uct_ib2.md, "X queues".
+ */
+#include "ib2_tx.h"
+
+#include <fcntl.h>
+
+ucs_status_t ib2_xrc_open(ib2_iface_t *iface)
+{
+    struct ibv_xrcd_init_attr attr;
+
+    if (!(iface->md->dev_attr.device_cap_flags & IBV_DEVICE_XRC)) {
+        ucs_error("%s: the device has no XRC, which X receive queues need: "
+                  "use S (shared) queues instead (UCX_IB2_RECEIVE_QUEUES)",
+                  iface->md->name);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    /* A domain of our own (no file): the TGT QPs that reach our SRQs are
+     * our endpoints', so no other process needs to share it. */
+    memset(&attr, 0, sizeof(attr));
+    attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    attr.fd        = -1;
+    attr.oflags    = O_CREAT;
+    iface->xrcd    = ibv_open_xrcd(iface->md->ctx, &attr);
+    if (iface->xrcd == NULL) {
+        ucs_error("%s: ibv_open_xrcd failed: %m; X receive queues need an "
+                  "XRC domain: use S (shared) queues instead "
+                  "(UCX_IB2_RECEIVE_QUEUES)", iface->md->name);
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
+void ib2_xrc_close(ib2_iface_t *iface)
+{
+    if ((iface->xrcd != NULL) && (ibv_close_xrcd(iface->xrcd) != 0)) {
+        ucs_warn("%s: ibv_close_xrcd failed: %m", iface->md->name);
+    }
+    iface->xrcd = NULL;
+}
+
+struct ibv_srq *ib2_xrc_srq_create(ib2_iface_t *iface, unsigned queue)
+{
+    ib2_iface_rxq_t *rxq = &iface->rxq[queue];
+    struct ibv_srq_init_attr_ex attr;
+    struct ibv_srq *srq;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.attr.max_wr  = rxq->spec.num;
+    attr.attr.max_sge = 1;
+    attr.comp_mask    = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+                        IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    attr.srq_type     = IBV_SRQT_XRC;
+    attr.pd           = iface->md->pd;
+    attr.xrcd         = iface->xrcd;
+    attr.cq           = iface->recv_cq;
+    srq = ibv_create_srq_ex(iface->md->ctx, &attr);
+    if (srq == NULL) {
+        ucs_error("%s: XRC SRQ of %u buffers for queue %u: "
+                  "ibv_create_srq_ex failed: %m", iface->md->name,
+                  rxq->spec.num, queue + 1);
+        return NULL;
+    }
+    if ((ibv_get_srq_num(srq, &rxq->srqn) != 0) || (rxq->srqn == 0) ||
+        (rxq->srqn > 0xffffff)) {
+        ucs_error("%s: XRC SRQ of queue %u has no usable number (%u): %m",
+                  iface->md->name, queue + 1, rxq->srqn);
+        ibv_destroy_srq(srq);
+        return NULL;
+    }
+    return srq;
+}
+
+static struct ibv_qp *ib2_xrc_qp_create(ib2_iface_t *iface, int tgt)
+{
+    struct ibv_qp_init_attr_ex init;
+    struct ibv_qp *qp;
+
+    memset(&init, 0, sizeof(init));
+    if (tgt) {
+        init.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+        init.qp_type   = IBV_QPT_XRC_RECV;
+        init.xrcd      = iface->xrcd;
+    } else {
+        init.comp_mask           = IBV_QP_INIT_ATTR_PD;
+        init.qp_type             = IBV_QPT_XRC_SEND;
+        init.pd                  = iface->md->pd;
+        init.send_cq             = iface->send_cq;
+        init.recv_cq             = iface->send_cq; /* not used */
+        init.cap.max_send_wr     = iface->config.tx_qp_len;
+        init.cap.max_send_sge    = iface->config.max_send_sge;
+        init.cap.max_inline_data = iface->config.max_inline;
+    }
+    qp = ibv_create_qp_ex(iface->md->ctx, &init);
+    if (qp == NULL) {
+        ucs_error("%s:%u: XRC %s QP: ibv_create_qp_ex failed: %m%s",
+                  iface->md->name, iface->port, tgt ? "TGT" : "INI",
+                  tgt ? "" : " (see UCX_IB2_TX_QUEUE_LEN, "
+                  "UCX_IB2_MAX_INLINE)");
+        return NULL;
+    }
+    if (ib2_qp_init(iface, qp) != UCS_OK) {
+        ibv_destroy_qp(qp);
+        return NULL;
+    }
+    return qp;
+}
+
+static ucs_status_t ib2_xrc_qp_map(ib2_ep_t *ep, struct ibv_qp *qp)
+{
+    khiter_t it;
+    int ret;
+
+    it = kh_put(ib2_qp_ep, ep->iface->qp_ep, qp->qp_num, &ret);
+    if (ret < 0) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    kh_val(ep->iface->qp_ep, it) = ib2_qp_ep_make(ep, 0);
+    return UCS_OK;
+}
+
+/*
+ * The endpoint's QPs and send state; called with ep->nq 1 and the ring of
+ * sequence numbers allocated. On failure the caller releases what was
+ * made (ib2_ep_release_qps, ib2_xrc_ep_release).
+ */
+ucs_status_t ib2_xrc_ep_create(ib2_ep_t *ep)
+{
+    ib2_iface_t *iface = ep->iface;
+    ib2_ep_txq_t *txq  = &ep->txq[0];
+    ucs_status_t status;
+    unsigned q;
+
+    ucs_assert(ep->nq == 1);
+    txq->am_queues = ucs_malloc(txq->am_seq_mask + 1, "ib2_am_queues");
+    if (txq->am_queues == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    ucs_queue_head_init(&txq->ops);
+    txq->sq_avail = (int32_t)iface->config.tx_qp_len;
+    for (q = 0; q < iface->rq.count; ++q) {
+        ucs_assert(iface->rq.q[q].type == IB2_RQ_XRC);
+        ep->txq[q].credits = (int32_t)iface->rq.q[q].max_pending;
+    }
+    txq->qp = ib2_xrc_qp_create(iface, 0);
+    if (txq->qp == NULL) {
+        return UCS_ERR_IO_ERROR;
+    }
+    status = ib2_xrc_qp_map(ep, txq->qp);
+    if (status != UCS_OK) {
+        return status;
+    }
+    ep->tgt = ib2_xrc_qp_create(iface, 1);
+    if (ep->tgt == NULL) {
+        return UCS_ERR_IO_ERROR;
+    }
+    return ib2_xrc_qp_map(ep, ep->tgt);
+}
+
+/* The TGT QP and the ring of queues (the INI QP goes with the others). */
+void ib2_xrc_ep_release(ib2_ep_t *ep)
+{
+    ib2_iface_t *iface = ep->iface;
+    khiter_t it;
+
+    if (ep->tgt != NULL) {
+        it = kh_get(ib2_qp_ep, iface->qp_ep, ep->tgt->qp_num);
+        if (it != kh_end(iface->qp_ep)) {
+            kh_del(ib2_qp_ep, iface->qp_ep, it);
+        }
+        if (ibv_destroy_qp(ep->tgt) != 0) {
+            ucs_warn("ibv_destroy_qp(TGT 0x%x) failed: %m",
+                     ep->tgt->qp_num);
+        }
+        ep->tgt = NULL;
+    }
+    ucs_free(ep->txq[0].am_queues);
+    ep->txq[0].am_queues = NULL;
+}
+
+/* The peer's INI QP finds ours gone: its sends fail, as on RC. */
+void ib2_xrc_ep_to_error(ib2_ep_t *ep)
+{
+    struct ibv_qp_attr attr;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_ERR;
+    if (ibv_modify_qp(ep->tgt, &attr, IBV_QP_STATE) != 0) {
+        ucs_debug("TGT QP 0x%x to ERR failed: %m", ep->tgt->qp_num);
+    }
+}
+
+size_t ib2_xrc_ep_addr_len(const ib2_iface_t *iface)
+{
+    return offsetof(ib2_xrc_ep_addr_t, srqn) + 3 * iface->rq.count;
+}
+
+void ib2_xrc_ep_pack(ib2_ep_t *ep, void *addr)
+{
+    ib2_iface_t *iface     = ep->iface;
+    ib2_xrc_ep_addr_t *out = addr;
+    unsigned q;
+
+    out->rq_hash = iface->rq_hash;
+    ib2_wire_put24(out->ini_qpn, ep->txq[0].qp->qp_num);
+    ib2_wire_put24(out->tgt_qpn, ep->tgt->qp_num);
+    for (q = 0; q < iface->rq.count; ++q) {
+        ib2_wire_put24(out->srqn[q], iface->rxq[q].srqn);
+    }
+}
+
+/* INI QP to the peer's TGT QP, our TGT QP to the peer's INI QP; every
+ * number checked first (0 is never a QP or SRQ number). */
+ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
+                                const void *addr)
+{
+    ib2_iface_t *iface           = ep->iface;
+    const ib2_xrc_ep_addr_t *in  = addr;
+    uint32_t ini                 = ib2_wire_get24(in->ini_qpn);
+    uint32_t tgt                 = ib2_wire_get24(in->tgt_qpn);
+    uint32_t srqn[IB2_MAX_QUEUES];
+    ucs_status_t status;
+    unsigned q;
+
+    for (q = 0; q < iface->rq.count; ++q) {
+        srqn[q] = ib2_wire_get24(in->srqn[q]);
+        if (srqn[q] == 0) {
+            break;
+        }
+    }
+    if ((ini == 0) || (tgt == 0) || (q < iface->rq.count)) {
+        ucs_error("%s:%u: malformed X queue endpoint address from the peer "
+                  "(INI QP 0x%x, TGT QP 0x%x, SRQ of queue %u 0: %s): not "
+                  "connected", iface->md->name, iface->port, ini, tgt,
+                  q + 1, (q < iface->rq.count) ? "yes" : "no");
+        return UCS_ERR_INVALID_ADDR;
+    }
+    memcpy(ep->x_srqn, srqn, iface->rq.count * sizeof(*srqn));
+    status = ib2_qp_connect(iface, ep->txq[0].qp, 0, remote, tgt);
+    if (status != UCS_OK) {
+        return status;
+    }
+    return ib2_qp_connect(iface, ep->tgt, 0, remote, ini);
+}
+
+/* `count` active messages from the first completed: each gives its queue
+ * its credit back (what S queues do per QP). */
+void ib2_xrc_ams_completed(ib2_ep_t *ep, uint32_t first, uint32_t count)
+{
+    ib2_ep_txq_t *txq = &ep->txq[0];
+    uint32_t i;
+    unsigned q;
+
+    for (i = 0; i < count; ++i) {
+        q = txq->am_queues[(first + i) & txq->am_seq_mask];
+        ucs_assert(q < ep->iface->rq.count);
+        ++ep->txq[q].credits;
+        ucs_assertv(ep->txq[q].credits <=
+                    (int32_t)ep->iface->rq.q[q].max_pending,
+                    "ep %p queue %u: %d credits", ep, q, ep->txq[q].credits);
+    }
+}

@@ -1,0 +1,280 @@
+/*
+ * X queues across processes: one process has endpoints to three others
+ * (all on one softverbs device, one "node"), each through its own XRC INI
+ * QP into the peer's XRC SRQs; messages go both ways and RDMA reaches each
+ * peer's memory. Then one of the three is killed: only the endpoint to it
+ * fails, and the other two carry on (docs/uct_ib2.md, "X queues").
+ */
+#include "ib2_data.h"
+
+#include "softverbs.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+using namespace ib2t;
+
+namespace {
+
+constexpr const char *kXSpec  = "X,256,256,128,32:X,8256,64,32,16";
+constexpr unsigned kXQueues   = 2;
+constexpr unsigned kPeers     = 3;
+constexpr size_t kXMem        = 1 << 16;
+constexpr uint8_t kXAmBase    = 10;      /* peer i's messages: id 10 + i */
+
+EntityParams xrc_params()
+{
+    /* a dead peer is found within a few 20 ms retries */
+    return with_env({{"UCX_IB2_RECEIVE_QUEUES", kXSpec},
+                     {"UCX_IB2_TIMEOUT", "20ms"},
+                     {"UCX_IB2_RETRY_COUNT", "2"}});
+}
+
+struct XCard {
+    std::vector<char> dev, ep, rkey;
+    uint64_t          addr = 0;
+
+    bool send(Chan &ch) const
+    {
+        return ch.send_blob(dev) && ch.send_blob(ep) && ch.send_blob(rkey) &&
+               ch.send_val(addr);
+    }
+    bool recv(Chan &ch)
+    {
+        return ch.recv_blob(dev) && ch.recv_blob(ep) && ch.recv_blob(rkey) &&
+               ch.recv_val(addr);
+    }
+};
+
+XCard xcard(Entity &e, uct_ep_h ep, Mem *m)
+{
+    XCard c;
+
+    c.dev  = e.dev_addr();
+    c.ep   = e.ep_addr(ep);
+    c.rkey = m->rkey_buf;
+    c.addr = m->addr();
+    return c;
+}
+
+/* Peer `index`: its memory holds the pattern of seed 100 + index; it
+ * echoes every active message back and quits when told ('q'). */
+int xrc_peer(Chan &ch, unsigned index)
+{
+    Entity e(xrc_params());
+    IB2_CHILD_CHECK(e.ok(), 10);
+    uct_ep_h ep = e.ep_create();
+    IB2_CHILD_CHECK(ep != nullptr, 11);
+    Mem *m = e.alloc(kXMem);
+    fill(m->p, kXMem, 100 + index);
+    IB2_CHILD_CHECK(xcard(e, ep, m).send(ch), 12);
+    XCard peer;
+    IB2_CHILD_CHECK(peer.recv(ch), 13);
+    IB2_CHILD_CHECK(uct_ep_connect_to_ep(
+                        ep, (const uct_device_addr_t *)peer.dev.data(),
+                        (const uct_ep_addr_t *)peer.ep.data()) == UCS_OK, 14);
+    IB2_CHILD_CHECK(ch.send_val('c'), 15);
+
+    std::vector<Msg> echo;
+    e.am_cb = [&](uint8_t id, void *data, size_t len, unsigned) {
+        const uint8_t *d = static_cast<const uint8_t *>(data);
+        echo.push_back({id, std::vector<uint8_t>(d, d + len), 0});
+        return UCS_OK;
+    };
+    Deadline d(60000);
+    size_t next = 0;
+    while (!d.expired()) {
+        e.progress();
+        while (next < echo.size()) {
+            Bytes b = {echo[next].data.data(), echo[next].data.size()};
+            ssize_t r = uct_ep_am_bcopy(ep, echo[next].id, pack_bytes, &b, 0);
+            if (r == UCS_ERR_NO_RESOURCE) {
+                break;
+            }
+            IB2_CHILD_CHECK(r == (ssize_t)b.n, 16);
+            ++next;
+        }
+        if (ch.readable(0)) {
+            char cmd;
+            IB2_CHILD_CHECK(ch.recv_val(cmd) && cmd == 'q', 17);
+            Deadline f(10000);
+            while (uct_ep_flush(ep, 0, nullptr) != UCS_OK && !f.expired()) {
+                e.progress();
+            }
+            return 0;
+        }
+    }
+    return 30;
+}
+
+bool own_stats(softverbs_proc_stats *out)
+{
+    std::vector<softverbs_proc_stats> all(64);
+    int n = softverbs_stats(all.data(), (int)all.size());
+
+    for (int i = 0; i < std::min(n, (int)all.size()); ++i) {
+        if (all[i].pid == getpid()) {
+            *out = all[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+class XrcPeers : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        for (unsigned i = 0; i < kPeers; ++i) {
+            kids_.emplace_back(new Child([i](Chan &ch) {
+                return xrc_peer(ch, i);
+            }));
+        }
+        /* the peers are forked before this process opens the device */
+        e_.reset(new Entity(xrc_params()));
+        ASSERT_TRUE(e_->ok());
+        local_ = e_->alloc(kXMem);
+        for (unsigned i = 0; i < kPeers; ++i) {
+            Chan &ch = kids_[i]->chan();
+            eps_[i] = e_->ep_create();
+            ASSERT_NE(eps_[i], nullptr);
+            ASSERT_TRUE(peers_[i].recv(ch)) << "no address from peer " << i;
+            ASSERT_TRUE(xcard(*e_, eps_[i], local_).send(ch));
+            ASSERT_EQ(uct_ep_connect_to_ep(
+                          eps_[i],
+                          (const uct_device_addr_t *)peers_[i].dev.data(),
+                          (const uct_ep_addr_t *)peers_[i].ep.data()),
+                      UCS_OK);
+            Entity::unpack(&remote_[i], peers_[i].rkey);
+            char c;
+            ASSERT_TRUE(ch.recv_val(c)) << "peer " << i << " not connected";
+        }
+    }
+
+    void TearDown() override
+    {
+        for (unsigned i = 0; i < kPeers; ++i) {
+            if (remote_[i].rkey.rkey != 0) {
+                uct_rkey_release(ib2_component(), &remote_[i].rkey);
+            }
+        }
+    }
+
+    void progress() { e_->progress(); }
+
+    size_t echoes(unsigned i) const
+    {
+        size_t n = 0;
+        for (const Msg &m : e_->rx) {
+            n += (m.id == kXAmBase + i);
+        }
+        return n;
+    }
+
+    /* `count` messages of both queues' sizes to peer i. */
+    ucs_status_t send_msgs(unsigned i, unsigned count)
+    {
+        for (unsigned k = 0; k < count; ++k) {
+            std::vector<uint8_t> m((k % 2) ? 5000 : 100);
+            fill(m.data(), m.size(), k);
+            Bytes b = {m.data(), m.size()};
+            ssize_t r;
+            Deadline d;
+            while ((r = uct_ep_am_bcopy(eps_[i], kXAmBase + i, pack_bytes,
+                                        &b, 0)) == UCS_ERR_NO_RESOURCE &&
+                   !d.expired()) {
+                progress();
+            }
+            if (r != (ssize_t)b.n) {
+                return (r < 0) ? (ucs_status_t)r : UCS_ERR_IO_ERROR;
+            }
+        }
+        return UCS_OK;
+    }
+
+    /* Reads peer i's memory and checks its pattern. */
+    void check_get(unsigned i)
+    {
+        std::vector<uct_iov_t> iov = make_iov(local_, 0, 4096, 1);
+        Comp c;
+        ucs_status_t st = retry([&] {
+            return uct_ep_get_zcopy(eps_[i], iov.data(), 1,
+                                    peers_[i].addr + 8, remote_[i].rkey.rkey,
+                                    &c.c);
+        }, [&] { progress(); });
+        if (st == UCS_INPROGRESS) {
+            ASSERT_TRUE(wait_for([&] { return c.calls > 0; },
+                                 [&] { progress(); }));
+            st = c.status;
+        }
+        ASSERT_EQ(st, UCS_OK) << "get from peer " << i;
+        std::vector<uint8_t> want(4096 + 8);
+        fill(want.data(), want.size(), 100 + i);
+        ASSERT_EQ(memcmp(local_->p, want.data() + 8, 4096), 0)
+            << "peer " << i << "'s memory";
+    }
+
+    std::unique_ptr<Entity>             e_;
+    Mem                                 *local_ = nullptr;
+    std::vector<std::unique_ptr<Child>> kids_;
+    uct_ep_h                            eps_[kPeers] = {};
+    XCard                               peers_[kPeers];
+    Mem                                 remote_[kPeers];
+};
+
+} // namespace
+
+TEST_F(XrcPeers, KilledPeerFailsOnlyItsEndpoint)
+{
+    /* QPs: one INI (send) and one TGT (receive) QP per endpoint, no RC
+     * QP; one XRC SRQ per X queue */
+    softverbs_proc_stats st;
+    ASSERT_TRUE(own_stats(&st));
+    EXPECT_EQ(st.qp_rc, 0u);
+    EXPECT_EQ(st.qp_xrc_ini, kPeers);
+    EXPECT_EQ(st.qp_xrc_tgt, kPeers);
+    EXPECT_EQ(st.srq_xrc, kXQueues);
+
+    for (unsigned i = 0; i < kPeers; ++i) {
+        ASSERT_EQ(send_msgs(i, 100), UCS_OK) << "peer " << i;
+    }
+    for (unsigned i = 0; i < kPeers; ++i) {
+        ASSERT_TRUE(wait_for([&] { return echoes(i) == 100; },
+                             [&] { progress(); }))
+            << echoes(i) << " of 100 echoes from peer " << i;
+        check_get(i);
+    }
+    ASSERT_TRUE(e_->errors.empty());
+
+    /* peer 1 dies; traffic to all three until its endpoint is reported */
+    kids_[1]->kill9();
+    Deadline d(5000);
+    while (e_->errors.empty() && !d.expired()) {
+        for (unsigned i = 0; i < kPeers; ++i) {
+            std::vector<uint8_t> m(64, 1);
+            Bytes b = {m.data(), m.size()};
+            uct_ep_am_bcopy(eps_[i], 1, pack_bytes, &b, 0);
+        }
+        progress();
+    }
+    ASSERT_EQ(e_->errors.size(), 1u) << "no failure within 5 s of SIGKILL";
+    EXPECT_EQ(e_->errors[0].first, eps_[1]) << "the dead peer's endpoint";
+
+    /* the neighbours: messages both ways, RDMA, and no failure */
+    e_->rx.clear();
+    for (unsigned i : {0u, 2u}) {
+        ASSERT_EQ(send_msgs(i, 200), UCS_OK) << "peer " << i;
+    }
+    for (unsigned i : {0u, 2u}) {
+        ASSERT_TRUE(wait_for([&] { return echoes(i) == 200; },
+                             [&] { progress(); }))
+            << echoes(i) << " of 200 echoes from peer " << i
+            << " after its neighbour died";
+        check_get(i);
+    }
+    EXPECT_EQ(e_->errors.size(), 1u);
+    for (unsigned i : {0u, 2u}) {
+        ASSERT_TRUE(kids_[i]->chan().send_val('q'));
+        EXPECT_EQ(kids_[i]->wait(), 0) << "peer " << i;
+    }
+}
