@@ -278,3 +278,44 @@ TEST_F(XrcPeers, KilledPeerFailsOnlyItsEndpoint)
         EXPECT_EQ(kids_[i]->wait(), 0) << "peer " << i;
     }
 }
+
+TEST(Xrc, MalformedAddressRefused)
+{
+    /* an X endpoint address with a zero QP or SRQ number connects
+     * nothing; the intact one then connects and carries a message */
+    Entity e(xrc_params());
+    ASSERT_TRUE(e.ok());
+    uct_ep_h a = e.ep_create(), b = e.ep_create();
+    ASSERT_TRUE(a && b);
+    std::vector<char> dev = e.dev_addr(), good = e.ep_addr(b);
+    ASSERT_EQ(good.size(), 4u + 6u + 3u * kXQueues);
+    /* INI QP, TGT QP, the last queue's SRQ */
+    for (size_t off : {(size_t)4, (size_t)7, good.size() - 3}) {
+        std::vector<char> bad = good;
+        memset(&bad[off], 0, 3);
+        EXPECT_EQ(uct_ep_connect_to_ep(a, (const uct_device_addr_t *)
+                                       dev.data(),
+                                       (const uct_ep_addr_t *)bad.data()),
+                  UCS_ERR_INVALID_ADDR) << "zero 24 bits at " << off;
+    }
+    connect_pair(e, a, e, b);
+    ASSERT_EQ(retry([&] { return uct_ep_am_short(a, 3, 42, nullptr, 0); },
+                    [&] { e.progress(); }), UCS_OK);
+    EXPECT_TRUE(wait_for([&] { return !e.rx.empty(); },
+                         [&] { e.progress(); }));
+    EXPECT_TRUE(e.errors.empty());
+}
+
+TEST(Xrc, PeerWithOtherQueuesRefused)
+{
+    /* an S peer's address (another queue hash) is refused by an X end */
+    Entity x(xrc_params());
+    Entity s(with_env({{"UCX_IB2_RECEIVE_QUEUES",
+                        "S,256,256,128,32:S,8256,64,32,16"}}));
+    ASSERT_TRUE(x.ok() && s.ok());
+    uct_ep_h xe = x.ep_create(), se = s.ep_create();
+    std::vector<char> dev = s.dev_addr(), addr = s.ep_addr(se);
+    EXPECT_EQ(uct_ep_connect_to_ep(xe, (const uct_device_addr_t *)dev.data(),
+                                   (const uct_ep_addr_t *)addr.data()),
+              UCS_ERR_UNREACHABLE);
+}
