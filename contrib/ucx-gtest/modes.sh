@@ -8,7 +8,9 @@
 #   X       rc_ib2 with X (XRC) queues only
 # The P, S and X queue sets are the ones suite 30 runs ucx_perftest with.
 
-UCXG_MODES="verbs mixed P S X"
+# IB2_UCXG_MODES runs a subset (e.g. "verbs X"); rc_ib2's results are
+# compared with rc_verbs', so keep verbs in it.
+UCXG_MODES=${IB2_UCXG_MODES:-"verbs mixed P S X"}
 
 ucxg_mode_tl() {   # ucxg_mode_tl MODE: print the transport name
     case $1 in
