@@ -1,6 +1,6 @@
 /*
  * X (XRC) receive queues: one XRC SRQ per X queue per interface, in the
- * interface's own XRC domain, and per endpoint one INI QP (which sends
+ * process's XRC domain of the device, and per endpoint one INI QP (which sends
  * every operation of the endpoint, naming the peer's SRQ of the message's
  * queue in each request) and one TGT QP (where the peer's INI QP lands;
  * it delivers into any of our SRQs).
@@ -18,6 +18,34 @@
 #include "ib2_tx.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/*
+ * The file every interface of the process opens its XRC domain through:
+ * one domain per device for the whole process, not one per interface
+ * (UCX's tests open dozens of memory domains in one process, and devices
+ * limit domains: softverbs to 64 per segment). Unlinked at once, so no
+ * other process can name it; a forked child shares it, which lets nobody
+ * reach anything it is not told the number of.
+ */
+static int            ib2_xrc_fd = -1;
+static pthread_once_t ib2_xrc_fd_once = PTHREAD_ONCE_INIT;
+
+static void ib2_xrc_fd_open(void)
+{
+    char path[] = "/tmp/ib2-xrcd-XXXXXX";
+
+    ib2_xrc_fd = mkstemp(path);
+    if (ib2_xrc_fd >= 0) {
+        unlink(path);
+        (void)fcntl(ib2_xrc_fd, F_SETFD, FD_CLOEXEC);
+    } else {
+        ucs_debug("mkstemp(%s) failed: %m; each interface gets a private "
+                  "XRC domain", path);
+    }
+}
 
 ucs_status_t ib2_xrc_open(ib2_iface_t *iface)
 {
@@ -29,11 +57,12 @@ ucs_status_t ib2_xrc_open(ib2_iface_t *iface)
                   iface->md->name);
         return UCS_ERR_UNSUPPORTED;
     }
-    /* A domain of our own (no file): the TGT QPs that reach our SRQs are
-     * our endpoints', so no other process needs to share it. */
+    /* The process's domain (see ib2_xrc_fd): the TGT QPs that reach our
+     * SRQs are our endpoints', so no other process needs to share it. */
+    pthread_once(&ib2_xrc_fd_once, ib2_xrc_fd_open);
     memset(&attr, 0, sizeof(attr));
     attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
-    attr.fd        = -1;
+    attr.fd        = ib2_xrc_fd;
     attr.oflags    = O_CREAT;
     iface->xrcd    = ibv_open_xrcd(iface->md->ctx, &attr);
     if (iface->xrcd == NULL) {
@@ -236,18 +265,20 @@ ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
     ucs_status_t status;
     unsigned q;
 
+    if ((ini == 0) || (tgt == 0)) {
+        ucs_error("%s:%u: malformed X queue endpoint address from the peer "
+                  "(INI QP 0x%x, TGT QP 0x%x): not connected",
+                  iface->md->name, iface->port, ini, tgt);
+        return UCS_ERR_INVALID_ADDR;
+    }
     for (q = 0; q < iface->rq.count; ++q) {
         srqn[q] = ib2_wire_get24(in->srqn[q]);
         if (srqn[q] == 0) {
-            break;
+            ucs_error("%s:%u: malformed X queue endpoint address from the "
+                      "peer (no SRQ for queue %u): not connected",
+                      iface->md->name, iface->port, q + 1);
+            return UCS_ERR_INVALID_ADDR;
         }
-    }
-    if ((ini == 0) || (tgt == 0) || (q < iface->rq.count)) {
-        ucs_error("%s:%u: malformed X queue endpoint address from the peer "
-                  "(INI QP 0x%x, TGT QP 0x%x, SRQ of queue %u 0: %s): not "
-                  "connected", iface->md->name, iface->port, ini, tgt,
-                  q + 1, (q < iface->rq.count) ? "yes" : "no");
-        return UCS_ERR_INVALID_ADDR;
     }
     memcpy(ep->x_srqn, srqn, iface->rq.count * sizeof(*srqn));
     status = ib2_qp_connect(iface, ep->txq[0].qp, 0, remote, tgt);
