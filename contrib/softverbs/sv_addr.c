@@ -325,6 +325,14 @@ int sv_addr_opt_ip(struct sv_config *cfg, uint32_t dev, uint32_t port,
                  "long", port, d->name);
         return -1;
     }
+    /* strtok skips empty pieces: '+' at an end, or two together */
+    if (val[0] == '+' || val[strlen(val) - 1] == '+' ||
+        strstr(val, "++") != NULL) {
+        snprintf(err, errlen, "SOFTVERBS_DEVICES: p%u.ip='%s' of '%s' has "
+                 "an empty address: join addresses with single '+', e.g. "
+                 "p%u.ip=10.0.0.1+fd00::1", port, val, d->name, port);
+        return -1;
+    }
     strcpy(buf, val);
     for (a = strtok_r(buf, "+", &save); a != NULL;
          a = strtok_r(NULL, "+", &save)) {

@@ -60,6 +60,7 @@ SV_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd,
     }
     ah->attr       = *attr;
     ah->dev        = (uint8_t)d;
+    atomic_fetch_add(&sv_ctx(pd->context)->n_ah, 1);
     ah->ah.context = pd->context;
     ah->ah.pd      = pd;
     ah->ah.handle  = 0;
@@ -71,6 +72,7 @@ SV_EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
     struct sv_ah *ah = (struct sv_ah *)ibah;
 
     sv_local_count_put(1, ah->dev);
+    atomic_fetch_sub(&sv_ctx(ibah->context)->n_ah, 1);
     free(ah);
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 struct sv_num_opt {
@@ -53,25 +54,91 @@ static const struct sv_num_opt sv_num_opts[] = {
     SV_OPT32("SOFTVERBS_PIN",            pin,            1, 0, 1),
 };
 
+/* Digits only (strtoull would take a sign, spaces, and a leading 0 as
+ * octal), and a suffix that does not overflow. */
 int sv_parse_u64(const char *s, uint64_t *v)
 {
-    char *end;
-    unsigned long long x;
+    unsigned base = 10, shift = 0, d;
+    uint64_t x = 0;
+    const char *p = s;
 
-    errno = 0;
-    x = strtoull(s, &end, 0);
-    if (errno || end == s) {
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+        base = 16;
+        p   += 2;
+    }
+    for (s = p;; ++p) {
+        if (*p >= '0' && *p <= '9') {
+            d = (unsigned)(*p - '0');
+        } else if (base == 16 && (*p | 0x20) >= 'a' && (*p | 0x20) <= 'f') {
+            d = (unsigned)((*p | 0x20) - 'a' + 10);
+        } else {
+            break;
+        }
+        if (x > (UINT64_MAX - d) / base) {
+            return -1;
+        }
+        x = x * base + d;
+    }
+    if (p == s) {
         return -1;
     }
-    switch (*end) {
-    case 'k': case 'K': x <<= 10; end++; break;
-    case 'm': case 'M': x <<= 20; end++; break;
-    case 'g': case 'G': x <<= 30; end++; break;
-    case 't': case 'T': x <<= 40; end++; break;
+    switch (*p) {
+    case 'k': case 'K': shift = 10; p++; break;
+    case 'm': case 'M': shift = 20; p++; break;
+    case 'g': case 'G': shift = 30; p++; break;
+    case 't': case 'T': shift = 40; p++; break;
     default: break;
     }
-    if (*end != '\0') {
+    if (*p != '\0' || (shift && x > (UINT64_MAX >> shift))) {
         return -1;
+    }
+    *v = x << shift;
+    return 0;
+}
+
+int sv_parse_bool(const char *s, int *v)
+{
+    static const char *const on[] = { "1", "yes", "true", "on" };
+    static const char *const off[] = { "", "0", "no", "false", "off" };
+    size_t i;
+
+    for (i = 0; i < SV_ARRAY_SIZE(on); ++i) {
+        if (!strcasecmp(s, on[i])) {
+            *v = 1;
+            return 0;
+        }
+    }
+    for (i = 0; i < SV_ARRAY_SIZE(off); ++i) {
+        if (!strcasecmp(s, off[i])) {
+            *v = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int sv_parse_prefix(const char *s, uint64_t *v)
+{
+    uint64_t x = 0;
+    int g, n;
+
+    for (g = 0; g < 4; ++g) {
+        unsigned grp = 0;
+
+        for (n = 0; n < 5; ++n, ++s) {
+            if (*s >= '0' && *s <= '9') {
+                grp = grp * 16 + (unsigned)(*s - '0');
+            } else if ((*s | 0x20) >= 'a' && (*s | 0x20) <= 'f') {
+                grp = grp * 16 + (unsigned)((*s | 0x20) - 'a' + 10);
+            } else {
+                break;
+            }
+        }
+        if (n == 0 || n > 4 || *s != (g < 3 ? ':' : '\0')) {
+            return -1;
+        }
+        x = (x << 16) | grp;
+        ++s;
     }
     *v = x;
     return 0;
@@ -228,17 +295,26 @@ int sv_config_load(struct sv_config *cfg, char *err, size_t errlen)
 
     cfg->subnet_prefix = 0xfe80000000000000ULL;
     s = getenv("SOFTVERBS_SUBNET_PREFIX");
-    if (s != NULL && *s != '\0') {
-        unsigned a, b, c, d;
+    if (s != NULL && *s != '\0' && sv_parse_prefix(s, &cfg->subnet_prefix)) {
+        snprintf(err, errlen, "SOFTVERBS_SUBNET_PREFIX='%s' is invalid: give "
+                 "four groups of 1 to 4 hex digits, e.g. fe80:0:0:0", s);
+        return -1;
+    }
 
-        if (sscanf(s, "%x:%x:%x:%x", &a, &b, &c, &d) != 4 ||
-            (a | b | c | d) > 0xffff) {
-            snprintf(err, errlen, "SOFTVERBS_SUBNET_PREFIX='%s' is invalid: "
-                     "give four hex groups, e.g. fe80:0:0:0", s);
-            return -1;
-        }
-        cfg->subnet_prefix = ((uint64_t)a << 48) | ((uint64_t)b << 32) |
-                             ((uint64_t)c << 16) | d;
+    /* per process, not part of the segment's configuration: checked here
+     * so that a value that means nothing stops the process at once */
+    s = getenv("SOFTVERBS_PIN_ABORT");
+    if (s != NULL && sv_parse_bool(s, &(int){ 0 })) {
+        snprintf(err, errlen, "SOFTVERBS_PIN_ABORT='%s' is invalid: give 1, "
+                 "yes, true or on to abort at a stale access, 0, no, false "
+                 "or off not to", s);
+        return -1;
+    }
+    s = getenv("SOFTVERBS_FORK");
+    if (s != NULL && *s != '\0' && strcmp(s, "copy") != 0) {
+        snprintf(err, errlen, "SOFTVERBS_FORK='%s' is invalid: give copy (the "
+                 "kernel copies pinned pages at fork), or leave it unset", s);
+        return -1;
     }
 
     s = getenv("SOFTVERBS_FW_VER");

@@ -229,10 +229,80 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
     return c;
 }
 
+/* Objects of this context left when it is closed go with it, as the
+ * kernel destroys a device file's objects when the file is released
+ * (rdma-core's ibv_close_device does not look for them and returns 0):
+ * QPs, SRQs, CQs and memory regions, and the PDs and AHs are no longer
+ * counted. Their events are taken as acknowledged: nobody can any more.
+ * The program's handles to them dangle, as they would. Not XRC domains
+ * (their users of other processes share them); completion channels are
+ * their own files, closed by ibv_destroy_comp_channel. */
+static void sv_close_objects(struct ibv_context *c)
+{
+    struct sv_context *ctx = sv_ctx(c);
+    uint32_t i, n, k;
+    void *o;
+
+    n = sv_g.hdr->table[SV_T_QP].count;
+    for (i = 0; i < n; ++i) {
+        /* a shared TGT QP's slot may name another handle once one goes */
+        while ((o = sv_local_get(SV_T_QP, i)) != NULL &&
+               ((struct sv_qp *)o)->ctx == ctx) {
+            struct ibv_qp *q = &((struct sv_qp *)o)->qpx.qp_base;
+
+            pthread_mutex_lock(&q->mutex);
+            q->events_completed = ((struct sv_qp *)o)->async_events;
+            pthread_mutex_unlock(&q->mutex);
+            if (ibv_destroy_qp(q) != 0) {
+                break;
+            }
+        }
+    }
+    n = sv_g.hdr->table[SV_T_SRQ].count;
+    for (i = 0; i < n; ++i) {
+        o = sv_local_get(SV_T_SRQ, i);
+        if (o != NULL && ((struct sv_srq *)o)->srq.context == c) {
+            struct ibv_srq *s = &((struct sv_srq *)o)->srq;
+
+            pthread_mutex_lock(&s->mutex);
+            s->events_completed = ((struct sv_srq *)o)->async_events;
+            pthread_mutex_unlock(&s->mutex);
+            ibv_destroy_srq(s);
+        }
+    }
+    n = sv_g.hdr->table[SV_T_CQ].count;
+    for (i = 0; i < n; ++i) {
+        o = sv_local_get(SV_T_CQ, i);
+        if (o != NULL && ((struct sv_cq *)o)->cq.context == c) {
+            struct ibv_cq *q = ibv_cq_ex_to_cq(&((struct sv_cq *)o)->cq);
+
+            pthread_mutex_lock(&q->mutex);
+            q->comp_events_completed  = ((struct sv_cq *)o)->comp_events;
+            q->async_events_completed = ((struct sv_cq *)o)->async_events;
+            pthread_mutex_unlock(&q->mutex);
+            ibv_destroy_cq(q);
+        }
+    }
+    n = sv_g.hdr->table[SV_T_MR].count;
+    for (i = 0; i < n; ++i) {
+        o = sv_local_get(SV_T_MR, i);
+        if (o != NULL && ((struct sv_mr *)o)->mr.context == c) {
+            ibv_dereg_mr(&((struct sv_mr *)o)->mr);
+        }
+    }
+    for (k = atomic_exchange(&ctx->n_pd, 0); k > 0; --k) {
+        sv_local_count_put(0, ctx->dev->index);
+    }
+    for (k = atomic_exchange(&ctx->n_ah, 0); k > 0; --k) {
+        sv_local_count_put(1, ctx->dev->index);
+    }
+}
+
 SV_EXPORT int ibv_close_device(struct ibv_context *c)
 {
     struct sv_context *ctx = sv_ctx(c);
 
+    sv_close_objects(c);
     sv_evq_destroy(ctx->async);
     free(ctx->async);
     if (c->cmd_fd >= 0) {

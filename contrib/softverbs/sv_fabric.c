@@ -26,9 +26,6 @@ static int sv_opt_subnet(struct sv_config *cfg, uint32_t dev, uint32_t port,
                          const char *val, char *err, size_t errlen)
 {
     struct sv_dev_config *d = &cfg->dev[dev];
-    unsigned a, b, c, e;
-    char tail;
-
     if (d->link != SV_LINK_IB) {
         snprintf(err, errlen, "SOFTVERBS_DEVICES: p%u.subnet of '%s': a "
                  "subnet prefix belongs to InfiniBand ports; RoCE and iWARP "
@@ -36,15 +33,12 @@ static int sv_opt_subnet(struct sv_config *cfg, uint32_t dev, uint32_t port,
                  d->name);
         return -1;
     }
-    if (sscanf(val, "%x:%x:%x:%x%c", &a, &b, &c, &e, &tail) != 4 ||
-        (a | b | c | e) > 0xffff) {
+    if (sv_parse_prefix(val, &d->subnet[port - 1])) {
         snprintf(err, errlen, "SOFTVERBS_DEVICES: p%u.subnet='%s' of '%s' "
-                 "is not a subnet prefix: give four hex groups, e.g. "
-                 "fe80:0:0:1", port, val, d->name);
+                 "is not a subnet prefix: give four groups of 1 to 4 hex "
+                 "digits, e.g. fe80:0:0:1", port, val, d->name);
         return -1;
     }
-    d->subnet[port - 1] = ((uint64_t)a << 48) | ((uint64_t)b << 32) |
-                          ((uint64_t)c << 16) | e;
     if (d->subnet[port - 1] == 0) {
         snprintf(err, errlen, "SOFTVERBS_DEVICES: p%u.subnet of '%s' cannot "
                  "be 0:0:0:0", port, d->name);
@@ -115,6 +109,7 @@ int sv_dev_options(struct sv_config *cfg, uint32_t dev, char *opts,
 {
     struct sv_dev_config *d = &cfg->dev[dev];
     char *save = NULL, *o;
+    uint32_t given[SV_ARRAY_SIZE(sv_dev_opts)] = { 0 }; /* bit: port */
 
     for (o = strtok_r(opts, "/", &save); o != NULL;
          o = strtok_r(NULL, "/", &save)) {
@@ -159,6 +154,15 @@ int sv_dev_options(struct sv_config *cfg, uint32_t dev, char *opts,
                      sv_dev_opts[i].per_port ? "pN." : "", key);
             return -1;
         }
+        /* the last would win silently (the fault grammar refuses a
+         * repeated key too) */
+        if (given[i] & (1u << port)) {
+            snprintf(err, errlen, "SOFTVERBS_DEVICES: option '%s%.0u%s%s' "
+                     "of '%s' is given twice: give it once", port ? "p" : "",
+                     port, port ? "." : "", key, d->name);
+            return -1;
+        }
+        given[i] |= 1u << port;
         if (sv_dev_opts[i].parse(cfg, dev, port, val, err, errlen)) {
             return -1;
         }

@@ -290,7 +290,7 @@ uint64_t sv_fault_cq(uint32_t cq_handle, uint64_t tail)
 
 SV_EXPORT int softverbs_faults(const char *spec, char *err, size_t errlen)
 {
-    char buf[256];
+    char buf[4096];
     int rc;
 
     if (sv_attach() != 0) {

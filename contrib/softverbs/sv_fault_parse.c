@@ -9,6 +9,7 @@
 #include "sv_fault.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,13 +71,105 @@ struct sv_parse {
     const char *text;           /* the item, for messages */
 };
 
-#define SV_PERR(p, ...)                                                    \
-    do {                                                                   \
-        char m_[192];                                                      \
-        snprintf(m_, sizeof(m_), __VA_ARGS__);                             \
-        snprintf((p)->err, (p)->errlen, "SOFTVERBS_FAULTS: item %d ('%s'): " \
-                 "%s", (p)->item, (p)->text, m_);                          \
-    } while (0)
+/* The message is formatted whole into the caller's buffer: a long value
+ * quoted in it must not push out the advice that follows. */
+static void sv_perr(struct sv_parse *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sv_perr(struct sv_parse *p, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (p->err == NULL || p->errlen == 0) {
+        return;
+    }
+    n = snprintf(p->err, p->errlen, "SOFTVERBS_FAULTS: item %d ('%s'): ",
+                 p->item, p->text);
+    if (n < 0 || (size_t)n >= p->errlen) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+#define SV_PERR(p, ...) sv_perr((p), __VA_ARGS__)
+
+/* Whole numbers are decimal digits only: no sign (strtoull would wrap
+ * "-1" to 2^64-1), no base prefix (a leading 0 would mean octal), no
+ * spaces. Then an optional size suffix (sizes only), checked for
+ * overflow. 0; -1: not a number; -2: above max. */
+static int sv_parse_dec(const char *s, int sizes, uint64_t max, uint64_t *v)
+{
+    uint64_t x = 0;
+    unsigned shift = 0;
+
+    if (*s < '0' || *s > '9') {
+        return -1;
+    }
+    for (; *s >= '0' && *s <= '9'; ++s) {
+        unsigned d = (unsigned)(*s - '0');
+
+        if (x > (UINT64_MAX - d) / 10) {
+            return -2;
+        }
+        x = x * 10 + d;
+    }
+    if (sizes && *s != '\0' && s[1] == '\0') {
+        switch (*s) {
+        case 'k': case 'K': shift = 10; ++s; break;
+        case 'm': case 'M': shift = 20; ++s; break;
+        case 'g': case 'G': shift = 30; ++s; break;
+        case 't': case 'T': shift = 40; ++s; break;
+        default: break;
+        }
+    }
+    if (*s != '\0') {
+        return -1;
+    }
+    if (shift != 0 && x > (UINT64_MAX >> shift)) {
+        return -2;
+    }
+    x <<= shift;
+    if (x > max) {
+        return -2;
+    }
+    *v = x;
+    return 0;
+}
+
+/* A handle or key: decimal, or hexadecimal after 0x (as they are
+ * printed). 0, -1 or -2 as sv_parse_dec. */
+static int sv_parse_handle(const char *s, uint64_t *v)
+{
+    uint64_t x = 0;
+
+    if (s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) {
+        return sv_parse_dec(s, 0, UINT32_MAX, v);
+    }
+    s += 2;
+    if (*s == '\0') {
+        return -1;
+    }
+    for (; *s != '\0'; ++s) {
+        unsigned d;
+
+        if (*s >= '0' && *s <= '9') {
+            d = (unsigned)(*s - '0');
+        } else if ((*s | 0x20) >= 'a' && (*s | 0x20) <= 'f') {
+            d = (unsigned)((*s | 0x20) - 'a' + 10);
+        } else {
+            return -1;
+        }
+        if (x > (UINT32_MAX - d) / 16) {
+            return -2;
+        }
+        x = x * 16 + d;
+    }
+    *v = x;
+    return 0;
+}
 
 static int sv_parse_obj(struct sv_parse *p, const char *key, const char *v,
                         struct sv_obj_filter *o)
@@ -88,18 +181,20 @@ static int sv_parse_obj(struct sv_parse *p, const char *key, const char *v,
         return 0;
     }
     if (v[0] == '#') {
-        if (sv_parse_u64(v + 1, &n) || n < 1 || n > UINT32_MAX) {
-            SV_PERR(p, "%s=%s: an ordinal is #1, #2, ... (the first, "
-                    "second, ... created after the rules are set)", key, v);
+        if (sv_parse_dec(v + 1, 0, UINT32_MAX, &n) || n < 1) {
+            SV_PERR(p, "%s=%s: an ordinal is #1, #2, ... up to #%" PRIu32
+                    " in decimal (the first, second, ... created after the "
+                    "rules are set)", key, v, UINT32_MAX);
             return -1;
         }
         o->kind = SV_OBJ_ORDINAL;
         o->v    = (uint32_t)n;
         return 0;
     }
-    if (sv_parse_u64(v, &n) || n == 0 || n > UINT32_MAX) {
-        SV_PERR(p, "%s=%s: give 'any', an ordinal '#N', or a number (QPN, "
-                "SRQ number, CQ handle or key, e.g. 0x1a2b)", key, v);
+    if (sv_parse_handle(v, &n) || n == 0) {
+        SV_PERR(p, "%s=%s: give 'any', an ordinal '#N', or a number from 1 "
+                "to 0xffffffff, decimal or hexadecimal after 0x (QPN, SRQ "
+                "number, CQ handle or key, e.g. 0x1a2b)", key, v);
         return -1;
     }
     o->kind = SV_OBJ_HANDLE;
@@ -109,34 +204,36 @@ static int sv_parse_obj(struct sv_parse *p, const char *key, const char *v,
 
 static int sv_parse_ops(struct sv_parse *p, const char *v, uint32_t *ops)
 {
-    char buf[64], *save = NULL, *t;
-    size_t i;
+    const char *t = v;
+    size_t i, len;
 
-    if (strlen(v) >= sizeof(buf)) {
-        SV_PERR(p, "op=%s is too long", v);
-        return -1;
-    }
-    strcpy(buf, v);
     *ops = 0;
-    for (t = strtok_r(buf, "+", &save); t != NULL;
-         t = strtok_r(NULL, "+", &save)) {
+    for (;;) {
+        len = strcspn(t, "+");
         for (i = 0; i < SV_ARRAY_SIZE(sv_op_names); ++i) {
-            if (!strcmp(t, sv_op_names[i])) {
+            if (len == strlen(sv_op_names[i]) &&
+                !strncmp(t, sv_op_names[i], len)) {
                 *ops |= 1u << i;
                 break;
             }
         }
-        if (i == SV_ARRAY_SIZE(sv_op_names)) {
-            SV_PERR(p, "op '%s' is not known: give send, write, read or "
-                    "atomic, joined with '+'", t);
+        if (len == 0) {
+            SV_PERR(p, "op=%s: an op is missing %s '+': give send, write, "
+                    "read or atomic, joined with '+' (e.g. op=send+write)",
+                    v, (t == v) ? "before a" : (t[0] == '\0') ?
+                    "after the last" : "between two");
             return -1;
         }
+        if (i == SV_ARRAY_SIZE(sv_op_names)) {
+            SV_PERR(p, "op '%.*s' is not known: give send, write, read or "
+                    "atomic, joined with '+'", (int)len, t);
+            return -1;
+        }
+        if (t[len] == '\0') {
+            return 0;
+        }
+        t += len + 1;
     }
-    if (*ops == 0) {
-        SV_PERR(p, "op= is empty: give send, write, read or atomic");
-        return -1;
-    }
-    return 0;
 }
 
 static int sv_parse_time(struct sv_parse *p, const char *v, uint64_t *ns)
@@ -144,32 +241,49 @@ static int sv_parse_time(struct sv_parse *p, const char *v, uint64_t *ns)
     static const struct { const char *u; uint64_t mul; } units[] = {
         { "ns", 1 }, { "us", 1000 }, { "ms", 1000000 }, { "s", 1000000000 },
     };
-    char *end;
-    unsigned long long x;
-    size_t i;
+    char num[24];
+    size_t i, digits = strspn(v, "0123456789");
+    uint64_t x;
+    int rc = -1;
 
-    errno = 0;
-    x = strtoull(v, &end, 10);
-    if (errno == 0 && end != v) {
-        for (i = 0; i < SV_ARRAY_SIZE(units); ++i) {
-            if (!strcmp(end, units[i].u) &&
-                x <= UINT64_MAX / units[i].mul / 4) {
+    for (i = 0; digits < sizeof(num) && i < SV_ARRAY_SIZE(units); ++i) {
+        if (!strcmp(v + digits, units[i].u)) {
+            memcpy(num, v, digits);
+            num[digits] = '\0';
+            rc = sv_parse_dec(num, 0, UINT64_MAX / units[i].mul / 4, &x);
+            if (rc == 0) {
                 *ns = x * units[i].mul;
                 return 0;
             }
+            break;
         }
     }
-    SV_PERR(p, "time=%s: give a whole number with a unit, ns, us, ms or s "
-            "(e.g. time=5ms)", v);
+    if (rc == -2 || digits >= sizeof(num)) {
+        SV_PERR(p, "time=%s is too long: at most 2^62 ns (about 146 "
+                "years)", v);
+    } else {
+        SV_PERR(p, "time=%s: give a whole number with a unit, ns, us, ms "
+                "or s, in decimal digits (e.g. time=5ms)", v);
+    }
     return -1;
 }
 
+/* A count (sizes 0) or a size in bytes (sizes 1: k, m, g, t allowed). */
 static int sv_parse_num(struct sv_parse *p, const char *key, const char *v,
-                        uint64_t min, uint64_t *out)
+                        uint64_t min, int sizes, uint64_t *out)
 {
-    if (sv_parse_u64(v, out) || *out < min) {
-        SV_PERR(p, "%s=%s: give a whole number of at least %" PRIu64, key, v,
-                min);
+    int rc = sv_parse_dec(v, sizes, UINT64_MAX, out);
+
+    if (rc == -2) {
+        SV_PERR(p, "%s=%s is too large: give a whole number of at least %"
+                PRIu64 " and below 2^64%s", key, v, min,
+                sizes ? " bytes" : "");
+        return -1;
+    }
+    if (rc != 0 || *out < min) {
+        SV_PERR(p, "%s=%s: give a whole number of at least %" PRIu64
+                " in decimal digits (no sign, no base prefix%s)", key, v,
+                min, sizes ? "; a size may end in k, m, g or t" : "");
         return -1;
     }
     return 0;
@@ -223,23 +337,26 @@ static int sv_parse_kv(struct sv_parse *p, struct sv_fault_rule *r,
     case SV_K_OP:
         return sv_parse_ops(p, v, &r->ops);
     case SV_K_MIN:
-        return sv_parse_num(p, kv, v, 1, &r->min_len);
+        return sv_parse_num(p, kv, v, 1, 1, &r->min_len);
     case SV_K_AFTER:
-        return sv_parse_num(p, kv, v, 0, &r->after);
+        return sv_parse_num(p, kv, v, 0, 0, &r->after);
     case SV_K_EVERY:
-        return sv_parse_num(p, kv, v, 1, &r->every);
+        return sv_parse_num(p, kv, v, 1, 0, &r->every);
     case SV_K_COUNT:
-        return sv_parse_num(p, kv, v, 1, &r->count);
+        return sv_parse_num(p, kv, v, 1, 0, &r->count);
     case SV_K_SEED:
-        return sv_parse_num(p, kv, v, 0, seed);
+        return sv_parse_num(p, kv, v, 0, 0, seed);
     case SV_K_TIME:
         return sv_parse_time(p, v, &r->delay_ns);
     case SV_K_PROB: {
         char *end;
 
+        /* strtod also takes spaces, hexadecimal, inf and nan */
         errno = 0;
         r->prob = strtod(v, &end);
-        if (errno || end == v || *end != '\0' || !(r->prob > 0.0) ||
+        if (v[strspn(v, "0123456789.eE-+")] != '\0' ||
+            !((v[0] >= '0' && v[0] <= '9') || v[0] == '.') ||
+            errno || end == v || *end != '\0' || !(r->prob > 0.0) ||
             r->prob > 1.0) {
             SV_PERR(p, "prob=%s: give a probability above 0 and at most 1 "
                     "(e.g. prob=0.01)", v);
@@ -278,12 +395,15 @@ static char *sv_trim(char *s)
 static int sv_parse_item(struct sv_parse *p, char *item, uint64_t *seed,
                          struct sv_fault_rule *r)
 {
-    char *save = NULL, *name = strtok_r(item, "/", &save), *kv;
+    char *name = item, *kv, *next = strchr(item, '/');
     uint64_t rseed;
     unsigned given = 0;
     int i;
 
     memset(r, 0, sizeof(*r));
+    if (next != NULL) {
+        *next++ = '\0';
+    }
     for (i = 0; i < SV_FP_NUM; ++i) {
         if (!strcmp(name, sv_points[i].name)) {
             break;
@@ -300,7 +420,19 @@ static int sv_parse_item(struct sv_parse *p, char *item, uint64_t *seed,
     r->count  = UINT64_MAX;
     r->status = IBV_WC_RETRY_EXC_ERR;
     rseed     = *seed;
-    while ((kv = strtok_r(NULL, "/", &save)) != NULL) {
+    /* not strtok: an empty KEY=VALUE ('//', a '/' at the end) is an
+     * error, not skipped */
+    while ((kv = next) != NULL) {
+        next = strchr(kv, '/');
+        if (next != NULL) {
+            *next++ = '\0';
+        }
+        if (*kv == '\0') {
+            SV_PERR(p, "a KEY=VALUE is missing %s: remove the extra '/' or "
+                    "give the key", (next == NULL) ? "after the last '/'" :
+                    "between two '/'");
+            return -1;
+        }
         if (sv_parse_kv(p, r, &given, kv, &rseed)) {
             return -1;
         }
@@ -342,7 +474,7 @@ int sv_fault_parse(const char *spec, struct sv_fault_rule *rules, int *n,
             continue;
         }
         if (!strncmp(item, "seed=", 5)) {
-            if (sv_parse_num(&p, "seed", item + 5, 0, &seed)) {
+            if (sv_parse_num(&p, "seed", item + 5, 0, 0, &seed)) {
                 return -1;
             }
             continue;
@@ -353,7 +485,7 @@ int sv_fault_parse(const char *spec, struct sv_fault_rule *rules, int *n,
         }
         {
             /* the item is cut by the key parser: keep a copy to quote */
-            char text[256];
+            char text[sizeof(buf)];
 
             snprintf(text, sizeof(text), "%s", item);
             p.text = text;

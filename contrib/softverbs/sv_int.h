@@ -520,6 +520,7 @@ struct sv_context {
     struct sv_device    *dev;
     struct sv_evq       *async;
     pthread_mutex_t      lock;
+    _Atomic uint32_t     n_pd, n_ah; /* given back at close if left */
 };
 
 struct sv_pd {
@@ -694,8 +695,15 @@ uint64_t sv_now_ns(void);
 
 /* sv_config.c */
 int  sv_config_load(struct sv_config *cfg, char *err, size_t errlen);
-/* A number with an optional k/m/g/t suffix; 0, or -1 if malformed. */
+/* A number, decimal or hexadecimal after 0x, with an optional k/m/g/t
+ * suffix; 0, or -1 if malformed or above 2^64 - 1. */
 int  sv_parse_u64(const char *s, uint64_t *v);
+/* A boolean setting: 1/yes/true/on, 0/no/false/off (any case; empty is
+ * off); 0, or -1 for anything else. */
+int  sv_parse_bool(const char *s, int *v);
+/* A subnet prefix: four groups of 1 to 4 hex digits joined by ':'; 0, or
+ * -1 if malformed. */
+int  sv_parse_prefix(const char *s, uint64_t *v);
 uint64_t sv_config_hash(const struct sv_config *cfg);
 const char *sv_shm_name(char *buf, size_t len);
 

@@ -16,7 +16,7 @@ static int sv_debug_level = -1;
 
 static void sv_vlog(const char *fmt, va_list ap)
 {
-    char buf[1024];
+    char buf[4096]; /* a fault setting quoted whole, and its advice */
     int n;
 
     n = snprintf(buf, sizeof(buf), "softverbs[%d]: ", (int)getpid());

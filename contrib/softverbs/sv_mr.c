@@ -64,6 +64,7 @@ SV_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
     do {
         id = atomic_fetch_add(&sv_g.hdr->next_pd, 1);
     } while (id == 0);
+    atomic_fetch_add(&ctx->n_pd, 1);
     p->pd.pd.context = c;
     p->pd.pd.handle  = id;
     p->pd.id         = id;
@@ -78,6 +79,7 @@ SV_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
         return EBUSY;
     }
     sv_local_count_put(0, sv_ctx(pd->context)->dev->index);
+    atomic_fetch_sub(&sv_ctx(pd->context)->n_pd, 1);
     free(p);
     return 0;
 }
@@ -294,6 +296,7 @@ SV_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr,
     mr->mr.lkey    = key;
     mr->mr.rkey    = key;
     sv_pd_get(pd);
+    sv_local_set(SV_T_MR, mr->idx, mr); /* for ibv_close_device */
     return &mr->mr;
 }
 
@@ -330,6 +333,7 @@ SV_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
     if (atomic_load(&m->s.handle) != ibmr->lkey) {
         return EINVAL;
     }
+    sv_local_set(SV_T_MR, mr->idx, NULL);
     sv_slot_unpublish(m);
     /* no late write may land in the memory after we return: neither a
      * peer's transfer in flight nor a small receive waiting in one of our

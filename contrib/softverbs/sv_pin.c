@@ -171,7 +171,10 @@ void sv_pin_env(void)
 {
     const char *e = getenv("SOFTVERBS_PIN_ABORT");
 
-    sv_pin_abort = (e != NULL && atoi(e) != 0);
+    /* refused at attach if not a boolean (sv_config.c) */
+    if (e == NULL || sv_parse_bool(e, &sv_pin_abort) != 0) {
+        sv_pin_abort = 0;
+    }
 }
 
 int sv_pin_mode(void)

@@ -794,7 +794,7 @@ int sv_attach(void)
 {
     static int atfork_done;
     struct sv_config cfg;
-    char err[512];
+    char err[4096];
     int rc, t;
 
     if (SV_LIKELY(sv_g.attached)) {

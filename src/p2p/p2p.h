@@ -70,8 +70,11 @@ enum {
     P2P_ERR_IN_STATUS    = -8,  /* waitall/testall: see each status.error */
     P2P_ERR_PENDING      = -9,  /* operation still in progress */
     P2P_ERR_TIMEOUT      = -10, /* an internal wait gave up (finalize) */
-    P2P_ERR_BUFFER       = -11  /* buffered send: no buffer attached, or
+    P2P_ERR_BUFFER       = -11, /* buffered send: no buffer attached, or
                                    no room in it (see p2p_last_error) */
+    P2P_ERR_COMM_ABORTED = -12  /* the peer does not have this communicator:
+                                   its creation failed there (a member died
+                                   during the creation; docs/p2p.md) */
 };
 
 typedef struct p2p_context p2p_context_t;
@@ -139,6 +142,11 @@ P2P_API const char *p2p_last_error(p2p_context_t *ctx);
 P2P_API int  p2p_comm_rank(const p2p_comm_t *comm);
 P2P_API int  p2p_comm_size(const p2p_comm_t *comm);
 P2P_API p2p_context_t *p2p_comm_context(const p2p_comm_t *comm);
+/* Creation (dup, split) is collective on comm and all or nothing among its
+ * live members -- except when a member dies during its last round: then
+ * one live member may keep the new communicator and another not. The
+ * latter tells the former, at which every operation with it on the new
+ * communicator completes with P2P_ERR_COMM_ABORTED (docs/p2p.md). */
 P2P_API int  p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p);
 /* Processes with the same color form a communicator, ranked by key then by
  * rank in comm; color P2P_UNDEFINED gives *newcomm_p = NULL. */
@@ -274,6 +282,8 @@ typedef struct p2p_stats {
                                        rendezvous: UCP emulates RMA to that
                                        peer (TCP), docs/p2p.md */
     uint64_t sync_acks;             /* ACKs sent for synchronous sends */
+    uint64_t small_demoted;         /* times a peer's largest size tried
+                                       as one payload was lowered */
     uint64_t unexp_msgs;            /* messages that arrived unexpected */
     uint64_t held_msgs;             /* held: out of order, or for a
                                        communicator not created yet */
@@ -304,6 +314,8 @@ typedef struct p2p_stats {
     uint64_t rx_data_no_memory;     /* data not kept (out of memory): the
                                        matching receive fails with
                                        P2P_ERR_NO_MEMORY */
+    uint64_t rx_abort_dropped;      /* creation notices (ABORT) not kept:
+                                       too far ahead, or no room */
     /* registration cache of rendezvous send buffers */
     uint64_t reg_hits, reg_misses, reg_evictions, reg_invalidations;
     uint64_t reg_regions;           /* registrations alive now */

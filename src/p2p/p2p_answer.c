@@ -47,26 +47,36 @@ static ucs_status_ptr_t p2p_answer_post(p2p_request_t *req, ucp_ep_h ep)
  * ends the waits on both sides); otherwise the request keeps one more
  * event pending and the answer is tried again from the deferred work of
  * the slow progress path (p2p_answers_retry), until it goes, the peer
- * fails, or P2P_ANSWER_RETRY_SEC have passed (then the peer is failed).
- * Returns whether it is still to be sent. */
+ * fails, or it has been refused for P2P_ANSWER_TIMEOUT (then the peer is
+ * failed). That time is counted while this process progresses: a gap
+ * between two tries counts P2P_ANSWER_GAP_SEC at most, since during a
+ * longer one the process made no p2p call and its peer had no chance to
+ * make room (before, the time since the first refusal counted, and after
+ * a compute phase a single further refusal failed a live peer -- which
+ * nothing tells that peer). Returns whether it is still to be sent. */
 static int p2p_answer_refused(p2p_request_t *req, ucs_status_t status,
                               int first)
 {
     p2p_context_t *ctx  = req->ctx;
     p2p_peer_t    *peer = req->peer;
+    double        now   = p2p_time(), gap;
 
+    if (first) {
+        req->recv.answer_refused = 0;
+    } else {
+        gap = now - req->recv.answer_last;
+        req->recv.answer_refused += (gap < P2P_ANSWER_GAP_SEC) ? gap :
+                                    P2P_ANSWER_GAP_SEC;
+    }
+    req->recv.answer_last = now;
     if ((p2p_status_err(status) == P2P_ERR_PEER_FAILED) ||
-        (!first && (p2p_time() - req->recv.answer_since >
-                    P2P_ANSWER_RETRY_SEC))) {
+        (req->recv.answer_refused > ctx->cfg.answer_timeout)) {
         p2p_warn(ctx, "an answer (%s) to rank %u could not be sent (%s); "
                 "the rank is taken as failed so that nothing waits for it "
                 "forever", (req->recv.answer.type == P2P_WIRE_FIN) ?
                 "FIN" : "ACK", peer->rank, ucs_status_string(status));
         p2p_peer_failed(peer, status, 1);
         return 0;
-    }
-    if (first) {
-        req->recv.answer_since = p2p_time();
     }
     ucs_list_add_tail(&ctx->answers, &req->wait_link);
     p2p_defer(ctx);

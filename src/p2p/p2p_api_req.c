@@ -127,7 +127,7 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
     if (P2P_UNLIKELY((ctx != NULL) && ctx->mt)) {
         return p2p_waitall_mt(ctx, count, reqs, statuses);
     }
-    return p2p_waitall_st(count, reqs, statuses);
+    return p2p_waitall_ctx(count, reqs, statuses, ctx, mixed);
 }
 
 

@@ -26,7 +26,8 @@ static const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST] = {
     [P2P_WIRE_RTS]        = sizeof(p2p_wire_rts_t),
     [P2P_WIRE_FIN]        = sizeof(p2p_wire_ctl_t),
     [P2P_WIRE_ACK]        = sizeof(p2p_wire_ctl_t),
-    [P2P_WIRE_TOKEN]      = sizeof(p2p_wire_token_t)
+    [P2P_WIRE_TOKEN]      = sizeof(p2p_wire_token_t),
+    [P2P_WIRE_ABORT]      = sizeof(p2p_wire_abort_t)
 };
 
 static void p2p_rx_malformed(p2p_context_t *ctx, const char *what,
@@ -310,6 +311,10 @@ static void p2p_am_ctl(p2p_context_t *ctx, unsigned type, const void *header,
         ++ctx->stats.rx_unauthenticated;
         return;
     }
+    if (type == P2P_WIRE_ABORT) {
+        p2p_abort_arrived(ctx, peer, header);
+        return;
+    }
     if (type != P2P_WIRE_TOKEN) {
         memcpy(&ctl, header, sizeof(ctl));
         p2p_ctl_arrived(ctx, peer, &ctl);
@@ -336,6 +341,22 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
     p2p_rx_t rx;
     unsigned type;
 
+    if ((header_length == 0) &&
+        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        /* data is UCP's descriptor, not bytes of the message: not read */
+        p2p_rx_malformed(ctx, "no user header, by UCP rendezvous", 0);
+        return UCS_OK;
+    }
+    if ((header_length == 0) && (length >= 2)) {
+        /* a small EAGER message: its header starts the data (p2p_wire.h);
+         * p2p_am_cb took it if it was one */
+        p2p_rx_malformed(ctx, (((const uint8_t*)data)[0] != P2P_WIRE_EAGER) ?
+                         "not EAGER without user header" :
+                         (((const uint8_t*)data)[1] != P2P_WIRE_VERSION) ?
+                         "wire version" : "EAGER without user header too "
+                         "short", 0);
+        return UCS_OK;
+    }
     if (P2P_UNLIKELY(header_length < 2)) {
         p2p_rx_malformed(ctx, "no header", header_length);
         return UCS_OK;
@@ -411,11 +432,25 @@ static ucs_status_t p2p_am_cb(void *arg, const void *header,
     p2p_wire_match_t h;
     p2p_rx_t         rx;
 
-    /* the hot path: a standard eager message of the current version */
-    if (P2P_UNLIKELY((header_length != sizeof(h)) ||
-                     (((const uint8_t*)header)[0] != P2P_WIRE_EAGER) ||
-                     (((const uint8_t*)header)[1] != P2P_WIRE_VERSION) ||
-                     (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))) {
+    /* the hot path: a standard eager message of the current version, its
+     * header the user header or, for a small one, the start of the data */
+    if (header_length == 0) {
+        if (P2P_UNLIKELY((length < sizeof(h)) ||
+                         (((const uint8_t*)data)[0] != P2P_WIRE_EAGER) ||
+                         (((const uint8_t*)data)[1] != P2P_WIRE_VERSION) ||
+                         (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))) {
+            return p2p_am_cb_slow(ctx, header, header_length, data, length,
+                                  param);
+        }
+        header  = data;
+        data    = UCS_PTR_BYTE_OFFSET(data, sizeof(h));
+        length -= sizeof(h);
+    } else if (P2P_UNLIKELY((header_length != sizeof(h)) ||
+                            (((const uint8_t*)header)[0] != P2P_WIRE_EAGER) ||
+                            (((const uint8_t*)header)[1] !=
+                             P2P_WIRE_VERSION) ||
+                            (param->recv_attr &
+                             UCP_AM_RECV_ATTR_FLAG_RNDV))) {
         return p2p_am_cb_slow(ctx, header, header_length, data, length,
                               param);
     }

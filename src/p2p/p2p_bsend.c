@@ -117,6 +117,14 @@ int p2p_buffer_detach(p2p_context_t *ctx, void **buf_p, size_t *size_p)
     if (ret != P2P_OK) {
         return ret;
     }
+    if (!bs->attached) {
+        /* thread mode: the flush let go of the lock, and another thread's
+         * detach took the buffer meanwhile */
+        p2p_set_error(ctx, "p2p_buffer_detach: the buffer was detached by "
+                      "another call while this one waited for its "
+                      "messages to leave");
+        return P2P_ERR_INVALID;
+    }
     if (buf_p != NULL) {
         *buf_p = bs->user;
     }
@@ -269,20 +277,25 @@ int p2p_ibsend(const void *buf, size_t len, int dest, int tag,
     int           ret, send_err;
 
     ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_ibsend");
-    if (ret == P2P_OK) {
-        ret = p2p_bsend_start(buf, len, dest, tag, comm, "p2p_ibsend",
-                              &send_err);
-    }
     if (ret != P2P_OK) {
+        return ret;
+    }
+    /* the request first: an error returned must mean "not sent", or a
+     * caller that tries again sends the message twice */
+    req = p2p_req_get(comm->ctx, P2P_REQ_SEND);
+    if (req == NULL) {
+        p2p_set_error(comm->ctx, "p2p_ibsend: out of memory for a request; "
+                      "the message was not sent");
+        return P2P_ERR_NO_MEMORY;
+    }
+    ret = p2p_bsend_start(buf, len, dest, tag, comm, "p2p_ibsend",
+                          &send_err);
+    if (ret != P2P_OK) {
+        p2p_req_put(req);
         return ret;
     }
     /* MPI: complete once the data is copied; a send refused at once
      * (failed peer) completes with its error */
-    req = p2p_req_get(comm->ctx, P2P_REQ_SEND);
-    if (req == NULL) {
-        p2p_set_error(comm->ctx, "p2p_ibsend: out of memory for a request");
-        return P2P_ERR_NO_MEMORY;
-    }
     req->send.bblock    = NULL;
     req->status.source  = dest;
     req->status.tag     = tag;

@@ -52,50 +52,99 @@ static int p2p_wait_bounded(p2p_context_t *ctx, int n, p2p_request_t **reqs,
     return err;
 }
 
-/* Everyone's sz bytes, in comm rank order. A member's contribution of
- * another length (a peer not speaking this protocol) fails it: what it
- * sent is not used. */
-int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out)
-{
-    p2p_request_t **reqs;
-    size_t        *counts;
-    int           i, n = 0, ret = P2P_OK;
+/* Largest part p2p_allgather_lean receives (and drops) */
+#define P2P_ALLGATHER_LEAN_MAX 64
 
-    reqs   = calloc(2 * comm->size, sizeof(*reqs));
-    counts = calloc(2 * comm->size, sizeof(*counts));
-    if ((reqs == NULL) || (counts == NULL)) {
-        free(reqs);
-        free(counts);
-        return P2P_ERR_NO_MEMORY;
-    }
-    memcpy((char*)out + comm->rank * sz, in, sz);
-    for (i = 0; (i < comm->size) && (ret == P2P_OK); ++i) {
+/* A member that cannot keep the result (out of memory) still takes part:
+ * the others wait for its part. One partner at a time, with nothing to
+ * allocate but the requests; what arrives goes to a scratch and is
+ * dropped. (Partners are taken in rank order, each send posted before
+ * its receive is waited for, so such members do not wait for each other
+ * in a cycle.) */
+static void p2p_allgather_lean(p2p_comm_t *comm, const void *in, size_t sz)
+{
+    uint8_t       scratch[P2P_ALLGATHER_LEAN_MAX];
+    p2p_request_t *reqs[2];
+    int           i;
+
+    for (i = 0; i < comm->size; ++i) {
         if (i == comm->rank) {
             continue;
         }
-        ret = p2p_post_recv(comm, (char*)out + i * sz, sz, i,
-                            P2P_TAG_ALLGATHER, &reqs[n++]);
-        if (ret == P2P_OK) {
-            ret = p2p_send_start(comm, in, sz, i, P2P_TAG_ALLGATHER, 0,
-                                 &reqs[n++]);
+        reqs[0] = reqs[1] = NULL;
+        if (!p2p_abort_left(comm, i, P2P_TAG_ALLGATHER) &&
+            (p2p_post_recv(comm, scratch, sizeof(scratch), i,
+                           P2P_TAG_ALLGATHER, &reqs[0]) != P2P_OK)) {
+            reqs[0] = NULL;
         }
+        if (p2p_send_start(comm, in, sz, i, P2P_TAG_ALLGATHER, 0,
+                           &reqs[1]) != P2P_OK) {
+            reqs[1] = NULL;
+        }
+        p2p_wait_bounded(comm->ctx, 2, reqs, -1, NULL);
     }
-    if (ret != P2P_OK) {
-        /* in and out are the caller's: the sends already started must
-         * be done with them before it frees them */
-        for (i = 0; i < n; i += 2) {
-            if (reqs[i] != NULL) {
-                p2p_cancel(reqs[i]);
+}
+
+/* Everyone's sz bytes, in comm rank order. A member's contribution of
+ * another length (a peer not speaking this protocol) fails it: what it
+ * sent is not used. Whatever fails, this member's part goes to every
+ * partner (they wait for it), and every request is waited for (in and
+ * out are the caller's): a receive from a live partner completes, since
+ * it sends to all; one from a dead partner fails; one from a partner that
+ * left the creation (p2p_abort.c) is failed by its notice. out NULL: take
+ * part only, and fail (P2P_ERR_NO_MEMORY). */
+int p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out)
+{
+    p2p_request_t **reqs   = NULL;
+    size_t        *counts  = NULL;
+    int           i, n = 0, ret = P2P_OK, err = P2P_OK;
+
+    if (out != NULL) {
+        reqs   = calloc(2 * comm->size, sizeof(*reqs));
+        counts = calloc(2 * comm->size, sizeof(*counts));
+    }
+    if ((reqs == NULL) || (counts == NULL)) {
+        free(reqs);
+        free(counts);
+        p2p_allgather_lean(comm, in, sz);
+        if (out != NULL) {
+            p2p_set_error(comm->ctx, "communicator creation: out of "
+                          "memory for the exchange");
+        }
+        return P2P_ERR_NO_MEMORY;
+    }
+    memcpy((char*)out + comm->rank * sz, in, sz);
+    for (i = 0; i < comm->size; ++i) {
+        if (i == comm->rank) {
+            continue;
+        }
+        if (p2p_abort_left(comm, i, P2P_TAG_ALLGATHER)) {
+            err = P2P_ERR_COMM_ABORTED;
+        } else {
+            ret = p2p_post_recv(comm, (char*)out + i * sz, sz, i,
+                                P2P_TAG_ALLGATHER, &reqs[n]);
+            if (ret != P2P_OK) {
+                err     = ret;
+                reqs[n] = NULL;
             }
         }
-        p2p_wait_bounded(comm->ctx, n, reqs, -1, NULL);
-    } else {
-        ret = p2p_wait_bounded(comm->ctx, n, reqs, -1, counts);
+        ++n;
+        ret = p2p_send_start(comm, in, sz, i, P2P_TAG_ALLGATHER, 0,
+                             &reqs[n]);
         if (ret != P2P_OK) {
-            p2p_set_error(comm->ctx, "communicator creation: the exchange "
-                          "with the other members failed (%s)",
-                          p2p_strerror(ret));
+            err     = ret;
+            reqs[n] = NULL;
         }
+        ++n;
+    }
+    ret = p2p_wait_bounded(comm->ctx, n, reqs, -1, counts);
+    if (err != P2P_OK) {
+        ret = err;
+    }
+    if (ret != P2P_OK) {
+        p2p_set_error(comm->ctx, "communicator creation: the exchange "
+                      "with the other members failed (%s)",
+                      p2p_strerror(ret));
     }
     /* the receives are the even entries */
     for (i = 0; (ret == P2P_OK) && (i < n); i += 2) {
@@ -156,7 +205,7 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
     p2p_context_t *ctx     = comm->ctx;
     double        deadline = p2p_time() + timeout;
     p2p_request_t *reqs[2];
-    int           k, ret, ret_r, ret_s, err = my_err;
+    int           k, src, ret, ret_r, ret_s, err = my_err;
     uint8_t       failed = (my_err != P2P_OK), in;
     /* out of memory: the context's byte, shared (thread mode only then
      * races, and every barrier still ends) */
@@ -170,8 +219,12 @@ static int p2p_barrier_run(p2p_comm_t *comm, double timeout, int my_err)
          * goes out even if the receive could not be posted: its partner
          * waits for it. */
         *buf  = 0;
-        ret_r = p2p_post_recv(comm, buf, sizeof(*buf),
-                              (comm->rank - k + comm->size) % comm->size,
+        src   = (comm->rank - k + comm->size) % comm->size;
+        /* a partner that left the creation under way (p2p_abort.c)
+         * and has nothing more for this round */
+        ret_r = p2p_abort_left(comm, src, P2P_TAG_BARRIER) ?
+                P2P_ERR_COMM_ABORTED :
+                p2p_post_recv(comm, buf, sizeof(*buf), src,
                               P2P_TAG_BARRIER, &reqs[0]);
         ret_s = p2p_send_start(comm, &p2p_coll_flag[failed],
                                P2P_WIRE_BARRIER_LEN,

@@ -13,15 +13,12 @@
  * (id, epoch) is not a communicator here is early (held until created) if
  * its epoch is above ctx->epoch, and stale (a freed communicator's, in
  * flight) otherwise. Epochs wrap at 2^32 and are compared as signed
- * differences.
+ * differences. The agreement and the commit round are p2p_create.c's.
  */
 #include "p2p_int.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* slots offered per agreement round (layout: p2p_wire_cid_offer_t) */
-#define P2P_CID_WINDOW P2P_WIRE_CID_WINDOW
 
 int p2p_comm_rank(const p2p_comm_t *comm)
 {
@@ -87,6 +84,7 @@ static int p2p_comm_alloc(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
     comm->ctx      = ctx;
     comm->cid      = cid;
     comm->cepoch   = cepoch;
+    comm->origin_cid = UINT32_MAX;  /* made by no creation (yet) */
     comm->rank     = rank;
     comm->size     = size;
     comm->world    = malloc(size * sizeof(*comm->world));
@@ -108,7 +106,7 @@ static int p2p_comm_alloc(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
     return P2P_OK;
 }
 
-static void p2p_comm_install(p2p_comm_t *comm)
+void p2p_comm_install(p2p_comm_t *comm)
 {
     p2p_comm_count_failed(comm);
     comm->ctx->comms[comm->cid] = comm;
@@ -154,6 +152,12 @@ static void p2p_comm_release(p2p_comm_t *comm)
     free(comm);
 }
 
+void p2p_comm_discard(p2p_comm_t *comm)
+{
+    p2p_mq_cleanup(&comm->mq);
+    p2p_comm_release(comm);
+}
+
 /* Matched-probe handles never received: their records, charges and UCP
  * descriptors go with the context. */
 static void p2p_comm_drop_probed(p2p_comm_t *comm)
@@ -189,6 +193,7 @@ static void p2p_comm_detach(p2p_comm_t *comm)
                 "never received; they are dropped", comm->cid, unexp + held);
     }
     p2p_mq_cleanup(&comm->mq);
+    p2p_abort_forget_comm(comm);
     ctx->comms[comm->cid] = NULL;
 }
 
@@ -232,159 +237,12 @@ void p2p_comm_probed_done(p2p_comm_t *comm)
     }
 }
 
-/* This member's offer for one round, in wire byte order. */
-static void p2p_cid_offer(p2p_context_t *ctx, uint32_t window,
-                          p2p_wire_cid_offer_t *o)
-{
-    uint64_t free_bits[P2P_CID_WINDOW / 64] = {0};
-    uint32_t i, slot;
-
-    for (i = 0; i < P2P_CID_WINDOW; ++i) {
-        slot = window * P2P_CID_WINDOW + i;
-        if ((slot >= ctx->ncomms) || (ctx->comms[slot] == NULL)) {
-            free_bits[i / 64] |= 1ull << (i % 64);
-        }
-    }
-    o->epoch  = P2P_LE32(ctx->epoch);
-    o->window = P2P_LE32(window);
-    for (i = 0; i < P2P_CID_WINDOW / 64; ++i) {
-        o->free[i] = P2P_LE64(free_bits[i]);
-    }
-}
-
-/*
- * Agree with every member of comm on a slot free at all of them and on an
- * epoch above all they have seen. `extra` bytes of `mine` travel along in
- * the first round and arrive in `all` (comm rank order). Every member
- * raises its ctx->epoch to the new epoch after the commit round.
- */
-static int p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
-                         void *all, uint32_t *cid_p, uint32_t *epoch_p)
-{
-    p2p_context_t   *ctx = comm->ctx;
-    size_t          esz  = sizeof(p2p_wire_cid_offer_t) + extra;
-    char            *in  = malloc(esz);
-    char            *out = malloc(esz * comm->size);
-    uint64_t        common[P2P_CID_WINDOW / 64];
-    uint32_t        window, epoch = 0, w;
-    int             i, ret = P2P_OK, found = 0;
-    p2p_wire_cid_offer_t o;
-
-    if ((in == NULL) || (out == NULL)) {
-        ret = P2P_ERR_NO_MEMORY;
-        goto out;
-    }
-    if (extra != 0) {
-        memcpy(in + sizeof(p2p_wire_cid_offer_t), mine, extra);
-    }
-    /* every member runs the same rounds: a window with a common free slot
-     * ends them all at once */
-    for (window = 0; !found; ++window) {
-        if (window >= UINT32_MAX / P2P_CID_WINDOW) {
-            p2p_set_error(ctx, "no communicator id is free at every member");
-            ret = P2P_ERR_NO_MEMORY;
-            goto out;
-        }
-        p2p_cid_offer(ctx, window, &o);
-        memcpy(in, &o, sizeof(o));
-        ret = p2p_allgather(comm, in, esz, out);
-        if (ret != P2P_OK) {
-            goto out;
-        }
-        if ((window == 0) && (extra != 0)) {
-            for (i = 0; i < comm->size; ++i) {
-                memcpy((char*)all + i * extra,
-                       out + i * esz + sizeof(p2p_wire_cid_offer_t),
-                       extra);
-            }
-        }
-        memset(common, 0xff, sizeof(common));
-        for (i = 0; i < comm->size; ++i) {
-            memcpy(&o, out + i * esz, sizeof(o));
-            if (P2P_FROM_LE32(o.window) != window) {
-                /* every member runs the same rounds; one that does not
-                 * is not running this protocol */
-                p2p_set_error(ctx, "communicator creation: member %d "
-                              "offered round %u in round %u", i,
-                              P2P_FROM_LE32(o.window), window);
-                ret = P2P_ERR_TRANSPORT;
-                goto out;
-            }
-            if ((i == 0) ||
-                ((int32_t)(P2P_FROM_LE32(o.epoch) - epoch) > 0)) {
-                epoch = P2P_FROM_LE32(o.epoch);
-            }
-            for (w = 0; w < P2P_CID_WINDOW / 64; ++w) {
-                common[w] &= P2P_FROM_LE64(o.free[w]);
-            }
-        }
-        for (w = 0; (w < P2P_CID_WINDOW / 64) && !found; ++w) {
-            if (common[w] != 0) {
-                *cid_p = window * P2P_CID_WINDOW + w * 64 +
-                         (uint32_t)__builtin_ctzll(common[w]);
-                found  = 1;
-            }
-        }
-    }
-    /* above what anyone has seen, own one included; ctx->epoch is raised
-     * once the commit round is over (p2p_comm_commit) */
-    if ((int32_t)(ctx->epoch - epoch) > 0) {
-        epoch = ctx->epoch;
-    }
-    *epoch_p = epoch + 1;
-out:
-    free(in);
-    free(out);
-    return ret;
-}
-
-/*
- * All or nothing among the live members: a communicator one member has
- * and another has not would hold the first one's messages at the second
- * for good. After the agreement every member -- also one whose agreement
- * or allocation failed, which says so -- joins a dissemination barrier on
- * the parent, which carries a failure to every live member (a dead member
- * fails its partners' receives; p2p_coll.c). The communicator is kept only
- * where the barrier saw no failure at all.
- */
-static int p2p_comm_commit(p2p_comm_t *parent, int ret, p2p_comm_t *comm,
-                           const uint32_t *epoch)
-{
-    p2p_context_t *ctx = parent->ctx;
-    int           err  = p2p_coll_commit(parent, ret);
-
-    /* Only now: during the round, members that finished it first may
-     * already send on the new communicator, and those messages must be
-     * held as early (epoch above ours), not dropped as stale. Raised
-     * also if the communicator is dropped, so that anything sent on it
-     * is stale here, and the next one gets another epoch. */
-    if ((epoch != NULL) && ((int32_t)(*epoch - ctx->epoch) > 0)) {
-        ctx->epoch = *epoch;
-    }
-    if (err == P2P_OK) {
-        if (comm != NULL) {
-            p2p_comm_install(comm);
-        }
-        return P2P_OK;
-    }
-    if (comm != NULL) {
-        p2p_mq_cleanup(&comm->mq);
-        p2p_comm_release(comm);
-    }
-    if (ret == P2P_OK) {
-        p2p_set_error(ctx, "communicator creation failed at another "
-                      "member, or a member failed (%s): no live member "
-                      "keeps the new communicator", p2p_strerror(err));
-    }
-    return (ret != P2P_OK) ? ret : err;
-}
-
 int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
 {
     P2P_API_ENTER_CREATE((comm != NULL) ? comm->ctx : NULL);
     p2p_comm_t *newcomm = NULL;
     uint32_t   cid, epoch;
-    int        ret, agreed;
+    int        ret, agreed, settled;
 
     if ((comm == NULL) || (newcomm_p == NULL)) {
         p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_dup: %s",
@@ -393,13 +251,15 @@ int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
         return P2P_ERR_INVALID;
     }
     *newcomm_p = NULL;
-    ret = p2p_cid_agree(comm, NULL, 0, NULL, &cid, &epoch);
+    ret = p2p_cid_agree(comm, NULL, 0, NULL, P2P_OK, &cid, &epoch,
+                        &settled);
     agreed = (ret == P2P_OK);
     if (ret == P2P_OK) {
         ret = p2p_comm_alloc(comm->ctx, cid, epoch, comm->rank, comm->size,
                              comm->world, &newcomm);
     }
-    ret = p2p_comm_commit(comm, ret, newcomm, agreed ? &epoch : NULL);
+    ret = p2p_comm_commit(comm, ret, newcomm, agreed ? &epoch : NULL,
+                          settled);
     if (ret == P2P_OK) {
         *newcomm_p = newcomm;
     }
@@ -430,7 +290,8 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
     p2p_wire_split_t  mine, *wire;
     p2p_comm_t        *newcomm = NULL;
     uint32_t          *world, cid, epoch;
-    int               i, n = 0, myrank = -1, ret, agreed;
+    int               i, n = 0, myrank = -1, ret = P2P_OK, agreed;
+    int               settled;
 
     if ((comm == NULL) || (newcomm_p == NULL)) {
         p2p_set_error((comm != NULL) ? comm->ctx : NULL, "p2p_comm_split: %s",
@@ -444,20 +305,22 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
                       "a color >= 0 or P2P_UNDEFINED", color);
         return P2P_ERR_INVALID;
     }
+    /* out of memory here, this member still joins the agreement and
+     * the commit round, saying so: the others wait for it in both */
     all   = malloc(comm->size * sizeof(*all));
     wire  = malloc(comm->size * sizeof(*wire));
     world = malloc(comm->size * sizeof(*world));
     if ((all == NULL) || (wire == NULL) || (world == NULL)) {
-        free(all);
-        free(wire);
-        free(world);
-        return P2P_ERR_NO_MEMORY;
+        p2p_set_error(comm->ctx, "p2p_comm_split: out of memory for the "
+                      "members' colors and keys");
+        ret = P2P_ERR_NO_MEMORY;
     }
     mine.color = (int32_t)P2P_LE32((uint32_t)color);
     mine.key   = (int32_t)P2P_LE32((uint32_t)key);
     /* one id for every new group: the groups are disjoint, and a slot
      * free at the whole parent is free at each of them */
-    ret    = p2p_cid_agree(comm, &mine, sizeof(mine), wire, &cid, &epoch);
+    ret    = p2p_cid_agree(comm, &mine, sizeof(mine), wire, ret, &cid,
+                           &epoch, &settled);
     agreed = (ret == P2P_OK);
     if ((ret != P2P_OK) || (color == P2P_UNDEFINED)) {
         goto commit;
@@ -480,7 +343,8 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
     }
     ret = p2p_comm_alloc(comm->ctx, cid, epoch, myrank, n, world, &newcomm);
 commit:
-    ret = p2p_comm_commit(comm, ret, newcomm, agreed ? &epoch : NULL);
+    ret = p2p_comm_commit(comm, ret, newcomm, agreed ? &epoch : NULL,
+                          settled);
     if (ret == P2P_OK) {
         *newcomm_p = newcomm;
     }

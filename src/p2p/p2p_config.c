@@ -107,6 +107,13 @@ static ucs_config_field_t p2p_config_table[] = {
      "anyway.",
      ucs_offsetof(p2p_config_t, finalize_timeout), UCS_CONFIG_TYPE_TIME},
 
+    {"ANSWER_TIMEOUT", "10s",
+     "How long an answer (FIN, ACK) UCP keeps refusing is tried again\n"
+     "before its peer is taken as failed. Of each gap between two tries\n"
+     "at most 0.5 s counts: a compute phase between p2p calls, which\n"
+     "gives the peer no chance, counts for 0.5 s at most.",
+     ucs_offsetof(p2p_config_t, answer_timeout), UCS_CONFIG_TYPE_TIME},
+
     {"UCT_IB2", "",
      "Path of libuct_ib2.so to load before UCP starts (UCX 1.13 does not\n"
      "find the rc_ib2 transport by itself). Empty: the one installed next\n"
@@ -252,6 +259,7 @@ static int p2p_config_protocols(p2p_config_t *cfg, char *err, size_t errlen)
                  "large ones", cfg->eager_limit);
         return -1;
     }
+    cfg->small_limit = ucs_min(cfg->eager_limit, (size_t)P2P_WIRE_SMALL_MAX);
     return 0;
 }
 

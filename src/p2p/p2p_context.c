@@ -34,6 +34,7 @@ static void p2p_teardown(p2p_context_t *ctx)
         ucp_worker_destroy(ctx->worker);
     }
     p2p_coll_cleanup(ctx);
+    p2p_abort_cleanup(ctx);
     if (ctx->ucp != NULL) {
         ucp_cleanup(ctx->ucp);
     }
@@ -78,6 +79,8 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     ucs_list_head_init(&ctx->detached);
     kh_init_inplace(p2p_ep_rank, &ctx->ep_rank);
     ucs_list_head_init(&ctx->answers);
+    ucs_list_head_init(&ctx->aborts_out);
+    ucs_list_head_init(&ctx->abort_notes);
     ctx->rid_free = UINT32_MAX;
     if (p2p_config_read(&ctx->cfg, err, sizeof(err)) != 0) {
         p2p_set_error(NULL, "p2p_init: %s", err);
@@ -112,7 +115,7 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     if (ret != P2P_OK) {
         goto err;
     }
-    ctx->peers = calloc(ctx->size, sizeof(*ctx->peers));
+    ctx->peers = calloc(ctx->size + 1, sizeof(*ctx->peers));
     world      = malloc(ctx->size * sizeof(*world));
     if ((ctx->peers == NULL) || (world == NULL)) {
         free(world);
@@ -123,9 +126,20 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         ctx->peers[i].ctx      = ctx;
         ctx->peers[i].rank     = i;
         ctx->peers[i].rx_token = p2p_random64();
+        ctx->peers[i].small_max = ctx->cfg.small_limit;
         ucs_list_head_init(&ctx->peers[i].waiting);
         world[i] = i;
     }
+    /* the absent member of a communicator whose creation failed at it
+     * (p2p_abort.c): failed for good, never connected */
+    ctx->peers[ctx->size].ctx        = ctx;
+    ctx->peers[ctx->size].rank       = ctx->size;
+    ctx->peers[ctx->size].failed     = 1;
+    ctx->peers[ctx->size].fail_error = P2P_ERR_COMM_ABORTED;
+    /* as every peer's, never 0: a message with token 0 naming the absent
+     * rank is unauthenticated, not "from a failed peer" */
+    ctx->peers[ctx->size].rx_token   = p2p_random64();
+    ucs_list_head_init(&ctx->peers[ctx->size].waiting);
     /* messages to ourselves carry our own token */
     ctx->peers[ctx->rank].tx_token = ctx->peers[ctx->rank].rx_token;
     ret = p2p_reg_init(ctx);
@@ -142,7 +156,8 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     }
     ctx->stats.unexp_limit = ctx->cfg.unexp_limit;
     ctx->stats.unexp_hard_limit = p2p_unexp_hard_limit(ctx);
-    ctx->stats.unexp_overhead   = sizeof(struct p2p_unexp);
+    ctx->stats.unexp_overhead   = sizeof(struct p2p_unexp) +
+                                  p2p_mq_unexp_footprint();
     ctx->stats.eager_limit = ctx->cfg.eager_limit;
     ctx->stats.rndv_thresh = ctx->cfg.rndv_thresh;
     ctx->stats.leave_pinned = ctx->cfg.leave_pinned;
@@ -232,6 +247,11 @@ int p2p_ucp_ep(p2p_comm_t *comm, int rank, ucp_ep_h *ep_p)
         p2p_set_error(comm->ctx, "p2p_ucp_ep: rank %d is outside the "
                       "communicator (size %d)", rank, comm->size);
         return P2P_ERR_INVALID;
+    }
+    if (comm->world[rank] == (uint32_t)comm->ctx->size) {
+        p2p_set_error(comm->ctx, "p2p_ucp_ep: rank %d does not have the "
+                      "communicator (its creation failed there)", rank);
+        return P2P_ERR_COMM_ABORTED;
     }
     return p2p_peer_ep(p2p_comm_peer(comm, rank), ep_p);
 }

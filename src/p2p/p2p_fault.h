@@ -17,6 +17,8 @@ enum {
     P2P_FAULT_ALLOC = 1,    /* allocations for arriving messages fail */
     P2P_FAULT_ANSWER = 2,   /* ucp_am_send_nbx of a FIN or ACK fails at
                                once (UCS_ERR_NO_MEMORY) */
+    P2P_FAULT_CREATE = 3,   /* communicator creation's allocations fail
+                               (the agreement's result) */
     P2P_FAULT_LAST
 };
 

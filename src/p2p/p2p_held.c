@@ -335,6 +335,38 @@ size_t p2p_held_drop_peer(p2p_context_t *ctx, p2p_peer_t *peer)
     return n;
 }
 
+/* A creation that failed here: what was held for its id with an epoch
+ * not above ours any more is stale now (dropped, as it would be at the
+ * replay when a later communicator takes the slot), and nothing keeps
+ * its sender charged until then. */
+void p2p_held_drop_stale_early(p2p_context_t *ctx, uint32_t cid)
+{
+    khiter_t      k = kh_get(p2p_early, &ctx->early, cid);
+    p2p_early_q_t *q;
+    p2p_held_t    *h, **link;
+
+    if (k == kh_end(&ctx->early)) {
+        return;
+    }
+    q       = &kh_val(&ctx->early, k);
+    q->last = NULL;
+    for (link = &q->first; (h = *link) != NULL;) {
+        if ((int32_t)(h->rx.m.cepoch - ctx->epoch) <= 0) {
+            *link = h->next;
+            ++ctx->stats.rx_stale_comm;
+            p2p_held_free(ctx, h, 1);
+        } else {
+            q->last = h;
+            link    = &h->next;
+        }
+    }
+    if (q->first == NULL) {
+        kh_del(p2p_early, &ctx->early, k);
+        p2p_table_trim(p2p_early, ctx, &ctx->early, P2P_EARLY_KV,
+                       &ctx->early_table);
+    }
+}
+
 size_t p2p_held_drop_comm(p2p_comm_t *comm)
 {
     p2p_held_t *h;

@@ -8,6 +8,8 @@
 
 #include "p2p_types.h"
 
+#include <ucs/datastruct/mpool.inl>
+
 /* Peers' failures are detected and reported (P2P_ERROR_MODE=peer) */
 static inline int p2p_peer_errors(const p2p_context_t *ctx)
 {
@@ -161,6 +163,8 @@ int  p2p_wait_st(p2p_request_t **req_p, p2p_status_t *status);
 int  p2p_testall_st(int count, p2p_request_t **reqs, int *flag,
                     p2p_status_t *statuses);
 int  p2p_waitall_st(int count, p2p_request_t **reqs, p2p_status_t *statuses);
+int  p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
+                     p2p_context_t *ctx, int mixed);
 int  p2p_testany_st(int count, p2p_request_t **reqs, int *index, int *flag,
                     p2p_status_t *status);
 int  p2p_waitany_st(int count, p2p_request_t **reqs, int *index,
@@ -190,9 +194,37 @@ void p2p_reg_cleanup(p2p_context_t *ctx);
 /* p2p_request.c */
 int  p2p_req_pool_init(p2p_context_t *ctx);
 void p2p_req_pool_cleanup(p2p_context_t *ctx);
-p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind);
-void p2p_req_put(p2p_request_t *req);
 void p2p_req_event(p2p_request_t *req);
+
+/* A request from the pool (inline: every message takes one or two) */
+static inline p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind)
+{
+    p2p_request_t *req = ucs_mpool_get_inline(&ctx->req_mp);
+
+    if (P2P_UNLIKELY(req == NULL)) {
+        return NULL;
+    }
+    req->ctx       = ctx;
+    req->kind      = kind;
+    req->complete  = 0;
+    req->released  = 0;
+    req->waiting   = 0;
+    req->pending   = 0;
+    req->rid       = 0;
+    req->peer      = NULL;
+    memset(&req->status, 0, sizeof(req->status));
+    ++ctx->live_reqs;
+    return req;
+}
+
+static inline void p2p_req_put(p2p_request_t *req)
+{
+    p2p_context_t *ctx = req->ctx;
+
+    req->kind = 0;
+    ucs_mpool_put_inline(req);
+    --ctx->live_reqs;
+}
 
 /* p2p_rid.c */
 /* Give req an id the peer can answer to: 0 if out of memory. */
@@ -221,6 +253,23 @@ int  p2p_bsend_flush(p2p_context_t *ctx, double timeout);
 /* p2p_send.c */
 int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, int sync, p2p_request_t **req_p);
+/* p2p_send_start without trying p2p_send_small (small_tried: it was tried
+ * and said P2P_SEND_LATER) */
+int  p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
+                  int tag, int sync, int small_tried, p2p_request_t **req_p);
+/* p2p_send_small: UCP cannot send it at once, nothing was sent */
+#define P2P_SEND_LATER 1
+int  p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
+                    size_t len, int dest, int tag);
+
+/* Whether a message may go by p2p_send_small: standard, small, to a live
+ * peer already connected. */
+static inline int p2p_send_small_ok(const p2p_peer_t *peer, size_t len,
+                                    int sync)
+{
+    return !sync && (len <= peer->small_max) && !peer->failed &&
+           (peer->ep != NULL);
+}
 
 /* p2p_answer.c */
 /* A send that waits for an answer: an id, and linked to its peer. */
@@ -235,11 +284,14 @@ void p2p_ctl_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                      const p2p_wire_ctl_t *ctl);
 void p2p_send_token(p2p_context_t *ctx, p2p_peer_t *peer);
 /* Answers UCP refused at once, tried again (slow progress path); after
- * this long a peer whose answers are still refused is taken as failed. */
+ * P2P_ANSWER_TIMEOUT of refusals while progressing, a peer whose answers
+ * are still refused is taken as failed. */
 void p2p_answers_retry(p2p_context_t *ctx);
 /* The peer we handed this token to (p2p_send_token), or NULL. */
 p2p_peer_t *p2p_token_peer(p2p_context_t *ctx, uint64_t token);
-#define P2P_ANSWER_RETRY_SEC 10.0
+/* At most this much of the time between two tries counts as refused
+ * time: longer, the process made no p2p call (it computed) */
+#define P2P_ANSWER_GAP_SEC   0.5
 
 /* p2p_arrival.c */
 int  p2p_recv_init(p2p_context_t *ctx);
@@ -257,6 +309,7 @@ void p2p_held_done(p2p_context_t *ctx, p2p_held_t *h, int kept);
 void p2p_early_replay(p2p_context_t *ctx, p2p_comm_t *comm);
 size_t p2p_held_drop_comm(p2p_comm_t *comm);
 void p2p_held_drop_early(p2p_context_t *ctx);
+void p2p_held_drop_stale_early(p2p_context_t *ctx, uint32_t cid);
 p2p_peer_t *p2p_rx_peer(p2p_context_t *ctx, ucp_ep_h ep);
 
 /* p2p_rndv.c */
@@ -357,8 +410,20 @@ static inline int p2p_peer_ep(p2p_peer_t *peer, ucp_ep_h *ep_p)
 }
 
 /* p2p_pt2pt.c */
+/* Says what is wrong with a send's arguments (P2P_ERR_INVALID), or
+ * P2P_OK; p2p_send_args_ok is the inline test of the hot paths. */
 int  p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, p2p_request_t **req_p, const char *fn);
+
+static inline int p2p_send_args_ok(const p2p_comm_t *comm, const void *buf,
+                                   size_t len, int dest, int tag,
+                                   p2p_request_t **req_p)
+{
+    return P2P_LIKELY((comm != NULL) &&
+                      ((unsigned)dest < (unsigned)comm->size) &&
+                      (tag >= 0) && ((buf != NULL) || (len == 0)) &&
+                      (req_p != NULL));
+}
 int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
                    p2p_request_t **req_p);
 
@@ -366,6 +431,10 @@ int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
 int  p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
                      int rank, int size, const uint32_t *world,
                      p2p_comm_t **comm_p);
+/* Into the table (early messages replayed, known failures counted). */
+void p2p_comm_install(p2p_comm_t *comm);
+/* Allocated, never installed: freed. */
+void p2p_comm_discard(p2p_comm_t *comm);
 /* Everything of it, matched-probe handles too (finalize). */
 void p2p_comm_destroy(p2p_comm_t *comm);
 /* Freed communicators kept for their matched-probe handles (finalize). */
@@ -376,12 +445,36 @@ void p2p_comm_probed(p2p_comm_t *comm, struct p2p_unexp *u);
 void p2p_comm_unprobed(p2p_comm_t *comm, struct p2p_unexp *u);
 void p2p_comm_probed_done(p2p_comm_t *comm);
 
+/* p2p_create.c: creation's agreement and commit round on the parent */
+int  p2p_cid_agree(p2p_comm_t *comm, const void *mine, size_t extra,
+                   void *all, int my_err, uint32_t *cid_p,
+                   uint32_t *epoch_p, int *settled);
+int  p2p_comm_commit(p2p_comm_t *parent, int ret, p2p_comm_t *comm,
+                     const uint32_t *epoch, int settled);
+
+/* p2p_abort.c: a creation that failed at some members only */
+/* Tell every other member of parent that its creation number `creation`
+ * failed here. */
+void p2p_abort_send(p2p_comm_t *parent, uint32_t creation);
+void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
+                       const void *header);
+/* Whether member crank of parent left the creation under way on it and
+ * will send nothing more of tag in it (nothing of it queued either). */
+int  p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag);
+/* The creation under way on parent is over; comm: what it made here. */
+void p2p_abort_creation_over(p2p_comm_t *parent, p2p_comm_t *comm);
+/* comm is freed: notices of creations on it go. */
+void p2p_abort_forget_comm(p2p_comm_t *comm);
+/* After the worker is gone: notices kept or in flight. */
+void p2p_abort_cleanup(p2p_context_t *ctx);
+
 /* p2p_coll.c */
-/* Everyone's sz bytes, in comm rank order. */
+/* Everyone's sz bytes, in comm rank order (out NULL: take part only). */
 int  p2p_allgather(p2p_comm_t *comm, const void *in, size_t sz, void *out);
 int  p2p_barrier_timeout(p2p_comm_t *comm, double timeout);
-/* A barrier every member joins with its own result: P2P_OK at all of them
- * only if every one joined with P2P_OK and none failed meanwhile. */
+/* A barrier every member joins with its own result: P2P_OK at a member
+ * only if every one joined with P2P_OK and no failure reached it (a
+ * member dying during it can reach some and not others: p2p_abort.c). */
 int  p2p_coll_commit(p2p_comm_t *comm, int my_err);
 void p2p_coll_cleanup(p2p_context_t *ctx);
 

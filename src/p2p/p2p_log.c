@@ -150,6 +150,9 @@ const char *p2p_strerror(int error)
                                      "(see their status)";
     case P2P_ERR_PENDING:     return "operation in progress";
     case P2P_ERR_TIMEOUT:     return "timed out";
+    case P2P_ERR_COMM_ABORTED: return "the peer does not have this "
+                                      "communicator: its creation failed "
+                                      "there";
     case P2P_ERR_BUFFER:      return "no buffer attached for buffered "
                                      "sends, or no room in it";
     default:                  return "unknown error";

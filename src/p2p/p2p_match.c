@@ -153,6 +153,24 @@ size_t p2p_mq_bins_held(const p2p_mq_t *mq)
     return kh_size(&mq->posted_bins.hash) + kh_size(&mq->unexp_bins.hash);
 }
 
+/* A message of a new (source, tag) may need two new bins a sender can
+ * multiply -- its own and its tag's (a source's bins are as many as the
+ * communicator's members, whatever is sent) -- each a pool element and a
+ * table slot; khash keeps its tables at most 77% full and doubles them,
+ * so right after a doubling a key takes up to 2 / 0.77 slots. Empty bins
+ * stay until a sweep, which keeps them within those in use (plus 64):
+ * twice again. The pool's chunks are not given back before the
+ * communicator goes, so the engine's memory stays at its peak -- which
+ * this charge bounded while the messages were held. */
+size_t p2p_mq_unexp_footprint(void)
+{
+    size_t slot = sizeof(uint64_t) + sizeof(p2p_mq_bin_t*);
+    size_t bin  = sizeof(struct p2p_mq_bin) + sizeof(ucs_mpool_elem_t) +
+                  (slot * 26 + 9) / 10;
+
+    return 2 * 2 * bin;
+}
+
 size_t p2p_mq_bins_in_use(const p2p_mq_t *mq)
 {
     return p2p_mq_bins_held(mq) - mq->posted_bins.n_empty -

@@ -138,6 +138,9 @@ void p2p_mq_cleanup(p2p_mq_t *mq);
 size_t p2p_mq_bins_in_use(const p2p_mq_t *mq);
 /* Bins held, in use or empty. */
 size_t p2p_mq_bins_held(const p2p_mq_t *mq);
+/* The most the engine holds for one unexpected message, besides the
+ * message itself: what a bound on held bytes must count per message. */
+size_t p2p_mq_unexp_footprint(void);
 
 /*
  * A message (src, tag) arrived (src >= 0): the earliest-posted receive that

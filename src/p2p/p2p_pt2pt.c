@@ -69,10 +69,10 @@ static int p2p_check_src_tag(p2p_comm_t *comm, int src, int tag,
 int p2p_isend_st(const void *buf, size_t len, int dest, int tag,
                  p2p_comm_t *comm, p2p_request_t **req_p)
 {
-    int ret = p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
-
-    return (ret != P2P_OK) ? ret :
-           p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
+    if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, req_p))) {
+        return p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
+    }
+    return p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
 }
 
 int p2p_issend_st(const void *buf, size_t len, int dest, int tag,
@@ -93,15 +93,26 @@ int p2p_irsend_st(const void *buf, size_t len, int dest, int tag,
            p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
 }
 
+/* A small message UCP sends at once needs no request at all. */
 static int p2p_blocking_send(const void *buf, size_t len, int dest, int tag,
                              p2p_comm_t *comm, int sync, const char *fn)
 {
     p2p_request_t *req;
-    int           ret = p2p_check_send(comm, buf, len, dest, tag, &req, fn);
+    p2p_peer_t    *peer;
+    int           ret;
 
-    if (ret == P2P_OK) {
-        ret = p2p_send_start(comm, buf, len, dest, tag, sync, &req);
+    if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, &req))) {
+        return p2p_check_send(comm, buf, len, dest, tag, &req, fn);
     }
+    peer = p2p_comm_peer(comm, dest);
+    if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
+        ret = p2p_send_small(comm, peer, buf, len, dest, tag);
+        if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
+            return ret;
+        }
+    }
+    ret = p2p_send_req(comm, buf, len, dest, tag, sync,
+                       p2p_send_small_ok(peer, len, sync), &req);
     return (ret != P2P_OK) ? ret : p2p_wait_st(&req, NULL);
 }
 
@@ -203,8 +214,15 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
 int p2p_irecv_st(void *buf, size_t len, int src, int tag,
                  p2p_comm_t *comm, p2p_request_t **req_p)
 {
-    int ret = p2p_check_src_tag(comm, src, tag, "p2p_irecv");
+    int ret;
 
+    if (P2P_LIKELY((comm != NULL) && ((unsigned)src < (unsigned)comm->size) &&
+                   (tag >= 0) && ((buf != NULL) || (len == 0)) &&
+                   (req_p != NULL))) {
+        /* the usual receive: from a rank, a user tag */
+        return p2p_post_recv(comm, buf, len, src, tag, req_p);
+    }
+    ret = p2p_check_src_tag(comm, src, tag, "p2p_irecv");
     if (ret != P2P_OK) {
         return ret;
     }

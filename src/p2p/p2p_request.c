@@ -60,35 +60,6 @@ void p2p_req_pool_cleanup(p2p_context_t *ctx)
     }
 }
 
-p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind)
-{
-    p2p_request_t *req = ucs_mpool_get_inline(&ctx->req_mp);
-
-    if (P2P_UNLIKELY(req == NULL)) {
-        return NULL;
-    }
-    req->ctx       = ctx;
-    req->kind      = kind;
-    req->complete  = 0;
-    req->released  = 0;
-    req->waiting   = 0;
-    req->pending   = 0;
-    req->rid       = 0;
-    req->peer      = NULL;
-    memset(&req->status, 0, sizeof(req->status));
-    ++ctx->live_reqs;
-    return req;
-}
-
-void p2p_req_put(p2p_request_t *req)
-{
-    p2p_context_t *ctx = req->ctx;
-
-    req->kind = 0;
-    ucs_mpool_put_inline(req);
-    --ctx->live_reqs;
-}
-
 void p2p_req_event(p2p_request_t *req)
 {
     if (--req->pending == 0) {
@@ -336,13 +307,23 @@ int p2p_waitall_st(int count, p2p_request_t **reqs,
                    p2p_status_t *statuses)
 {
     p2p_context_t *ctx;
-    int           i, failed = 0, err, mixed;
+    int           mixed;
+
+    ctx = p2p_reqs_context(count, reqs, &mixed);
+    return p2p_waitall_ctx(count, reqs, statuses, ctx, mixed);
+}
+
+/* p2p_waitall_st when the caller knows the set's context already (the
+ * entry point looked for it: one pass over the set less) */
+int p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
+                    p2p_context_t *ctx, int mixed)
+{
+    int i, failed = 0, err;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL))) {
         return p2p_args_bad("p2p_waitall", "negative count, or NULL "
                             "requests pointer");
     }
-    ctx = p2p_reqs_context(count, reqs, &mixed);
     for (i = 0; i < count; ++i) {
         p2p_status_t *st = (statuses != NULL) ? &statuses[i] : NULL;
         if (reqs[i] == NULL) {

@@ -33,14 +33,14 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
     fprintf(stream,
             "p2p[%d] stats: eager sends %llu, UCP-protocol sends %llu, "
             "rendezvous sends %llu (by UCP's rendezvous %llu), "
-            "sync acks %llu\n"
+            "sync acks %llu, one-payload size lowered %llu times\n"
             "p2p[%d] stats: unexpected messages %llu, bytes now %zu, "
             "peak %zu, limit %zu, dropped %llu\n"
             "p2p[%d] stats: dropped on arrival: malformed %llu, "
             "unauthenticated %llu, stale request id %llu, stale "
             "communicator %llu, duplicate %llu, from a failed peer %llu, "
             "out of memory %llu (data only %llu), over the limit's "
-            "headroom %llu\n"
+            "headroom %llu, creation notices not kept %llu\n"
             "p2p[%d] stats: registration cache (leave pinned %s): hits %llu,"
             " misses %llu, evictions %llu, invalidations %llu, "
             "regions %llu\n"
@@ -53,6 +53,7 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             (unsigned long long)(s.rndv_sent + s.rndv_ucp_sent),
             (unsigned long long)s.rndv_ucp_sent,
             (unsigned long long)s.sync_acks,
+            (unsigned long long)s.small_demoted,
             ctx->rank, (unsigned long long)s.unexp_msgs, s.unexp_bytes,
             s.unexp_bytes_peak, s.unexp_limit,
             (unsigned long long)s.unexp_dropped,
@@ -65,6 +66,7 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             (unsigned long long)s.rx_no_memory,
             (unsigned long long)s.rx_data_no_memory,
             (unsigned long long)s.rx_over_limit,
+            (unsigned long long)s.rx_abort_dropped,
             ctx->rank, ctx->cfg.leave_pinned ? "on" : "off",
             (unsigned long long)s.reg_hits,
             (unsigned long long)s.reg_misses,

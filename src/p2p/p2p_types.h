@@ -92,12 +92,15 @@ typedef struct p2p_config {
     int           error_mode;       /* ERROR_MODE: P2P_ERROR_MODE_* */
     double        keepalive_sec;    /* KEEPALIVE_INTERVAL, seconds */
     double        finalize_timeout; /* FINALIZE_TIMEOUT, seconds */
+    double        answer_timeout;   /* ANSWER_TIMEOUT, seconds */
     char          *uct_ib2;         /* UCT_IB2 */
     int           log_level;        /* LOG_LEVEL: P2P_LOG_* */
     unsigned      am_id;            /* AM_ID (p2p_init_params_t wins) */
     unsigned long wait_spin;        /* WAIT_SPIN: idle polls before a
                                        blocking call yields */
     /* derived */
+    size_t        small_limit;      /* largest message sent as one AM
+                                       payload (p2p_send.c), at first */
     int           parsed;           /* UCS's parser filled it: release */
     int           leave_pinned;     /* in effect (p2p_reg.c) */
     char          keepalive[32];    /* keepalive_sec as a UCX time value */
@@ -119,6 +122,10 @@ typedef struct p2p_peer {
     uint8_t       token_sent;   /* it has been given rx_token */
     uint8_t       token_busy;   /* token_msg in flight */
     int           fail_error;   /* what its requests fail with */
+    /* largest message tried as one AM payload (p2p_send_small): the
+     * configured one, lowered when UCP showed it cannot send that size at
+     * once though it could send the message */
+    size_t        small_max;
     p2p_wire_token_t token_msg;
     /* Authentication (p2p_wire.h): what it must put in its messages to
      * us (random, never 0), and what we put in ours to it (0: not known
@@ -185,6 +192,12 @@ struct p2p_comm {
     int           detached;
     ucs_list_link_t detached_link;
     int           watched;      /* every member watched (p2p_failure.c) */
+    /* creation (p2p_create.c, p2p_abort.c): creations begun on this
+     * communicator as a parent, whether one is under way, and which
+     * creation of which parent made this one */
+    uint32_t      n_creations;
+    int           creating;
+    uint32_t      origin_cid, origin_epoch, origin_creation;
     p2p_mq_t      mq;
 };
 
@@ -225,9 +238,11 @@ struct p2p_request {
             ucp_rkey_h     rkey;
             uint64_t       sreq;      /* rendezvous: whom to send FIN */
             p2p_wire_ctl_t answer;    /* FIN or ACK in flight */
-            double         answer_since; /* refused by UCP since then: to
-                                            be tried again (linked by
+            double         answer_last;  /* refused by UCP: its last try
+                                            (to be tried again, linked by
                                             wait_link in ctx->answers) */
+            double         answer_refused; /* seconds refused while
+                                              progressing */
             size_t         msg_len;   /* truncating UCP protocol: length
                                          the sender declared */
         } recv;
@@ -302,7 +317,9 @@ struct p2p_context {
     int           size;
     int           have_pmix;
     pmix_proc_t   pmix_proc;
-    p2p_peer_t    *peers;       /* [size] */
+    p2p_peer_t    *peers;       /* [size], and [size]: "absent", the
+                                   member of a communicator whose creation
+                                   failed at it (p2p_abort.c) */
     /* which peer an endpoint leads to: authenticates arrivals */
     khash_t(p2p_ep_rank) ep_rank;
     ucp_ep_h      last_rx_ep;   /* one-entry cache in front of ep_rank */
@@ -328,6 +345,10 @@ struct p2p_context {
     struct p2p_coll_cell *coll_abandoned; /* receive buffers of barriers
                                    given up at a timeout: UCP may still
                                    write them until the worker is gone */
+    ucs_list_link_t aborts_out; /* ABORT notices UCP still sends */
+    ucs_list_link_t abort_notes; /* ABORT notices for creations not over
+                                    here yet (p2p_abort.c) */
+    unsigned      n_abort_notes;
     rcache_t      *rcache;
     int           reg_quiet;  /* creating the cache on trial */
     unsigned long reg_enomem_seen; /* registrations refused for want of
@@ -369,7 +390,8 @@ struct p2p_context {
 /* warnings given once per context */
 enum {
     P2P_WARNED_MALFORMED = 1u << 0,
-    P2P_WARNED_SOURCE    = 1u << 1
+    P2P_WARNED_SOURCE    = 1u << 1,
+    P2P_WARNED_ABORT     = 1u << 2
 };
 
 

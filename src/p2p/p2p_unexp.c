@@ -371,7 +371,8 @@ int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
     p2p_context_t    *ctx = comm->ctx;
     struct p2p_unexp *u;
     size_t           keep = 0;
-    size_t           rec  = sizeof(*u) +
+    /* the record and what the matching engine may hold for it */
+    size_t           rec  = ctx->stats.unexp_overhead +
                             ((rx->how == P2P_ARR_UCP_DESC) ?
                              P2P_UCP_DESC_CHARGE : 0);
     int              dropped = rx->dropped, reserve, fits;

@@ -1,5 +1,5 @@
 /*
- * ib2 p2p wire protocol, version 3 (P2P_WIRE_VERSION): every byte one p2p process sends
+ * ib2 p2p wire protocol, version 4 (P2P_WIRE_VERSION): every byte one p2p process sends
  * another, so that a peer written from this file alone interoperates (the
  * hostile-peer test is such a peer).
  *
@@ -8,6 +8,14 @@
  * p2p_init_params_t.am_id, the same in every process of a job; see
  * p2p_ucp_am_id() in p2p_ucp.h). The AM user header is one of the headers below; the AM data
  * is the payload named per type.
+ *
+ * Small eager messages. An EAGER message may instead travel without a
+ * user header (UCP header length 0), its p2p_wire_match_t at the start of
+ * the AM data and the message right after it. Senders use this form only
+ * for messages of at most P2P_WIRE_SMALL_MAX bytes that UCP sends at once
+ * (UCP 1.13 sends an active message as one piece per part, so one part
+ * less is a copy less); receivers take it at any length, checked as the
+ * other form is. No other type travels this way.
  *
  * Senders are authenticated, never believed. A message names its sender
  * (communicator and rank); the receiver accepts it only if
@@ -20,7 +28,7 @@
  *    peer); from then on the sender puts it in every header and sends
  *    without the reply flag, which costs UCP an endpoint lookup per
  *    message. Token 0 means "none yet".
- * FIN, ACK and TOKEN are always sent with the reply flag.
+ * FIN, ACK, TOKEN and ABORT are always sent with the reply flag.
  *
  * Byte order: every multi-byte field is little-endian; the token is opaque
  * bytes. Alignment: none; a receiver copies the header out of UCP's buffer
@@ -55,7 +63,7 @@
  * else. A request id is never a pointer.
  *
  * Exchanges:
- *   eager         EAGER(match, data)
+ *   eager         EAGER(match, data), or small: EAGER(none, match + data)
  *   synchronous   EAGER_SYNC(sync, data) ... ACK(sreq) once matched
  *   UCP protocol  MID(sync, data), data by UCP's own protocol; sreq 0:
  *                 standard, otherwise answered by ACK once matched
@@ -63,6 +71,8 @@
  *                 receiver reads [address, address + length) with
  *                 ucp_get_nbx ... FIN(sreq, status)
  *   first contact any of the above by reply endpoint ... TOKEN(token)
+ *   creation      a member whose communicator creation failed tells every
+ *                 other member of the parent: ABORT (p2p_wire_abort_t)
  */
 #ifndef IB2_P2P_WIRE_H
 #define IB2_P2P_WIRE_H
@@ -75,8 +85,12 @@ extern "C" {
 
 /* 2: the PMIx record carries the PID namespace, communicator creation's
  * contributions are little-endian and a split's carries no rank;
- * 3: the PMIx record carries this version (and a new magic) */
-#define P2P_WIRE_VERSION        3
+ * 3: the PMIx record carries this version (and a new magic);
+ * 4: ABORT, and small EAGER messages may travel without a user header */
+#define P2P_WIRE_VERSION        4
+
+/* Largest message a sender puts in an EAGER message without user header */
+#define P2P_WIRE_SMALL_MAX      64
 
 /* The UCP active message id p2p registers when none is given. */
 #define P2P_WIRE_AM_ID_DEFAULT  0x1b2
@@ -106,6 +120,7 @@ typedef enum p2p_wire_type {
     P2P_WIRE_FIN        = 5,    /* p2p_wire_ctl_t, no data */
     P2P_WIRE_ACK        = 6,    /* p2p_wire_ctl_t, no data */
     P2P_WIRE_TOKEN      = 7,    /* p2p_wire_token_t, no data */
+    P2P_WIRE_ABORT      = 8,    /* p2p_wire_abort_t, no data */
     P2P_WIRE_TYPE_LAST
 } p2p_wire_type_t;
 
@@ -155,11 +170,33 @@ typedef struct __attribute__((packed)) p2p_wire_token {
     uint64_t token;                         /* never 0 */
 } p2p_wire_token_t;                         /* 16 bytes */
 
+/* A creation on a parent communicator failed at the sender, which does not
+ * have the new communicator. Creations on a parent are numbered from 0 at
+ * every member (each member creates in the same order; a creation is
+ * counted once its agreement starts). A member that has the communicator
+ * of that creation takes the sender as absent from it: operations with it
+ * there fail with P2P_ERR_COMM_ABORTED. A member still in that creation
+ * (or before it: at most one creation ahead, else the notice is dropped)
+ * stops waiting for the sender in its rounds, but only for what the
+ * sender did not send: `seq` is the sequence number of the sender's next
+ * message to the receiver on the parent, and a round's receive is still
+ * made while a message below it has not arrived, or one that arrived is
+ * of the round's tag. */
+typedef struct __attribute__((packed)) p2p_wire_abort {
+    uint8_t  type;
+    uint8_t  version;
+    uint16_t reserved;                      /* 0 */
+    uint32_t cid;                           /* the parent: id, epoch */
+    uint32_t cepoch;
+    uint32_t creation;                      /* the parent's creation number */
+    uint32_t seq;                           /* sender's next to receiver */
+} p2p_wire_abort_t;                         /* 20 bytes */
+
 /*
  * Communicator creation (p2p_comm_dup, p2p_comm_split) is an allgather on
  * the parent: every member sends every other member one message of tag
- * P2P_WIRE_TAG_ALLGATHER per round, a p2p_wire_cid_offer_t -- in a split's
- * first round followed by a p2p_wire_split_t. Round r offers the slots
+ * P2P_WIRE_TAG_ALLGATHER per round, a p2p_wire_cid_offer_t -- in a split
+ * followed, in every round, by the same p2p_wire_split_t. Round r offers the slots
  * [r * 256, r * 256 + 256); the rounds end, at every member at once, with
  * the first round in which a slot is free at all members: the new
  * communicator's id is the lowest such slot, its epoch one above the
@@ -221,6 +258,7 @@ P2P_WIRE_SIZE_CHECK(p2p_wire_sync_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_rts_t, 60);
 P2P_WIRE_SIZE_CHECK(p2p_wire_ctl_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_token_t, 16);
+P2P_WIRE_SIZE_CHECK(p2p_wire_abort_t, 20);
 P2P_WIRE_SIZE_CHECK(p2p_wire_cid_offer_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_split_t, 8);
 P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 160);

@@ -6,7 +6,7 @@
  * alive, and keep it if it is indexed and covers the request with enough
  * access. Everything else goes to the slow path under `lock`: apply queued
  * memory events, search the ordered index, or register a new region that
- * absorbs the regions it overlaps or touches.
+ * absorbs the regions it overlaps and the unused ones it touches.
  *
  * Reference counting: an indexed region holds one reference for the index.
  * Whoever drops the last reference deregisters the region and returns it to
@@ -393,8 +393,16 @@ static int rcache_index(rcache_t *rcache, rcache_rgn_t *rgn)
 
 /*
  * The range and access a new region for [start, end) gets: the union with
- * every indexed region it overlaps, and with those it touches while the
- * union stays within max_merge.
+ * every indexed region it overlaps (the index must not overlap), and with
+ * those it only touches if nothing but the index holds them and the union
+ * stays within max_merge. A touching region in use stays registered until
+ * its holder puts it, whatever the cache does: absorbing it would register
+ * its bytes twice, and a pool growing by adjacent chunks it holds would
+ * register about the square of what it holds. An idle one is deregistered
+ * when the new region replaces it, so its bytes stay registered once.
+ * A lock-free hit may still take an idle region between this plan and its
+ * retirement (the backend runs in between); the holder then keeps a valid,
+ * unindexed registration until its put, as after an invalidation.
  */
 static void rcache_merge_plan(rcache_t *rcache, uintptr_t *start_p,
                               uintptr_t *end_p, unsigned *access_p)
@@ -409,7 +417,8 @@ static void rcache_merge_plan(rcache_t *rcache, uintptr_t *start_p,
         uintptr_t uend   = (rgn->pub.end > *end_p) ? rgn->pub.end : *end_p;
         bool overlaps    = (rgn->pub.end > start) && (rgn->pub.start < end);
 
-        if (overlaps || (uend - ustart <= rcache->params.max_merge)) {
+        if (overlaps || ((rgn_refcount(rgn) == 1) &&
+                         (uend - ustart <= rcache->params.max_merge))) {
             *start_p   = ustart;
             *end_p     = uend;
             *access_p |= rgn->pub.access;

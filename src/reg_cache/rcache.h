@@ -90,9 +90,10 @@ typedef struct rcache_params {
     rcache_monitor_t   monitor;
     size_t             max_regions;     /* 0 = unlimited */
     size_t             max_pinned;      /* bytes; 0 = unlimited */
-    /* Adjacent (touching, not overlapping) regions merge only while the
-     * merged size stays at or below this; 0 = never merge adjacent ones.
-     * Overlapping regions always merge. */
+    /* A new region absorbs an adjacent (touching, not overlapping) one
+     * only if that one is not in use and the merged size stays at or
+     * below this; 0 = never merge adjacent ones. Overlapping regions
+     * always merge. */
     size_t             max_merge;
     const char         *name;           /* for messages */
     /* Appended to the message of a registration that failed for want of

@@ -143,6 +143,15 @@ typedef struct ib2_iface_rc_compat {
     int                       fc_enable;
 } ib2_iface_rc_compat_t;
 
+/* Connection manager settings (ib2_cm.c, UCX_IB2_CM*). */
+typedef struct ib2_cm_config {
+    int                       mode;              /* ib2_cm_mode_t */
+    double                    timeout;           /* seconds */
+    char                      *addr;             /* "" or an IP address */
+    unsigned                  backlog;
+    unsigned                  max_held;
+} ib2_cm_config_t;
+
 typedef struct ib2_iface_config {
     uct_iface_config_t        super;
     char                      *receive_queues;   /* "auto" or a spec */
@@ -166,6 +175,7 @@ typedef struct ib2_iface_config {
     uct_iface_mpool_config_t  tx_mp;
     ib2_iface_ib_compat_t     ib_compat;
     ib2_iface_rc_compat_t     rc_compat;
+    ib2_cm_config_t           cm;
 } ib2_iface_config_t;
 
 struct ib2_ep;
@@ -234,6 +244,15 @@ typedef struct ib2_iface {
     uint32_t               rq_hash;
     ib2_iface_rxq_t        rxq[IB2_MAX_QUEUES];
     ucs_mpool_t            tx_mp;          /* bounce buffers */
+    struct {
+        unsigned           bufs;           /* in tx_mp's chunks */
+        ucs_status_t       error;          /* of a send without one */
+        int                refused;        /* none could be registered,
+                                              said so */
+        ucs_time_t         retry_at;       /* grow again from then on */
+        int                prepared;       /* next: a chunk's memory */
+        uct_allocated_memory_t next;
+    } tx_pool;                             /* ib2_tx_pool.c */
     ucs_mpool_t            op_mp;          /* ib2_op_t */
     size_t                 tx_buf_size;    /* bcopy buffer payload */
     int32_t                tx_cq_avail;    /* CQEs we may still cause */
@@ -310,7 +329,10 @@ typedef struct ib2_iface {
         unsigned           am_short_q0;    /* am_short (with its header)
                                               inline on queue 0 */
         size_t             max_get_put;
+        unsigned           max_read_sge;   /* scatter entries of a READ */
     } config;
+    struct ib2_cm          *cm;            /* rdmacm connections (ib2_cm.h),
+                                              NULL: verbs address exchange */
 } ib2_iface_t;
 
 /* The offsets of a receive buffer. */
@@ -381,8 +403,9 @@ enum {
     IB2_EP_BLOCK_FAILED  = 2, /* every op returns ep->failed */
     IB2_EP_BLOCK_PENDING = 4, /* requests are pending: new sends wait
                                  behind them (except from their dispatch) */
-    IB2_EP_BLOCK_IFACE_FENCE = 8 /* an interface fence waits for other
+    IB2_EP_BLOCK_IFACE_FENCE = 8, /* an interface fence waits for other
                                     endpoints */
+    IB2_EP_BLOCK_CONNECTING = 16 /* rdmacm connections not all up yet */
 };
 
 /* What an endpoint's pending requests wait for (ib2_pending.c). */
@@ -438,6 +461,7 @@ typedef struct ib2_ep {
     struct ibv_qp     *tgt;             /* X: the peer's INI QP lands here */
     uint32_t          x_srqn[IB2_MAX_QUEUES]; /* X: the peer's SRQs; 0
                                            elsewhere (ignored by RC QPs) */
+    struct ib2_cm_ep  *cm;              /* rdmacm state (ib2_cm.h) */
 } ib2_ep_t;
 
 /*
@@ -547,7 +571,13 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q);
 void ib2_ep_signal_am_tails(ib2_ep_t *ep);
 ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface);
 void ib2_iface_fence_uncount(ib2_ep_t *ep);
-void ib2_iface_tx_desc_short(ib2_iface_t *iface);
+
+/* Send bounce buffers (ib2_tx_pool.c). */
+ucs_status_t ib2_tx_pool_init(ib2_iface_t *iface,
+                              const uct_iface_mpool_config_t *config);
+void ib2_tx_pool_cleanup(ib2_iface_t *iface, int leak_check);
+ib2_tx_desc_t *ib2_iface_tx_desc_short(ib2_iface_t *iface);
+int ib2_tx_pool_may_grow(ib2_iface_t *iface);
 
 /* Pending (ib2_pending.c). */
 ib2_tx_state_t ib2_ep_tx_state(ib2_ep_t *ep);
@@ -588,6 +618,14 @@ void ib2_xrc_ep_pack(ib2_ep_t *ep, void *addr);
 ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
                                 const void *addr);
 void ib2_xrc_ams_completed(ib2_ep_t *ep, uint32_t first, uint32_t count);
+
+/* What the device allows (ib2_devfit.c): queues without SRQs, atomics,
+ * READ scatter lists. */
+int ib2_dev_is_iwarp(ib2_md_t *md);
+int ib2_dev_has_atomics(ib2_md_t *md);
+const char *ib2_devfit_default_rq(ib2_md_t *md, const char *rq);
+ucs_status_t ib2_devfit_check_rq(ib2_iface_t *iface, const char *rq);
+unsigned ib2_devfit_read_sge(ib2_iface_t *iface);
 
 /* Interface configuration (ib2_iface_config.c). */
 extern ucs_config_field_t ib2_iface_config_table[];

@@ -31,6 +31,13 @@ typedef struct ib2_iface_counters {
     /* Not a count of events: destroyed endpoints not yet freed now (their
      * buffers or sends have not all come back, ib2_ep_conn.c). */
     uint64_t zombies;
+    /* rdmacm (ib2_cm.h): queue connections made, as initiator and as
+     * acceptor; connect requests refused, and held for an endpoint not
+     * connected yet. */
+    uint64_t cm_initiated;
+    uint64_t cm_accepted;
+    uint64_t cm_rejected;
+    uint64_t cm_held;
 } ib2_iface_counters_t;
 
 /* Copies the counters of an rc_ib2 interface. UCS_ERR_INVALID_PARAM if

@@ -66,7 +66,7 @@ static ucs_status_t ib2_ep_post_ctrl(ib2_iface_t *iface, ib2_ep_t *ep,
     }
     desc = ib2_ep_get_desc(iface);
     if (desc == NULL) {
-        return UCS_ERR_NO_RESOURCE;
+        return ib2_iface_no_desc(iface);
     }
     memcpy(ib2_tx_data(desc), hdr, sizeof(*hdr));
     sge.addr   = (uintptr_t)ib2_tx_data(desc);

@@ -117,7 +117,7 @@ ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
      * take it anyway would an early refusal save the copy.) */
     desc = ib2_ep_get_desc(iface);
     if (ucs_unlikely(desc == NULL)) {
-        return ep->failed ? ep->failed : UCS_ERR_NO_RESOURCE;
+        return ep->failed ? ep->failed : ib2_iface_no_desc(iface);
     }
     hdr    = ib2_tx_data(desc);
     length = pack(hdr + 1, arg);
@@ -273,7 +273,7 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
     }
     desc = ib2_ep_get_desc(iface);
     if (ucs_unlikely(desc == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return ib2_iface_no_desc(iface);
     }
     /* Our header and the user's go from the bounce buffer, the payload
      * straight from the user's registered memory (empty pieces, which may

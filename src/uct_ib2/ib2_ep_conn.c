@@ -10,6 +10,7 @@
  * the interface closes.
  */
 #include "ib2.h"
+#include "ib2_cm.h"
 
 /* Room in the receive CQ for every buffer that could complete at once. */
 static ucs_status_t ib2_iface_reserve_rx_cq(ib2_iface_t *iface, int add)
@@ -173,6 +174,14 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
         ucs_free(self->txq[0].am_seqs);
         return status;
     }
+    if (iface->cm != NULL) {            /* rdmacm: id, blocked until up */
+        status = ib2_cm_ep_init(self);
+        if (status != UCS_OK) {
+            iface->rx_cq_needed -= ib2_ep_p_buffers(iface);
+            ucs_free(self->txq[0].am_seqs);
+            return status;
+        }
+    }
     if (ib2_iface_is_xrc(iface)) {
         status = ib2_xrc_ep_create(self);
         if (status != UCS_OK) {
@@ -213,6 +222,9 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
     return UCS_OK;
 
 err:
+    if (self->cm != NULL) {
+        ib2_cm_ep_destroy(self);
+    }
     ib2_ep_release_qps(self);
     iface->rx_cq_needed -= ib2_ep_p_buffers(iface);
     ucs_arbiter_group_cleanup(&self->arb_group);
@@ -224,6 +236,9 @@ UCS_CLASS_CLEANUP_FUNC(ib2_ep_t)
 {
     ib2_iface_t *iface = self->iface;
 
+    if (self->cm != NULL) {
+        ib2_cm_ep_destroy(self);
+    }
     ib2_ep_release_qps(self);
     iface->rx_cq_needed -= ib2_ep_p_buffers(iface);
     ucs_free(self->ooo);
@@ -307,6 +322,9 @@ void ib2_ep_destroy(uct_ep_h tl_ep)
         ib2_ep_pending_purge(tl_ep, NULL, NULL);
     }
     ep->destroyed = 1;
+    if (ep->cm != NULL) {
+        ib2_cm_ep_destroy(ep);    /* its connections end with it */
+    }
     ib2_iface_fence_uncount(ep);
     if (ep->ctrl_queued) {
         ucs_list_del(&ep->ctrl_list);
@@ -338,6 +356,9 @@ ucs_status_t ib2_ep_get_address(uct_ep_h tl_ep, uct_ep_addr_t *addr)
     ib2_ep_addr_t *ep_addr = (ib2_ep_addr_t*)addr;
     unsigned q;
 
+    if (ep->iface->cm != NULL) {
+        return ib2_cm_ep_get_address(ep, addr);
+    }
     if (ib2_iface_is_xrc(ep->iface)) {
         ib2_xrc_ep_pack(ep, addr);
         return UCS_OK;
@@ -366,6 +387,9 @@ ucs_status_t ib2_ep_connect_to_ep(uct_ep_h tl_ep,
     uint32_t qpn;
     unsigned q;
 
+    if (iface->cm != NULL) {
+        return ib2_cm_ep_connect(ep, remote, addr);
+    }
     if (ep_addr->rq_hash != iface->rq_hash) {
         ucs_error("%s:%u: the peer uses other receive queues than we do: "
                   "every process must have the same UCX_IB2_RECEIVE_QUEUES "

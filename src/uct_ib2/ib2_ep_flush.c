@@ -148,25 +148,6 @@ ib2_tx_state_t ib2_iface_fence_wait(ib2_iface_t *iface)
 }
 
 /*
- * The bounce buffers ran out. Those held by sends waiting for a completion
- * that was not asked for (moderation) would come back only with a later
- * send: ask for the completions now.
- */
-void ib2_iface_tx_desc_short(ib2_iface_t *iface)
-{
-    ib2_ep_t *ep;
-    unsigned q;
-
-    ucs_list_for_each(ep, &iface->eps, list) {
-        for (q = 0; q < ep->nq; ++q) {
-            if (!ucs_queue_is_empty(&ep->txq[q].ops)) {
-                (void)ib2_ep_signal_tail(iface, ep, q);
-            }
-        }
-    }
-}
-
-/*
  * Behind a fence, may a send go on queue q? Not while another queue has
  * sends from before the fence outstanding (their tails are signaled so
  * that their completions come); with IBV_SEND_FENCE if q itself has.
@@ -221,6 +202,9 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
     if (ep->blocked & IB2_EP_BLOCK_IFACE_FENCE) {
         (void)ib2_iface_fence_wait(iface);
         return UCS_ERR_NO_RESOURCE;
+    }
+    if (ep->blocked & IB2_EP_BLOCK_CONNECTING) {
+        return UCS_ERR_NO_RESOURCE;   /* rdmacm: connections on their way */
     }
     /* Requests added to pending go first: only their own dispatch may
      * send on this endpoint meanwhile. */

@@ -96,7 +96,7 @@ ssize_t ib2_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack, void *arg,
     }
     desc = ib2_ep_get_desc(iface);
     if (ucs_unlikely(desc == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return ib2_iface_no_desc(iface);
     }
     length = pack(ib2_tx_data(desc), arg);
     if (ucs_unlikely(length > iface->tx_buf_size)) {
@@ -169,6 +169,12 @@ static ucs_status_t ib2_ep_rdma_zcopy(uct_ep_h tl_ep, enum ibv_wr_opcode op,
         sge[n].lkey = ib2_memh_mr(iface->md, iov[i].memh)->lkey;
         ++n;
     }
+    if ((op == IBV_WR_RDMA_READ) && (n > iface->config.max_read_sge)) {
+        /* iWARP: one scatter entry per READ (get.max_iov says so) */
+        ucs_error("get_zcopy with %u pieces: %s takes %u per READ",
+                  n, iface->md->name, iface->config.max_read_sge);
+        return UCS_ERR_INVALID_PARAM;
+    }
     wr.opcode              = op;
     wr.sg_list             = sge;
     wr.num_sge             = (int)n;
@@ -222,7 +228,7 @@ ucs_status_t ib2_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t unpack,
     }
     desc = ib2_ep_get_desc(iface);
     if (ucs_unlikely(desc == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return ib2_iface_no_desc(iface);
     }
     desc->op.kind   = IB2_OP_GET_BCOPY;
     desc->op.comp   = comp;
@@ -255,7 +261,7 @@ static ucs_status_t ib2_ep_atomic(ib2_ep_t *ep, enum ibv_wr_opcode opcode,
     }
     desc = ib2_ep_get_desc(iface);
     if (ucs_unlikely(desc == NULL)) {
-        return UCS_ERR_NO_RESOURCE;
+        return ib2_iface_no_desc(iface);
     }
     if (result != NULL) {
         desc->op.kind   = IB2_OP_ATOMIC_FETCH;

@@ -4,6 +4,7 @@
  * (UCX_IB2_*), addresses, reachability, progress and event notification.
  */
 #include "ib2.h"
+#include "ib2_cm.h"
 
 #include <ucs/arch/cpu.h>
 #include <fcntl.h>
@@ -20,6 +21,9 @@ static unsigned ib2_iface_progress(void *arg)
     }
     count  = ib2_rx_progress(iface);
     count += ib2_tx_progress(iface);
+    if (ucs_unlikely(iface->cm != NULL)) {
+        count += ib2_cm_progress(iface);   /* rdmacm events, deadlines */
+    }
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
         ib2_ep_t *ep, *tmp;
 
@@ -99,7 +103,7 @@ static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
         return UCS_ERR_IO_ERROR;
     }
     /* Credit messages and pending work are progress too. */
-    if (send_events || recv_events ||
+    if (send_events || recv_events || ib2_cm_busy(iface) ||
         !ucs_list_is_empty(&iface->ctrl_pending) ||
         (!ucs_arbiter_is_empty(&iface->arbiter) &&
          (iface->tx_cq_avail > 0))) {
@@ -116,15 +120,6 @@ static void ib2_iface_release_desc(uct_recv_desc_t *self, void *desc)
                                                           iface->config.rx_headroom));
 
     ib2_rx_release_desc(iface, rx);
-}
-
-static void ib2_iface_tx_desc_init(uct_iface_h tl_iface, void *obj,
-                                   uct_mem_h memh)
-{
-    ib2_iface_t *iface  = ucs_derived_of(tl_iface, ib2_iface_t);
-    ib2_tx_desc_t *desc = obj;
-
-    desc->lkey = ib2_memh_mr(iface->md, memh)->lkey;
 }
 
 static ucs_mpool_ops_t ib2_op_mpool_ops = {
@@ -230,7 +225,6 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     const ib2_iface_config_t *config = ucs_derived_of(tl_config,
                                                       ib2_iface_config_t);
     ib2_md_t *md = ucs_derived_of(tl_md, ib2_md_t);
-    uct_iface_mpool_config_t tx_mp;
     ucs_status_t status;
     size_t largest;
 
@@ -321,6 +315,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
     if (status != UCS_OK) {
         goto err_cleanup;
     }
+    self->config.max_read_sge = ib2_devfit_read_sge(self);
     /* Header and payload fit inline and in the largest queue's buffers. */
     self->config.max_short = (ucs_min(self->config.max_inline, largest) >
                               sizeof(self->tx_short.am_hdr)) ?
@@ -331,18 +326,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                                  0;
     self->config.am_short_q0   = ucs_min(self->config.max_inline,
                                          self->rq.q[0].size);
-    /* A chunk no larger than the pool may be (TX_MAX_BUFS below the
-     * default TX_BUFS_GROW). */
-    tx_mp = config->tx_mp;
-    if (((tx_mp.bufs_grow != 0) ? tx_mp.bufs_grow : 256u) >
-        tx_mp.max_bufs) {
-        tx_mp.bufs_grow = tx_mp.max_bufs;
-    }
-    status = uct_iface_mpool_init(&self->super, &self->tx_mp,
-                                  sizeof(ib2_tx_desc_t) + self->tx_buf_size,
-                                  sizeof(ib2_tx_desc_t), UCS_SYS_CACHE_LINE_SIZE,
-                                  &tx_mp, 256,
-                                  ib2_iface_tx_desc_init, "ib2_tx_desc");
+    status = ib2_tx_pool_init(self, &config->tx_mp);
     if (status != UCS_OK) {
         goto err_cleanup;
     }
@@ -350,7 +334,7 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                             UCS_SYS_CACHE_LINE_SIZE, 256, UINT_MAX,
                             &ib2_op_mpool_ops, "ib2_op");
     if (status != UCS_OK) {
-        ucs_mpool_cleanup(&self->tx_mp, 0);
+        ib2_tx_pool_cleanup(self, 0);
         goto err_cleanup;
     }
     self->qp_ep = kh_init(ib2_qp_ep);
@@ -371,6 +355,11 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_IO_ERROR;
         goto err_cleanup_rxq;
     }
+    /* rdmacm: the listener (iWARP, or UCX_IB2_CM=rdmacm) */
+    status = ib2_cm_iface_init(self, &config->cm);
+    if (status != UCS_OK) {
+        goto err_cleanup_rxq;
+    }
     ib2_iface_async_add(self);
     ucs_debug("%s:%u: rc_ib2 iface %p, mtu %u, inline %u, queues %u",
               md->name, self->port, self, ib2_mtu_bytes(self->config.mtu_enum),
@@ -383,7 +372,7 @@ err_cleanup_hash:
     kh_destroy(ib2_qp_ep, self->qp_ep);
 err_cleanup_mp:
     ucs_mpool_cleanup(&self->op_mp, 0);
-    ucs_mpool_cleanup(&self->tx_mp, 0);
+    ib2_tx_pool_cleanup(self, 0);
 err_cleanup:
     ucs_arbiter_cleanup(&self->arbiter);
     if (self->recv_cq != NULL) {
@@ -420,6 +409,7 @@ static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
         ucs_list_del(&ep->list);
         UCS_CLASS_DELETE(ib2_ep_t, ep);
     }
+    ib2_cm_iface_cleanup(self);   /* after the endpoints' connections */
     /* Completions still queued point into the receive buffers: taken off
      * before the buffers go (softverbs places a small receive's bytes when
      * its completion is polled or its region deregistered, and a region
@@ -429,7 +419,7 @@ static UCS_CLASS_CLEANUP_FUNC(ib2_iface_t)
     ib2_rxq_cleanup(self);
     kh_destroy(ib2_qp_ep, self->qp_ep);
     ucs_mpool_cleanup(&self->op_mp, 1);
-    ucs_mpool_cleanup(&self->tx_mp, 1);
+    ib2_tx_pool_cleanup(self, 1);
     ucs_arbiter_cleanup(&self->arbiter);
     ibv_destroy_cq(self->recv_cq);
     ibv_destroy_cq(self->send_cq);

@@ -4,6 +4,7 @@
  * value the transport cannot honour is refused with the limit it breaks).
  */
 #include "ib2.h"
+#include "ib2_cm.h"
 #include "ib2_devparams.h"
 
 #include <ucs/arch/bitops.h>
@@ -171,6 +172,10 @@ ucs_config_field_t ib2_iface_config_table[] = {
     {"RC_", "", NULL, ucs_offsetof(ib2_iface_config_t, rc_compat),
      UCS_CONFIG_TYPE_TABLE(ib2_iface_rc_compat_table)},
 
+    /* connection manager: UCX_IB2_CM, UCX_IB2_CM_* (ib2_cm.c) */
+    {"", "", NULL, ucs_offsetof(ib2_iface_config_t, cm),
+     UCS_CONFIG_TYPE_TABLE(ib2_cm_config_table)},
+
     {NULL}
 };
 
@@ -292,13 +297,18 @@ ucs_status_t ib2_iface_apply_device_params(ib2_iface_t *iface,
 
     if (!strcmp(rq, "auto")) {
         rq = (dp.receive_queues[0] != '\0') ? dp.receive_queues
-                                            : IB2_DEFAULT_RECEIVE_QUEUES;
+                                            : ib2_devfit_default_rq(
+                                                  iface->md,
+                                                  IB2_DEFAULT_RECEIVE_QUEUES);
     }
     if (ib2_rq_parse(rq, &iface->rq, err, sizeof(err)) != 0) {
         ucs_error("receive queues \"%s\"%s: %s", rq,
                   (rq == config->receive_queues) ?
                   " (UCX_IB2_RECEIVE_QUEUES)" : " (device parameter file)",
                   err);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (ib2_devfit_check_rq(iface, rq) != UCS_OK) {  /* device fit */
         return UCS_ERR_INVALID_PARAM;
     }
     ib2_rq_format(&iface->rq, canon, sizeof(canon));

@@ -5,6 +5,7 @@
  * topology.
  */
 #include "ib2.h"
+#include "ib2_cm.h"
 
 #include <ucs/sys/string.h>
 #include <ucs/sys/topo/base/topo.h>
@@ -103,7 +104,7 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
     attr->cap.get.max_zcopy       = max_msg;
     attr->cap.get.opt_zcopy_align = 512;
     attr->cap.get.align_mtu       = attr->cap.put.align_mtu;
-    attr->cap.get.max_iov         = max_sge;
+    attr->cap.get.max_iov         = iface->config.max_read_sge;
 
     /* UCT counts the 8-byte header in, we count it separately. */
     attr->cap.am.max_short        = iface->config.max_short_iov;
@@ -115,7 +116,7 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
     attr->cap.am.max_hdr          = iface->config.max_am_hdr;
     attr->cap.am.max_iov          = max_sge - 1;
 
-    if (iface->md->dev_attr.atomic_cap != IBV_ATOMIC_NONE) {
+    if (ib2_dev_has_atomics(iface->md)) {   /* none on iWARP */
         attr->cap.flags              |= UCT_IFACE_FLAG_ATOMIC_DEVICE;
         attr->cap.atomic64.op_flags   = UCS_BIT(UCT_ATOMIC_OP_ADD);
         attr->cap.atomic64.fop_flags  = UCS_BIT(UCT_ATOMIC_OP_ADD) |
@@ -124,7 +125,8 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
 
     attr->iface_addr_len  = 0;
     attr->device_addr_len = sizeof(ib2_dev_addr_t);
-    attr->ep_addr_len     = ib2_iface_is_xrc(iface) ?
+    attr->ep_addr_len     = (iface->cm != NULL) ? sizeof(ib2_cm_ep_addr_t) :
+                            ib2_iface_is_xrc(iface) ?
                             ib2_xrc_ep_addr_len(iface) :
                             sizeof(ib2_ep_addr_t);
     attr->max_conn_priv   = 0;
@@ -144,6 +146,7 @@ ucs_status_t ib2_iface_get_device_address(uct_iface_h tl_iface,
     dev->mtu   = (uint8_t)iface->config.mtu_enum;
     dev->lid   = iface->port_attr.lid;
     memcpy(dev->gid, iface->gid.raw, sizeof(dev->gid));
+    dev->flags |= ib2_cm_dev_addr_flags(iface);
     return UCS_OK;
 }
 
@@ -169,6 +172,9 @@ int ib2_iface_is_reachable(const uct_iface_h tl_iface,
 
     if (!!(remote->flags & IB2_DEV_ADDR_F_ETH) != iface->is_eth) {
         return 0; /* InfiniBand and Ethernet do not meet */
+    }
+    if (!ib2_cm_dev_addr_reachable(iface, remote)) {
+        return 0; /* iWARP and RoCE, rdmacm and verbs do not meet */
     }
     if (iface->is_eth) {
         return 1; /* routed by GID */

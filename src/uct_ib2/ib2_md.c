@@ -10,6 +10,7 @@
 #include <ucs/sys/string.h>
 
 #include <limits.h>
+#include <string.h>
 
 static ucs_config_field_t ib2_md_config_table[] = {
     {"", "", NULL, ucs_offsetof(ib2_md_config_t, super),
@@ -114,12 +115,23 @@ static ucs_status_t ib2_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
 static void ib2_md_close(uct_md_h uct_md)
 {
     ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
+    int ret;
 
     if (md->rcache != NULL) {
         rcache_destroy(md->rcache);
     }
     ib2_md_async_cleanup(md);
-    ibv_dealloc_pd(md->pd);
+    /* fails (EBUSY) while regions are registered on the PD: memory keys
+     * someone did not deregister, leaked with their pinned pages until
+     * the device is closed */
+    ret = ibv_dealloc_pd(md->pd);
+    if (ret != 0) {
+        ucs_error("%s: ibv_dealloc_pd() failed: %s; memory registered "
+                  "through this memory domain was not deregistered before "
+                  "it was closed (leaked memory keys: a missing "
+                  "uct_md_mem_dereg)", ibv_get_device_name(md->ctx->device),
+                  strerror(ret));
+    }
     ibv_close_device(md->ctx);
     ucs_free(md);
 }

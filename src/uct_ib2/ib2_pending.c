@@ -82,7 +82,7 @@ ucs_status_t ib2_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req,
     /* BUSY tells the caller to try again at once: only when the send
      * would have what it needs (UCP retries without progress). */
     if ((ep->pending_count == 0) && (iface->tx_cq_avail > 0) &&
-        !ucs_mpool_is_empty(&iface->tx_mp) && ib2_ep_has_tx(ep)) {
+        ib2_iface_has_desc(iface) && ib2_ep_has_tx(ep)) {
         return UCS_ERR_BUSY;
     }
     uct_pending_req_arb_group_push(&ep->arb_group, req);

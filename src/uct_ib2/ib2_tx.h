@@ -175,17 +175,34 @@ static UCS_F_ALWAYS_INLINE int ib2_ep_am_signal(ib2_ep_t *ep,
     return (txq->credits == 0) || !ib2_ep_seq_room(ep);
 }
 
+/* A bounce buffer, or NULL: then ib2_iface_no_desc says why. The pool
+ * grows in ib2_iface_tx_desc_short, never from ucs_mpool_get. */
 static UCS_F_ALWAYS_INLINE ib2_tx_desc_t *ib2_ep_get_desc(ib2_iface_t *iface)
 {
-    ib2_tx_desc_t *desc = ucs_mpool_get_inline(&iface->tx_mp);
+    ib2_tx_desc_t *desc;
 
-    if (ucs_likely(desc != NULL)) {
-        desc->op.kind = IB2_OP_DESC;
-        desc->op.comp = NULL;
-    } else {
-        ib2_iface_tx_desc_short(iface);
+    if (ucs_unlikely(iface->tx_mp.freelist == NULL)) {
+        return ib2_iface_tx_desc_short(iface);
     }
+    desc          = ucs_mpool_get_inline(&iface->tx_mp);
+    desc->op.kind = IB2_OP_DESC;
+    desc->op.comp = NULL;
     return desc;
+}
+
+/* Why ib2_ep_get_desc gave none: UCS_ERR_NO_RESOURCE while buffers are
+ * out (their completions bring them back), UCS_ERR_NO_MEMORY when none
+ * could be registered and none is out. */
+static UCS_F_ALWAYS_INLINE ucs_status_t ib2_iface_no_desc(ib2_iface_t *iface)
+{
+    return iface->tx_pool.error;
+}
+
+/* Would a send get a bounce buffer now (one is free, or the pool would
+ * try to grow)? */
+static UCS_F_ALWAYS_INLINE int ib2_iface_has_desc(ib2_iface_t *iface)
+{
+    return (iface->tx_mp.freelist != NULL) || ib2_tx_pool_may_grow(iface);
 }
 
 /* The queue of an active message of `size` bytes with our header; the

@@ -63,6 +63,10 @@ typedef struct ib2_dev_addr {
 } UCS_S_PACKED ib2_dev_addr_t;
 
 #define IB2_DEV_ADDR_F_ETH    0x01  /* RoCE: route by GID */
+#define IB2_DEV_ADDR_F_RDMACM 0x02  /* connects through rdmacm: the
+                                       endpoint address is ib2_cm_ep_addr_t
+                                       (ib2_cm_wire.h) */
+#define IB2_DEV_ADDR_F_IWARP  0x04  /* an iWARP port */
 
 /* Endpoint address: the QPs, one per queue, and what they expect. */
 typedef struct ib2_ep_addr {

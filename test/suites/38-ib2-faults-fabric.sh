@@ -161,11 +161,14 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     # (once: evicted and registered again; for good: copied, and p2p says
     # what to raise); then a fatal fault, one per job: rank 1's QP fails
     # under an RDMA READ, its rc_ib2 send CQ overruns, that READ completes
-    # with REM_ACCESS_ERR, or its next posts are refused; its requests
-    # and rank 0's with it end with P2P_ERR_PEER_FAILED within seconds, a
-    # third rank's exchange with rank 0 is untouched, all finalize.
+    # with REM_ACCESS_ERR, RETRY_EXC_ERR or LOC_PROT_ERR, its next sends
+    # complete with RNR_RETRY_EXC_ERR, or its next posts are refused; its
+    # requests and rank 0's with it end with P2P_ERR_PEER_FAILED within
+    # seconds, a third rank's exchange with rank 0 is untouched, all
+    # finalize.
     for np in 2 3; do
-        for t in QpFatal CqOverrun ErrorCompletion RefusedPost; do
+        for t in QpFatal CqOverrun ErrorCompletion RetryExc RnrRetryExc \
+                 LocProt RefusedPost; do
             ib2_gtest "p2p-rc_ib2-faults-$t-${np}ranks" \
                 "$BUILD/contrib/softverbs/softverbs-run" \
                 --shm "$fab_shm-p2pq" "${fab_mpi[@]}" -np $np \

@@ -10,6 +10,15 @@
  *   expected     the receive is posted before the message arrives
  *   unexpected   the message arrives first and waits in the unexpected
  *                queue; the receive finds it there
+ *   stream       a window of COST_WINDOW receives posted, as many sends
+ *                started, then both waited for, as p2p_bench's rate
+ *                test does (sender's and receiver's work in one process)
+ *
+ * and with -u the reference for the expected and stream loops: UCP's own
+ * tag API on the same
+ * worker and endpoint (ucp_tag_recv_nbx posted, ucp_tag_send_nbx, progress
+ * until the receive completes), what p2p's expected loop does over UCP's
+ * matching instead of its own (the context then has UCP's tag feature).
  *
  * Run it under callgrind with collection limited to the loops:
  *
@@ -22,7 +31,7 @@
  * without valgrind prints ns per message and the allocations per message
  * it counted (of the whole process: p2p, UCP, the C library).
  */
-#include <p2p.h>
+#include <p2p_ucp.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +39,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COST_TAG 7
+#define COST_TAG    7
+#define COST_WINDOW 32
 
 /*
  * Every allocation in the process while a loop runs -- p2p's, UCP's, the
@@ -121,18 +131,116 @@ __attribute__((noinline)) void p2p_cost_unexp(p2p_comm_t *comm, size_t len,
     }
 }
 
+__attribute__((noinline)) void p2p_cost_stream(p2p_comm_t *comm, size_t len,
+                                               int n)
+{
+    p2p_request_t *sreq[COST_WINDOW], *rreq[COST_WINDOW];
+    char          sbuf[len + 1], rbuf[len + 1];
+    int           i, k, w;
+
+    memset(sbuf, 1, len);
+    for (i = 0; i < n; i += w) {
+        w = (n - i < COST_WINDOW) ? n - i : COST_WINDOW;
+        for (k = 0; k < w; ++k) {
+            cost_check(p2p_irecv(rbuf, len, 0, COST_TAG, comm, &rreq[k]),
+                       "irecv");
+        }
+        for (k = 0; k < w; ++k) {
+            cost_check(p2p_isend(sbuf, len, 0, COST_TAG, comm, &sreq[k]),
+                       "isend");
+        }
+        cost_check(p2p_waitall(w, sreq, NULL), "waitall");
+        cost_check(p2p_waitall(w, rreq, NULL), "waitall");
+    }
+}
+
+static void cost_ucp_wait(ucp_worker_h worker, ucs_status_ptr_t sp)
+{
+    if (sp == NULL) {
+        return;
+    }
+    if (UCS_PTR_IS_ERR(sp)) {
+        fprintf(stderr, "p2p_cost: UCP operation failed: %s\n",
+                ucs_status_string(UCS_PTR_STATUS(sp)));
+        exit(1);
+    }
+    while (ucp_request_check_status(sp) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker);
+    }
+    ucp_request_free(sp);
+}
+
+/* The reference: the expected loop on UCP's tag API. */
+__attribute__((noinline)) void p2p_cost_ucp_tag(p2p_comm_t *comm,
+                                                size_t len, int n)
+{
+    ucp_request_param_t param = { .op_attr_mask = 0 };
+    ucp_worker_h        worker = p2p_ucp_worker(p2p_comm_context(comm));
+    char                sbuf[len + 1], rbuf[len + 1];
+    ucs_status_ptr_t    rsp;
+    ucp_ep_h            ep;
+    int                 i;
+
+    cost_check(p2p_ucp_ep(comm, 0, &ep), "p2p_ucp_ep");
+    memset(sbuf, 1, len);
+    for (i = 0; i < n; ++i) {
+        rsp = ucp_tag_recv_nbx(worker, rbuf, len, COST_TAG, (ucp_tag_t)-1,
+                               &param);
+        cost_ucp_wait(worker, ucp_tag_send_nbx(ep, sbuf, len, COST_TAG,
+                                               &param));
+        cost_ucp_wait(worker, rsp);
+    }
+}
+
+/* The reference: the stream loop on UCP's tag API. */
+__attribute__((noinline)) void p2p_cost_ucp_tag_stream(p2p_comm_t *comm,
+                                                       size_t len, int n)
+{
+    ucp_request_param_t param = { .op_attr_mask = 0 };
+    ucp_worker_h        worker = p2p_ucp_worker(p2p_comm_context(comm));
+    ucs_status_ptr_t    sreq[COST_WINDOW], rreq[COST_WINDOW];
+    char                sbuf[len + 1], rbuf[len + 1];
+    ucp_ep_h            ep;
+    int                 i, k, w;
+
+    cost_check(p2p_ucp_ep(comm, 0, &ep), "p2p_ucp_ep");
+    memset(sbuf, 1, len);
+    for (i = 0; i < n; i += w) {
+        w = (n - i < COST_WINDOW) ? n - i : COST_WINDOW;
+        for (k = 0; k < w; ++k) {
+            rreq[k] = ucp_tag_recv_nbx(worker, rbuf, len, COST_TAG,
+                                       (ucp_tag_t)-1, &param);
+        }
+        for (k = 0; k < w; ++k) {
+            sreq[k] = ucp_tag_send_nbx(ep, sbuf, len, COST_TAG, &param);
+        }
+        for (k = 0; k < w; ++k) {
+            cost_ucp_wait(worker, sreq[k]);
+        }
+        for (k = 0; k < w; ++k) {
+            cost_ucp_wait(worker, rreq[k]);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     p2p_context_t *ctx;
     p2p_comm_t    *world;
     size_t        len = 8;
     int           n = 10000, opt;
-    double        t0, t1, t2;
-    unsigned long a_exp, a_unexp;
+    double        t0, t1, t2, t3, t4;
+    unsigned long a_exp, a_unexp, a_stream, a_tag = 0;
+    int           tag = 0;
     p2p_init_params_t params = { 0 };
 
-    while ((opt = getopt(argc, argv, "n:s:th")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:tuh")) != -1) {
         switch (opt) {
+        case 'u':
+            /* also the reference loop on UCP's tag API */
+            params.flags |= P2P_INIT_F_UCP_TAG;
+            tag           = 1;
+            break;
         case 't':
             /* what the thread-safe mode costs one thread */
             params.flags |= P2P_INIT_F_THREAD_MULTIPLE;
@@ -145,7 +253,8 @@ int main(int argc, char **argv)
             break;
         default:
             fprintf(stderr, "usage: %s [-n iterations] [-s size] [-t: "
-                    "P2P_INIT_F_THREAD_MULTIPLE]\n", argv[0]);
+                    "P2P_INIT_F_THREAD_MULTIPLE] [-u: UCP tag "
+                    "reference]\n", argv[0]);
             return (opt == 'h') ? 0 : 1;
         }
     }
@@ -166,6 +275,11 @@ int main(int argc, char **argv)
     /* warm up: pools, bins, the endpoint to ourselves */
     p2p_cost_expected(world, len, 100);
     p2p_cost_unexp(world, len, 100);
+    p2p_cost_stream(world, len, 100);
+    if (tag) {
+        p2p_cost_ucp_tag(world, len, 100);
+        p2p_cost_ucp_tag_stream(world, len, 100);
+    }
     cost_counting = 1;
     t0 = cost_now();
     p2p_cost_expected(world, len, n);
@@ -175,11 +289,29 @@ int main(int argc, char **argv)
     p2p_cost_unexp(world, len, n);
     t2 = cost_now();
     a_unexp       = cost_allocs;
+    cost_allocs   = 0;
+    p2p_cost_stream(world, len, n);
+    t3            = cost_now();
+    a_stream      = cost_allocs;
+    cost_allocs   = 0;
+    if (tag) {
+        p2p_cost_ucp_tag(world, len, n);
+        p2p_cost_ucp_tag_stream(world, len, n);
+    }
+    t4            = cost_now();
+    a_tag         = cost_allocs;
     cost_counting = 0;
     printf("%zu-byte messages to self, %d each:\n"
            "  expected    %8.1f ns  %.3f allocations per message\n"
-           "  unexpected  %8.1f ns  %.3f allocations per message\n",
+           "  unexpected  %8.1f ns  %.3f allocations per message\n"
+           "  stream      %8.1f ns  %.3f allocations per message\n",
            len, n, (t1 - t0) / n * 1e9, (double)a_exp / n,
-           (t2 - t1) / n * 1e9, (double)a_unexp / n);
+           (t2 - t1) / n * 1e9, (double)a_unexp / n,
+           (t3 - t2) / n * 1e9, (double)a_stream / n);
+    if (tag) {
+        printf("  UCP tag, expected and stream: %.1f ns, %.3f allocations "
+               "per message\n", (t4 - t3) / n / 2 * 1e9,
+               (double)a_tag / n / 2);
+    }
     return (p2p_finalize(ctx) == P2P_OK) ? 0 : 1;
 }

@@ -3,7 +3,12 @@
 # p2p_cost's loops (messages to self: no timing, no polling, the same path
 # every time). Two runs of different lengths per loop; their difference
 # divided by the difference in messages leaves out start-up, warm-up and
-# finalize. The allocations are p2p_cost's own count, without valgrind.
+# finalize. Each count is split by where the instructions run: p2p's
+# library, UCX (libucp, libuct, libucs and transport modules), the C
+# library (memcpy, mostly) and the program itself. The "tag" lines are
+# the reference: the expected and stream loops on UCP's own tag API, same
+# worker and endpoint (p2p_cost -u). The allocations are p2p_cost's own count,
+# without valgrind.
 #
 #   contrib/bench/p2p/p2p_cost_callgrind.sh BUILD_DIR [SIZE [P2P_COST_OPTIONS]]
 # (e.g. SIZE 8 and -t: the cost of P2P_INIT_F_THREAD_MULTIPLE)
@@ -18,19 +23,61 @@ bin=$build/contrib/bench/p2p/p2p_cost
 command -v valgrind >/dev/null || { echo "valgrind is needed" >&2; exit 1; }
 n1=2000
 n2=12000
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 
-collected() {   # collected LOOP N: instructions inside LOOP over N messages
+# Self instructions per object of a callgrind output file: "p2p N",
+# "ucx N", "libc N", "prog N", "other N". Cost lines following a calls=
+# line are the call's inclusive cost and are skipped.
+by_object() {
+    awk '
+    function name(s,   id, rest) {
+        if (match(s, /^\([0-9]+\)/)) {
+            id = substr(s, 2, RLENGTH - 2); rest = substr(s, RLENGTH + 2)
+            if (rest != "") { ob_names[id] = rest }
+            return ob_names[id]
+        }
+        return s
+    }
+    function group(o) {
+        if (o ~ /libib2_p2p/) return "p2p"
+        if (o ~ /lib(ucp|uct|ucs|ucm)|ucx\/|libuct_/) return "ucx"
+        if (o ~ /\/libc[.-]|ld-linux/) return "libc"
+        if (o ~ /p2p_cost$/) return "prog"
+        return "other"
+    }
+    /^ob=/  { cur = group(name(substr($0, 4))); next }
+    /^cob=/ { name(substr($0, 5)); next }
+    /^calls=/ { skip = 1; next }
+    /^[0-9+*-]/ { if (skip) { skip = 0; next } if (NF >= 2) sum[cur] += $2; next }
+    END { for (g in sum) print g, sum[g] }' "$1"
+}
+
+collected() {   # collected LOOP N: per-object instructions inside LOOP
+    local out=$tmp/cg.$1.$2
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$1" \
-        --callgrind-out-file=/dev/null "$bin" -n "$2" -s "$size" \
-        ${extra[@]+"${extra[@]}"} \
-        2>&1 >/dev/null | sed -n 's/.*Collected : *//p' | tr -d ,
+        --callgrind-out-file="$out" "$bin" -n "$2" -s "$size" -u \
+        ${extra[@]+"${extra[@]}"} >/dev/null 2>&1
+    by_object "$out"
 }
 
 echo "$size-byte messages to self ${extra[*]:-}; callgrind instructions per message:"
-for loop in p2p_cost_expected p2p_cost_unexp; do
-    a=$(collected $loop $n1)
-    b=$(collected $loop $n2)
-    awk -v l="${loop#p2p_cost_}" -v a="$a" -v b="$b" -v d=$((n2 - n1)) \
-        'BEGIN { printf "  %-10s %8.1f\n", l, (b - a) / d }'
+printf "  %-14s %8s %8s %8s %8s %8s\n" "" total p2p UCX libc program
+for loop in p2p_cost_expected p2p_cost_unexp p2p_cost_stream \
+        p2p_cost_ucp_tag p2p_cost_ucp_tag_stream; do
+    collected $loop $n1 > "$tmp/a"
+    collected $loop $n2 > "$tmp/b"
+    label=${loop#p2p_cost_}
+    label=${label/ucp_tag_stream/tag stream}
+    label=${label/ucp_tag/tag expected}
+    awk -v l="$label" -v d=$((n2 - n1)) '
+        FNR == NR { a[$1] = $2; next }
+        { b[$1] = $2 }
+        END {
+            n = split("p2p ucx libc prog other", g, " ")
+            for (i = 1; i <= n; ++i) { v[g[i]] = (b[g[i]] - a[g[i]]) / d; t += v[g[i]] }
+            printf "  %-14s %8.1f %8.1f %8.1f %8.1f %8.1f\n", l, t, v["p2p"],
+                   v["ucx"], v["libc"], v["prog"] + v["other"]
+        }' "$tmp/a" "$tmp/b"
 done
-"$bin" -n 100000 -s "$size" ${extra[@]+"${extra[@]}"}
+"$bin" -n 100000 -s "$size" -u ${extra[@]+"${extra[@]}"}

@@ -241,6 +241,15 @@ ucs_status_t RawPeer::am_cb(void *arg, const void *header,
         self->tokens_[m.from] = t.token;
         return UCS_OK;
     }
+    if ((header_length == 0) && (length >= sizeof(p2p_wire_match_t)) &&
+        !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
+        (((const uint8_t*)data)[0] == P2P_WIRE_EAGER)) {
+        /* a small EAGER message: its header starts the data (p2p_wire.h) */
+        header        = data;
+        header_length = sizeof(p2p_wire_match_t);
+        data          = (uint8_t*)data + header_length;
+        length       -= header_length;
+    }
     m.hdr.assign((const uint8_t*)header,
                  (const uint8_t*)header + header_length);
     m.length = length;

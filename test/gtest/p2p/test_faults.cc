@@ -11,8 +11,10 @@
  *
  * The same with rank 1's rc_ib2 send CQ overrunning instead (CQ_ERR:
  * every endpoint of its interface fails), with that READ completing in
- * error (REM_ACCESS_ERR: rank 0's QP fails too), and with rank 1's posts
- * refused (ENOMEM).
+ * error (REM_ACCESS_ERR: rank 0's QP fails too; RETRY_EXC_ERR and
+ * LOC_PROT_ERR: rank 1's only), with rank 1's next send on each rc_ib2
+ * QP completing with RNR_RETRY_EXC_ERR, and with rank 1's posts refused
+ * (ENOMEM).
  *
  * Registrations refused with ENOMEM (softverbs' reg_mr rule) under the
  * leave-pinned cache of rank 0's rendezvous sends: refused once, the cache
@@ -23,161 +25,29 @@
  *
  * Run over rc_ib2 only: mpirun -np 2 (or 3) under softverbs-run, with
  * UCX_TLS=rc_ib2,ud_verbs:aux (test/suites/38-ib2-faults-fabric.sh).
+ * The rules are aimed with the helpers of p2p_faults.h.
  */
+#include "p2p_faults.h"
 #include "p2p_util.h"
 #include <gtest/gtest.h>
 
 #include <p2p.h>
 
-#include <infiniband/verbs.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <mutex>
 #include <string>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 #include <vector>
 
-/* This process's alive RC QPs (rc_ib2's) and their send CQs, seen by
- * wrappers of ibv_create_qp and ibv_destroy_qp: the executable exports
- * them (-rdynamic), so the transports' calls come here first and go on
- * to softverbs. (A transport's probe QPs at interface open come and go.) */
-namespace {
-struct RcQp {
-    struct ibv_qp *qp;
-    uint32_t      qpn;
-    ibv_cq        *send_cq;
-};
-std::mutex        g_qp_lock;
-std::vector<RcQp> g_rc;
-}
-
-extern "C" struct ibv_qp *ibv_create_qp(struct ibv_pd *pd,
-                                        struct ibv_qp_init_attr *attr)
-{
-    using fn_t = struct ibv_qp *(*)(struct ibv_pd *,
-                                    struct ibv_qp_init_attr *);
-    static fn_t real = (fn_t)dlsym(RTLD_NEXT, "ibv_create_qp");
-    struct ibv_qp *qp = real(pd, attr);
-
-    if ((qp != nullptr) && (attr->qp_type == IBV_QPT_RC)) {
-        std::lock_guard<std::mutex> g(g_qp_lock);
-        g_rc.push_back({qp, qp->qp_num, attr->send_cq});
-    }
-    return qp;
-}
-
-extern "C" int ibv_destroy_qp(struct ibv_qp *qp)
-{
-    using fn_t = int (*)(struct ibv_qp *);
-    static fn_t real = (fn_t)dlsym(RTLD_NEXT, "ibv_destroy_qp");
-    int ret = real(qp);
-
-    if (ret == 0) {
-        std::lock_guard<std::mutex> g(g_qp_lock);
-        for (auto it = g_rc.begin(); it != g_rc.end(); ++it) {
-            if (it->qp == qp) {
-                g_rc.erase(it);
-                break;
-            }
-        }
-    }
-    return ret;
-}
+using namespace p2pf;
 
 namespace {
 
 p2p_context_t *ctx;
 p2p_comm_t    *world;
 int           rank, size;
-
-/* softverbs' run-time fault rules (softverbs.h), found in the preloaded
- * library. */
-int set_faults(const char *spec)
-{
-    using fn_t = int (*)(const char *, char *, size_t);
-    fn_t fn = (fn_t)dlsym(RTLD_DEFAULT, "softverbs_faults");
-    char err[256] = "";
-
-    if (fn == nullptr) {
-        fprintf(stderr, "softverbs is not loaded: run under softverbs-run\n");
-        return -1;
-    }
-    if (fn(spec, err, sizeof(err)) != 0) {
-        fprintf(stderr, "%s: %s\n", spec, err);
-        return -1;
-    }
-    return 0;
-}
-
-/* The fault rule's number for the send CQ of this process's first RC QP,
- * 0 if there is none. */
-uint32_t rc_send_cq()
-{
-    using fn_t = uint32_t (*)(struct ibv_cq *);
-    fn_t fn = (fn_t)dlsym(RTLD_DEFAULT, "softverbs_cq_handle");
-    std::lock_guard<std::mutex> g(g_qp_lock);
-
-    return (fn != nullptr && !g_rc.empty()) ? fn(g_rc[0].send_cq) : 0;
-}
-
-/* One rule per RC QP of this process (rc_ib2's; UCX's ud_verbs aborts
- * when its own posts are refused): "KIND/qp=N" + rest, joined by ';'. */
-std::string on_rc_qps(const char *kind, const char *rest)
-{
-    std::lock_guard<std::mutex> g(g_qp_lock);
-    std::string r;
-
-    for (const RcQp &q : g_rc) {
-        r += (r.empty() ? "" : ";") + std::string(kind) + "/qp=" +
-             std::to_string(q.qpn) + rest;
-    }
-    return r;
-}
-
-uint64_t faults_injected()
-{
-    using fn_t = uint64_t (*)();
-    fn_t fn = (fn_t)dlsym(RTLD_DEFAULT, "softverbs_faults_injected");
-
-    return (fn != nullptr) ? fn() : 0;
-}
-
-/* Test all until done or `limit` seconds; the seconds it took, or -1. */
-double wait_all(std::vector<p2p_request_t*> &reqs,
-                std::vector<p2p_status_t> &st, double limit, int *ret)
-{
-    double t0 = now();
-    int flag  = 0;
-
-    st.resize(reqs.size());
-    while (!flag && (now() - t0 < limit)) {
-        *ret = p2p_testall((int)reqs.size(), reqs.data(), &flag, st.data());
-    }
-    return flag ? now() - t0 : -1;
-}
-
-void fill(std::vector<uint8_t> &b, int i)
-{
-    for (size_t k = 0; k < b.size(); ++k) {
-        b[k] = (uint8_t)(k * 31 + i * 7);
-    }
-}
-
-bool check(const std::vector<uint8_t> &b, int i)
-{
-    for (size_t k = 0; k < b.size(); ++k) {
-        if (b[k] != (uint8_t)(k * 31 + i * 7)) {
-            return false;
-        }
-    }
-    return true;
-}
 
 /* Other ranks print only their failures, prefixed with the rank; their
  * exit code tells mpirun. */
@@ -195,9 +65,11 @@ class RankFailures : public ::testing::EmptyTestEventListener {
 } // namespace
 
 /* Rank 1's transport fails under the rule `fault()` gives, set after it
- * took `taken` messages; see the top of the file. */
+ * took `taken` messages; see the top of the file. With `read_may_end_well`
+ * the fault may hit a send after the next message's RDMA READ (its FIN):
+ * the data is in, and that receive may end well, intact. */
 template <typename Rule>
-void peer_fails(Rule fault)
+void peer_fails(Rule fault, bool read_may_end_well = false)
 {
     ASSERT_GE(size, 2) << "run with mpirun -np 2 or 3";
     const size_t big = (size_t)4 << 20;
@@ -227,9 +99,14 @@ void peer_fails(Rule fault)
         printf("[rank 1] requests complete %.2f s after the fault\n", dt);
         /* the receive whose RDMA READ failed ends with UCX's error or
          * the peer's failure, whichever p2p hears of first */
-        EXPECT_TRUE(st[0].error == P2P_ERR_PEER_FAILED ||
-                    st[0].error == P2P_ERR_TRANSPORT)
-            << "the receive being read: " << p2p_strerror(st[0].error);
+        if (read_may_end_well && (st[0].error == P2P_OK)) {
+            EXPECT_TRUE(check(in, taken))
+                << "message " << taken << " ended well, corrupted";
+        } else {
+            EXPECT_TRUE(st[0].error == P2P_ERR_PEER_FAILED ||
+                        st[0].error == P2P_ERR_TRANSPORT)
+                << "the receive being read: " << p2p_strerror(st[0].error);
+        }
         EXPECT_EQ(P2P_ERR_PEER_FAILED, st[1].error) << "a receive from 0";
         EXPECT_EQ(P2P_ERR_PEER_FAILED,
                   p2p_send(small.data(), 8, 0, 5, world));
@@ -409,9 +286,9 @@ TEST(P2PFaults, RegistrationEnomemTellsWhatToRaise)
     ASSERT_TRUE(cache_filled(bufs, 2, 10))
         << "leave-pinned is off (P2P_LEAVE_PINNED): run with it on";
     /* larger than any chunk of the transports' buffer pools: the rule
-     * refuses this buffer's registrations only (with every registration
-     * of 2 MiB and more refused, rc_ib2 cannot grow its send descriptor
-     * pool either, and the copy cannot go out) */
+     * refuses this buffer's registrations only (what the transports do
+     * when their pools' chunks are refused is tested with them:
+     * FaultReg.SendBuffersGrowInSmallerChunks for rc_ib2) */
     const size_t big = (size_t)24 << 20;
     uint8_t *fresh = reg_buf(12, big);
     ASSERT_NE(nullptr, fresh);
@@ -482,6 +359,40 @@ TEST(P2PFaults, ErrorCompletionFailsThePeersRequestsOnly)
      * requester's QP and the responder's (rank 0's) go to error */
     peer_fails([] {
         return std::string("send_wc/op=read/count=1/status=rem_access");
+    });
+}
+
+/* The other error completions an adapter gives, each aimed at what it
+ * answers in hardware: */
+TEST(P2PFaults, RetryExcFailsThePeersRequestsOnly)
+{
+    /* the 4th message's RDMA READ is never answered (the responder or
+     * the path is gone): transport retries exhausted; the responder's QP
+     * is not touched */
+    peer_fails([] {
+        return std::string("send_wc/op=read/count=1/status=retry_exc");
+    });
+}
+
+TEST(P2PFaults, RnrRetryExcFailsThePeersRequestsOnly)
+{
+    /* the next SEND on each of rank 1's rc_ib2 QPs (a credit message, or
+     * the FIN after the 4th message's READ) finds no receive posted until
+     * the RNR retries are exhausted; only sends get RNR, and UCX's
+     * ud_verbs must not see the rule. A FIN lost after the READ leaves
+     * rank 1's receive intact and complete; rank 0's send fails. */
+    peer_fails([] {
+        return on_rc_qps("send_wc",
+                         "/op=send/count=1/status=rnr_retry_exc");
+    }, true);
+}
+
+TEST(P2PFaults, LocProtFailsThePeersRequestsOnly)
+{
+    /* the 4th message's RDMA READ finds its local sink not writable
+     * (local protection error): only rank 1's QP goes to error */
+    peer_fails([] {
+        return std::string("send_wc/op=read/count=1/status=loc_prot");
     });
 }
 

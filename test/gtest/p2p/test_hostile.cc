@@ -287,6 +287,17 @@ void hostile()
     bad     = m;
     bad.src = 99;
     ASSERT_EQ(UCS_OK, raw.send_raw(0, &bad, sizeof(bad), "x", 1));
+    /* without user header (the form of small EAGER messages): a header
+     * of another type, of another version, and one cut short */
+    p2p_wire_sync_t sync = {};
+    sync.m      = m;
+    sync.m.type = P2P_WIRE_EAGER_SYNC;
+    sync.sreq   = 1;
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, nullptr, 0, &sync, sizeof(sync)));
+    bad         = m;
+    bad.version = 99;
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, nullptr, 0, &bad, sizeof(bad)));
+    ASSERT_EQ(UCS_OK, raw.send_raw(0, nullptr, 0, &m, sizeof(m) - 1));
     marker(TAG_M_MALFORMED);
 
     /* lengths: rendezvous keys that are short, long, inconsistent or
@@ -480,9 +491,10 @@ void victim()
         EXPECT_EQ(P2P_OK, wait_req(&ireq, nullptr, "the cancel"));
     }
 
-    /* malformed ones: each counted, none delivered */
+    /* malformed ones: each counted, none delivered (three without user
+     * header) */
     EXPECT_EQ("mark", recv_marker(TAG_M_MALFORMED));
-    expect_drops(7, 0, 0, 0, "malformed messages");
+    expect_drops(10, 0, 0, 0, "malformed messages");
     next_phase(TAG_M_MALFORMED);
 
     /* lengths: six broken rendezvous keys dropped; a huge declared length

@@ -3,8 +3,9 @@
  * once -- sending (standard, synchronous, buffered, eager and rendezvous
  * sizes), receiving with wildcards, probing, matched probing and
  * cancelling -- and every message arrives whole and in MPI order per
- * (sending thread, tag). Run with 1 or 2 ranks (test/suites/40-p2p.sh),
- * also under ThreadSanitizer.
+ * (sending thread, tag); failures acknowledged and counted next to
+ * wildcard receives. Run with 1 or 2 ranks (test/suites/40-p2p.sh), also
+ * under ThreadSanitizer.
  *
  * Its own main(): the context is made with the thread flag. Every wait is
  * bounded: a watchdog ends the process after P2PTEST_WAIT_LIMIT seconds.
@@ -372,6 +373,38 @@ TEST(P2PThreads, LastErrorIsPerThread)
     tb.join();
     EXPECT_NE(std::string::npos, a.find("destination -5")) << a;
     EXPECT_NE(std::string::npos, b.find("tag -7")) << b;
+}
+
+/* p2p_comm_failure_ack and _count take the context's lock: one thread
+ * acknowledges and counts while another posts and cancels wildcard
+ * receives, which read what the acknowledgement writes. For the
+ * ThreadSanitizer pass: before, ack wrote n_acked without the lock while
+ * the receives read it under it -- a data race it reports (and fails). */
+TEST(P2PThreads, FailureAckWhileWildcardsArePosted)
+{
+    p2p_comm_t *self;
+    ASSERT_EQ(P2P_OK, p2p_comm_split(world, rank, 0, &self));
+    Watchdog         wd("acknowledgements next to wildcard receives");
+    const int        n = (int)env_long("P2PTEST_THREAD_MSGS", 2000);
+    std::atomic<int> bad(0);
+    std::thread ack([&] {
+        for (int i = 0; i < n; ++i) {
+            bad += (p2p_comm_failure_ack(self) != P2P_OK);
+            bad += (p2p_comm_failure_count(self) != 0);
+        }
+    });
+    for (int i = 0; i < n; ++i) {
+        char          c;
+        p2p_request_t *r;
+        p2p_status_t  st;
+        ASSERT_EQ(P2P_OK, p2p_irecv(&c, 1, P2P_ANY_SOURCE, 9, self, &r));
+        ASSERT_EQ(P2P_OK, p2p_cancel(r));
+        ASSERT_EQ(P2P_OK, p2p_wait(&r, &st));
+        ASSERT_EQ(1, st.cancelled);
+    }
+    ack.join();
+    EXPECT_EQ(0, bad.load());
+    EXPECT_EQ(P2P_OK, p2p_comm_free(&self));
 }
 
 /* Ranks other than 0 print only their failures, prefixed (rank 0's

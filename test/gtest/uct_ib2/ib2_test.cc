@@ -56,6 +56,14 @@ struct Setup {
             snprintf(name, sizeof(name), "ib2-gtest-%d", (int)pid);
         }
         setenv("SOFTVERBS_SHM", name, 1);
+        /* the same tests on another device type (suite 39: iWARP, RoCE
+         * through rdmacm): the device named softverbs0 is of that type */
+        if (getenv("IB2_TEST_DEVICES") != nullptr) {
+            setenv("SOFTVERBS_DEVICES", getenv("IB2_TEST_DEVICES"), 1);
+        }
+        if (getenv("IB2_TEST_CM") != nullptr) {
+            setenv("UCX_IB2_CM", getenv("IB2_TEST_CM"), 1);
+        }
         if (!dladdr((void *)&ibv_get_device_list, &info) ||
             info.dli_fname == nullptr ||
             strstr(info.dli_fname, "softverbs") == nullptr) {
@@ -494,6 +502,27 @@ void connect_pair(Entity &a, uct_ep_h a_ep, Entity &b, uct_ep_h b_ep)
     ASSERT_EQ(uct_ep_connect_to_ep(b_ep, (uct_device_addr_t *)a_dev.data(),
                                    (uct_ep_addr_t *)a_ep_addr.data()),
               UCS_OK);
+    /* Through rdmacm (its 32-byte endpoint address) the connection is
+     * made in progress: wait until both endpoints could send (a pending
+     * request is refused with BUSY exactly then), as tests written for the
+     * verbs exchange expect a usable pair. */
+    if (a.attr.ep_addr_len == 32) {
+        uct_pending_req_t req{};
+        req.func = [](uct_pending_req_t *) { return UCS_OK; };
+        for (uct_ep_h ep : {a_ep, b_ep}) {
+            bool up = wait_for([&] {
+                if (uct_ep_pending_add(ep, &req, 0) == UCS_ERR_BUSY) {
+                    return true;
+                }
+                uct_ep_pending_purge(ep, nullptr, nullptr);
+                return false;
+            }, [&] {
+                a.progress();
+                b.progress();
+            });
+            ASSERT_TRUE(up) << "rdmacm connection not made";
+        }
+    }
 }
 
 Pair::Pair(const EntityParams &sp, const EntityParams &rp) : s(sp), r(rp)

@@ -206,24 +206,30 @@ private:
     std::map<ucp_ep_h, std::vector<ucs_status_t>> eps_;
 };
 
-/* The rule with @QP@ replaced by the first rc_ib2 QP this process made
- * that is still alive: the first queue's QP of its first endpoint. */
 /* The rule with @QP@ replaced by the number of this process's first RC
- * QP (rc_ib2's), @SCQ@ and @RCQ@ by its send and receive CQ's handles. */
+ * QP that is still alive (rc_ib2's: the first queue's QP of its first
+ * endpoint), @QP1@ by the second (that endpoint's second queue), @SCQ@
+ * and @RCQ@ by the first one's send and receive CQ's handles. */
 inline std::string aim(const std::string &rule)
 {
-    const LoggedQp *rc = nullptr;
+    const LoggedQp *rc = nullptr, *rc1 = nullptr;
     std::vector<LoggedQp> qps = qps_alive();
     std::string r = rule;
 
     for (const LoggedQp &q : qps) {
-        if (q.type == IBV_QPT_RC) {
+        if (q.type != IBV_QPT_RC) {
+            continue;
+        }
+        if (rc == nullptr) {
             rc = &q;
+        } else {
+            rc1 = &q;
             break;
         }
     }
     const std::pair<const char *, uint32_t> keys[] = {
         {"@QP@", rc ? rc->qpn : 0},
+        {"@QP1@", rc1 ? rc1->qpn : 0},
         {"@SCQ@", rc ? softverbs_cq_handle(rc->send_cq) : 0},
         {"@RCQ@", rc ? softverbs_cq_handle(rc->recv_cq) : 0}};
     for (const auto &k : keys) {

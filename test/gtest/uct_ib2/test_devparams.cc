@@ -349,7 +349,8 @@ TEST_F(DevParams, ShippedFile)
     struct Probe {
         uint32_t vendor, part;
     } probes[] = {{0x02c9, 4123}, {0x02c9, 4099}, {0x1425, 21505},
-                  {0x8086, 5625}, {0x119f, 4129}};
+                  {0x1425, 0x4401}, {0x1425, 0x6401}, {0x8086, 0x37d2},
+                  {0x8086, 0x1592}, {0x119f, 4129}};
     ib2_devparams_t dp;
     char err[512];
 

@@ -188,3 +188,75 @@ INSTANTIATE_TEST_SUITE_P(RegMethods, MdAccess,
                          });
 
 }
+
+namespace {
+
+std::string md_close_errors;
+
+ucs_log_func_rc_t md_close_log(const char *, unsigned, const char *,
+                               ucs_log_level_t level,
+                               const ucs_log_component_config_t *,
+                               const char *message, va_list ap)
+{
+    char buf[2048];
+    va_list copy;
+
+    if (level != UCS_LOG_LEVEL_ERROR) {
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    }
+    va_copy(copy, ap);
+    vsnprintf(buf, sizeof(buf), message, copy);
+    va_end(copy);
+    md_close_errors += std::string(buf) + "\n";
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+/* Open the memory domain (direct registration: no cache between), register
+ * len bytes at p, and close it; dereg: deregister first. The errors logged. */
+std::string md_close_with(void *p, size_t len, bool dereg)
+{
+    uct_md_config_t *config;
+    uct_md_h md;
+    uct_mem_h memh;
+
+    md_close_errors.clear();
+    if (uct_md_config_read(ib2_component(), nullptr, nullptr, &config) !=
+        UCS_OK) {
+        return "(md config)";
+    }
+    ucs_status_t st = uct_config_modify(config, "REG_METHODS", "direct");
+    if (st == UCS_OK) {
+        st = uct_md_open(ib2_component(), kMd, config, &md);
+    }
+    uct_config_release(config);
+    if (st != UCS_OK) {
+        return "(md open)";
+    }
+    if (uct_md_mem_reg(md, p, len, UCT_MD_MEM_ACCESS_ALL, &memh) != UCS_OK) {
+        uct_md_close(md);
+        return "(mem reg)";
+    }
+    if (dereg) {
+        uct_md_mem_dereg(md, memh);
+    }
+    ucs_log_push_handler(md_close_log);
+    uct_md_close(md);
+    ucs_log_pop_handler();
+    return md_close_errors;
+}
+
+} // namespace
+
+/* Closing the memory domain with memory still registered through it: the
+ * PD cannot be freed, and that is an error naming the leak, not silence. */
+TEST(MdClose, LeftRegistrationIsAnError)
+{
+    std::vector<char> buf(kLen);
+
+    EXPECT_EQ(md_close_with(buf.data(), buf.size(), true), "");
+    std::string e = md_close_with(buf.data(), buf.size(), false);
+    EXPECT_NE(e.find("softverbs0: ibv_dealloc_pd() failed"),
+              std::string::npos) << e;
+    EXPECT_NE(e.find("was not deregistered before it was closed"),
+              std::string::npos) << e;
+}

@@ -6,7 +6,8 @@
  * protocol (short, copied, zero-copy, rendezvous); the fault rule is set in
  * one process, aimed at one of its rc_ib2 QPs, when the stream starts.
  *
- * A fatal fault (a QP in error, an error completion, a refused post, a
+ * A fatal fault (a QP in error, an error completion of any status, RNR
+ * retries exhausted included, on either of C1's queues, a refused post, a
  * CQ of C1's rc_ib2 interface that overruns: all its endpoints fail):
  * C1's endpoint fails through UCP's error callback, once; every request of
  * C1 ends; P received from C1 a prefix of its stream, intact and in order,
@@ -487,6 +488,15 @@ INSTANTIATE_TEST_SUITE_P(
         UcpCase{"RetryExc",
                 "send_wc/qp=@QP@/after=20/count=1/status=retry_exc", false,
                 true, nullptr},
+        /* RNR retries exhausted: on C1's first queue (per-peer, where
+         * rc_ib2 also reports it as a credit mismatch) and on its shared
+         * queue (an SRQ that stayed empty) */
+        UcpCase{"RnrRetryExc",
+                "send_wc/qp=@QP@/after=20/count=1/status=rnr_retry_exc",
+                false, true, nullptr},
+        UcpCase{"RnrRetryExcSharedQueue",
+                "send_wc/qp=@QP1@/after=5/count=1/status=rnr_retry_exc",
+                false, true, nullptr},
         UcpCase{"RemAccess",
                 "send_wc/qp=@QP@/after=20/count=1/status=rem_access", false,
                 true, nullptr},

@@ -29,6 +29,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
+#include <map>
+#include <sys/ioctl.h>
 #include <string>
 #include <sys/mman.h>
 #include <time.h>
@@ -78,10 +81,27 @@ protected:
                "rendezvous reads (rma_bw):\n" << info;
     }
 
+    /* Everything the fixture opened goes: endpoints, workers and the
+     * contexts (their memory domains, registration caches, memory hooks
+     * and descriptors), or each test would leak two contexts. */
     void TearDown() override
     {
         close(a);
         close(b);
+        destroy(a);
+        destroy(b);
+    }
+
+    static void destroy(Side &s)
+    {
+        if (s.worker != nullptr) {
+            ucp_worker_destroy(s.worker);
+            s.worker = nullptr;
+        }
+        if (s.ctx != nullptr) {
+            ucp_cleanup(s.ctx);
+            s.ctx = nullptr;
+        }
     }
 
     void open(Side &s)
@@ -343,4 +363,82 @@ TEST_F(ReadOnlyUcp, RendezvousFromReadOnlyBuffer)
     }
 }
 
+}
+
+namespace {
+
+/* Open descriptors: number -> what they are. */
+std::map<int, std::string> fds_open()
+{
+    std::map<int, std::string> fds;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+
+    while (d != nullptr && (e = readdir(d)) != nullptr) {
+        char path[300], link[256];
+        ssize_t n;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        n = readlink(path, link, sizeof(link) - 1);
+        if (n > 0 && e->d_name[0] != '.') {
+            link[n] = '\0';
+            fds[atoi(e->d_name)] = link;
+        }
+    }
+    if (d != nullptr) {
+        closedir(d);
+    }
+    return fds;
+}
+
+std::string fds_added(const std::map<int, std::string> &before,
+                      const std::map<int, std::string> &after)
+{
+    std::string s;
+
+    for (const auto &f : after) {
+        auto b = before.find(f.first);
+        int bytes = -1;
+
+        if (b == before.end() || b->second != f.second) {
+            s += " " + std::to_string(f.first) + ":" + f.second;
+            if (f.second.compare(0, 5, "pipe:") == 0 &&
+                ioctl(f.first, FIONREAD, &bytes) == 0) {
+                s += "(" + std::to_string(bytes) + " bytes in it)";
+            }
+        }
+    }
+    return s;
+}
+
+/* The fixture, set up and torn down outside a test of its own. */
+class PairOnce : public UcpPair {
+public:
+    void run()
+    {
+        SetUp();
+        TearDown();
+    }
+    void TestBody() override {}
+};
+
+} // namespace
+
+/* The fixture gives back what it took: after a first pair (what UCX
+ * opens once per process stays), two more leave the descriptors as they
+ * were. */
+TEST(UcpPairFixture, GivesBackItsDescriptors)
+{
+    PairOnce first;
+    first.run();
+    ASSERT_FALSE(HasFailure());
+    std::map<int, std::string> before = fds_open();
+    for (int i = 0; i < 2; ++i) {
+        PairOnce p;
+        p.run();
+        ASSERT_FALSE(HasFailure());
+    }
+    std::map<int, std::string> after = fds_open();
+    EXPECT_EQ(after.size(), before.size())
+        << "descriptors left by two pairs:" << fds_added(before, after);
 }

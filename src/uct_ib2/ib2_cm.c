@@ -1,0 +1,536 @@
+/*
+ * rc_ib2's connection manager, the interface's part: which way an
+ * interface connects (UCX_IB2_CM), the rdma_cm listener on the port's IP
+ * address, the event channel read from the interface's progress
+ * (non-blocking: no thread of ours; UCX's async thread is not needed
+ * either, since connections only matter to a caller that progresses),
+ * requests held until their endpoint is connected, and the deadlines.
+ * An endpoint's connections are in ib2_cm_conn.c.
+ */
+#include "ib2_cm.h"
+
+#include <ucs/sys/sock.h>
+#include <ucs/sys/string.h>
+#include <ucs/sys/sys.h>
+#include <ucs/time/time.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <stdio.h>
+
+static const char *ib2_cm_mode_names[] = {
+    [IB2_CM_MODE_AUTO]   = "auto",
+    [IB2_CM_MODE_VERBS]  = "verbs",
+    [IB2_CM_MODE_RDMACM] = "rdmacm",
+    [IB2_CM_MODE_LAST]   = NULL
+};
+
+ucs_config_field_t ib2_cm_config_table[] = {
+    {"CM", "auto",
+     "How endpoints connect: \"verbs\" exchanges QP numbers through UCP and\n"
+     "moves the QPs itself (InfiniBand, RoCE); \"rdmacm\" connects every QP\n"
+     "through rdma_cm to a listener of the peer's interface (iWARP, RoCE);\n"
+     "\"auto\": rdmacm on iWARP ports, verbs elsewhere. Every process must\n"
+     "use the same way (peers of the other way are not reachable).",
+     ucs_offsetof(ib2_cm_config_t, mode),
+     UCS_CONFIG_TYPE_ENUM(ib2_cm_mode_names)},
+
+    {"CM_TIMEOUT", "30s",
+     "rdmacm: how long an endpoint's connections may take from\n"
+     "connect_to_ep, and how long a connect request waits for its endpoint\n"
+     "to be connected; then the endpoint fails (timed out) or the request\n"
+     "is rejected.",
+     ucs_offsetof(ib2_cm_config_t, timeout), UCS_CONFIG_TYPE_TIME},
+
+    {"CM_ADDR", "",
+     "rdmacm: the IP address of the port to listen on (IPv4 or IPv6).\n"
+     "Empty: the port's own (RoCE: the address of the interface's GID;\n"
+     "else the first address of the port's network interface).",
+     ucs_offsetof(ib2_cm_config_t, addr), UCS_CONFIG_TYPE_STRING},
+
+    {"CM_BACKLOG", "1024",
+     "rdmacm: connect requests the listener queues (1 to 65535).",
+     ucs_offsetof(ib2_cm_config_t, backlog), UCS_CONFIG_TYPE_UINT},
+
+    {"CM_MAX_HELD", "1024",
+     "rdmacm: connect requests held for endpoints not connected yet (1 to\n"
+     "65536); more are rejected.",
+     ucs_offsetof(ib2_cm_config_t, max_held), UCS_CONFIG_TYPE_UINT},
+
+    {NULL}
+};
+
+/* ---- where to listen ------------------------------------------------------ */
+
+static socklen_t ib2_cm_sa_len(const struct sockaddr *sa)
+{
+    return (sa->sa_family == AF_INET) ? sizeof(struct sockaddr_in) :
+                                        sizeof(struct sockaddr_in6);
+}
+
+/* The address of a text, port 0. */
+static int ib2_cm_parse_ip(const char *text, struct sockaddr_storage *ss)
+{
+    struct sockaddr_in *in   = (struct sockaddr_in*)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6*)ss;
+
+    memset(ss, 0, sizeof(*ss));
+    if (inet_pton(AF_INET, text, &in->sin_addr) == 1) {
+        in->sin_family = AF_INET;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, text, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        return 0;
+    }
+    return -1;
+}
+
+/* RoCE: the interface's GID is an IP address (IPv4-mapped, or IPv6 that
+ * is not link-local, which would need a scope). */
+static int ib2_cm_addr_from_gid(ib2_iface_t *iface, struct sockaddr_storage *ss)
+{
+    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          0xff, 0xff};
+    const uint8_t *g         = iface->gid.raw;
+    struct sockaddr_in *in   = (struct sockaddr_in*)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6*)ss;
+
+    memset(ss, 0, sizeof(*ss));
+    if (!memcmp(g, v4_mapped, sizeof(v4_mapped))) {
+        in->sin_family = AF_INET;
+        memcpy(&in->sin_addr, g + 12, 4);
+        return 0;
+    }
+    if ((g[0] == 0xfe) && ((g[1] & 0xc0) == 0x80)) {
+        return -1;
+    }
+    in6->sin6_family = AF_INET6;
+    memcpy(&in6->sin6_addr, g, 16);
+    return 0;
+}
+
+/* The software device says which addresses its ports have. */
+static int ib2_cm_addr_from_softverbs(ib2_iface_t *iface,
+                                      struct sockaddr_storage *ss)
+{
+    typedef int (*port_addr_fn)(const char*, unsigned, unsigned,
+                                struct sockaddr*, socklen_t*);
+    port_addr_fn fn = (port_addr_fn)dlsym(RTLD_DEFAULT, "softverbs_port_addr");
+    socklen_t len   = sizeof(*ss);
+
+    return (fn == NULL) ? -1 :
+           fn(ibv_get_device_name(iface->md->ctx->device), iface->port, 0,
+              (struct sockaddr*)ss, &len);
+}
+
+/* Hardware: the network interface of the port (its GID table's netdev,
+ * else the PCI function's), and its first IPv4, else IPv6 address. */
+static int ib2_cm_addr_from_netdev(ib2_iface_t *iface,
+                                   struct sockaddr_storage *ss)
+{
+    const char *dev = ibv_get_device_name(iface->md->ctx->device);
+    char path[256], name[IF_NAMESIZE + 1] = "";
+    struct ifaddrs *ifa, *it;
+    struct dirent *d;
+    DIR *dir;
+    FILE *f;
+    int ret = -1;
+
+    snprintf(path, sizeof(path),
+             "/sys/class/infiniband/%s/ports/%u/gid_attrs/ndevs/0", dev,
+             iface->port);
+    f = fopen(path, "r");
+    if (f != NULL) {
+        if (fscanf(f, "%16s", name) != 1) {
+            name[0] = '\0';
+        }
+        fclose(f);
+    }
+    if (name[0] == '\0') {
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/net",
+                 dev);
+        dir = opendir(path);
+        while ((dir != NULL) && ((d = readdir(dir)) != NULL)) {
+            if (d->d_name[0] != '.') {
+                ucs_strncpy_zero(name, d->d_name, sizeof(name));
+                break;
+            }
+        }
+        if (dir != NULL) {
+            closedir(dir);
+        }
+    }
+    if ((name[0] == '\0') || (getifaddrs(&ifa) != 0)) {
+        return -1;
+    }
+    for (it = ifa; it != NULL; it = it->ifa_next) {
+        if ((it->ifa_addr == NULL) || strcmp(it->ifa_name, name)) {
+            continue;
+        }
+        if ((it->ifa_addr->sa_family == AF_INET) ||
+            ((ret != 0) && (it->ifa_addr->sa_family == AF_INET6) &&
+             !IN6_IS_ADDR_LINKLOCAL(
+                 &((struct sockaddr_in6*)it->ifa_addr)->sin6_addr))) {
+            memset(ss, 0, sizeof(*ss));
+            memcpy(ss, it->ifa_addr, ib2_cm_sa_len(it->ifa_addr));
+            ret = 0;
+            if (it->ifa_addr->sa_family == AF_INET) {
+                break;
+            }
+        }
+    }
+    freeifaddrs(ifa);
+    return ret;
+}
+
+static ucs_status_t ib2_cm_find_addr(ib2_cm_t *cm, const char *text)
+{
+    ib2_iface_t *iface = cm->iface;
+
+    if ((text != NULL) && (text[0] != '\0')) {
+        if (ib2_cm_parse_ip(text, &cm->addr) != 0) {
+            ucs_error("UCX_IB2_CM_ADDR=%s is not an IPv4 or IPv6 address",
+                      text);
+            return UCS_ERR_INVALID_PARAM;
+        }
+    } else if ((ib2_cm_addr_from_softverbs(iface, &cm->addr) != 0) &&
+               (cm->iwarp || (ib2_cm_addr_from_gid(iface, &cm->addr) != 0)) &&
+               (ib2_cm_addr_from_netdev(iface, &cm->addr) != 0)) {
+        ucs_error("%s:%u: no IP address found for rdmacm (the port's "
+                  "network interface has none?): give one with "
+                  "UCX_IB2_CM_ADDR", iface->md->name, iface->port);
+        return UCS_ERR_NO_DEVICE;
+    }
+    cm->addr_len = ib2_cm_sa_len((struct sockaddr*)&cm->addr);
+    return UCS_OK;
+}
+
+/* ---- the listener ---------------------------------------------------------- */
+
+static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
+{
+    ib2_iface_t *iface = cm->iface;
+    char text[UCS_SOCKADDR_STRING_LEN];
+    struct rdma_cm_id *id;
+    int flags;
+
+    ucs_sockaddr_str((struct sockaddr*)&cm->addr, text, sizeof(text));
+    cm->channel = rdma_create_event_channel();
+    if (cm->channel == NULL) {
+        ucs_error("%s:%u: rdma_create_event_channel failed: %m (is the "
+                  "rdma_cm kernel module, or softverbs, there?)",
+                  iface->md->name, iface->port);
+        return UCS_ERR_IO_ERROR;
+    }
+    flags = fcntl(cm->channel->fd, F_GETFL);
+    if ((flags < 0) ||
+        (fcntl(cm->channel->fd, F_SETFL, flags | O_NONBLOCK) < 0)) {
+        ucs_error("cannot make the rdma_cm channel non-blocking: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+    if (rdma_create_id(cm->channel, &cm->listen_id, cm, RDMA_PS_TCP) != 0) {
+        ucs_error("rdma_create_id failed: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+    id = cm->listen_id;
+    if (rdma_bind_addr(id, (struct sockaddr*)&cm->addr) != 0) {
+        ucs_error("%s:%u: rdma_bind_addr(%s) failed: %m (is it an address "
+                  "of this port? UCX_IB2_CM_ADDR chooses one)",
+                  iface->md->name, iface->port, text);
+        return UCS_ERR_IO_ERROR;
+    }
+    if ((id->verbs == NULL) ||
+        strcmp(ibv_get_device_name(id->verbs->device),
+               ibv_get_device_name(iface->md->ctx->device)) ||
+        (id->port_num != iface->port)) {
+        ucs_error("%s:%u: address %s belongs to %s:%u, not to this port: "
+                  "give the port's own address in UCX_IB2_CM_ADDR",
+                  iface->md->name, iface->port, text,
+                  (id->verbs != NULL) ?
+                  ibv_get_device_name(id->verbs->device) : "no device",
+                  id->port_num);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (rdma_listen(id, (int)backlog) != 0) {
+        ucs_error("%s:%u: rdma_listen(%s) failed: %m", iface->md->name,
+                  iface->port, text);
+        return UCS_ERR_IO_ERROR;
+    }
+    /* The port the system gave us. */
+    if (cm->addr.ss_family == AF_INET) {
+        ((struct sockaddr_in*)&cm->addr)->sin_port = rdma_get_src_port(id);
+    } else {
+        ((struct sockaddr_in6*)&cm->addr)->sin6_port = rdma_get_src_port(id);
+    }
+    ucs_sockaddr_str((struct sockaddr*)&cm->addr, text, sizeof(text));
+    ucs_debug("%s:%u: rc_ib2 listens on %s through rdmacm",
+              iface->md->name, iface->port, text);
+    return UCS_OK;
+}
+
+/* ---- the interface ----------------------------------------------------------- */
+
+static ucs_status_t ib2_cm_choose(ib2_iface_t *iface,
+                                  const ib2_cm_config_t *config, int *use)
+{
+    const char *name = iface->md->name;
+    int iwarp        = ib2_dev_is_iwarp(iface->md);
+
+    *use = 0;
+    if (iwarp) {
+        if (config->mode == IB2_CM_MODE_VERBS) {
+            ucs_error("%s:%u is an iWARP port, whose QPs connect only "
+                      "through rdmacm: UCX_IB2_CM=verbs cannot be used there "
+                      "(set auto or rdmacm)", name, iface->port);
+            return UCS_ERR_UNSUPPORTED;
+        }
+        *use = 1;
+    } else if (config->mode == IB2_CM_MODE_RDMACM) {
+        if (!iface->is_eth) {
+            ucs_error("UCX_IB2_CM=rdmacm: %s:%u is an InfiniBand port; rc_ib2 "
+                      "connects through rdmacm on RoCE and iWARP ports only "
+                      "(set auto or verbs)", name, iface->port);
+            return UCS_ERR_UNSUPPORTED;
+        }
+        *use = 1;
+    }
+    /* rdmacm connects RC QPs only, and iWARP has no XRC at all: X queues
+     * need the verbs exchange of QP and SRQ numbers. */
+    if (*use && ib2_iface_is_xrc(iface)) {
+        ucs_error("%s:%u: X (XRC) receive queues cannot be used with rdmacm "
+                  "connections (%s): give P or S queues in "
+                  "UCX_IB2_RECEIVE_QUEUES%s", name, iface->port,
+                  iwarp ? "iWARP has no XRC" : "UCX_IB2_CM=rdmacm",
+                  iwarp ? "" : ", or UCX_IB2_CM=verbs");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    if (*use && ((config->timeout < 0.01) || (config->timeout > 3600.0))) {
+        ucs_error("UCX_IB2_CM_TIMEOUT=%gs: give 10ms to 1h", config->timeout);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (*use && ((config->backlog < 1) || (config->backlog > 65535))) {
+        ucs_error("UCX_IB2_CM_BACKLOG=%u: give 1 to 65535", config->backlog);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (*use && ((config->max_held < 1) || (config->max_held > 65536))) {
+        ucs_error("UCX_IB2_CM_MAX_HELD=%u: give 1 to 65536",
+                  config->max_held);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return UCS_OK;
+}
+
+ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
+                               const ib2_cm_config_t *config)
+{
+    ucs_status_t status;
+    ib2_cm_t *cm;
+    int use;
+
+    iface->cm = NULL;
+    status    = ib2_cm_choose(iface, config, &use);
+    if ((status != UCS_OK) || !use) {
+        return status;
+    }
+    cm = ucs_calloc(1, sizeof(*cm), "ib2_cm");
+    if (cm == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    cm->iface      = iface;
+    cm->iwarp      = ib2_dev_is_iwarp(iface->md);
+    cm->timeout    = ucs_time_from_sec(config->timeout);
+    cm->resolve_ms = (int)ucs_min(config->timeout * 1000.0, 10000.0);
+    cm->resolve_ms = ucs_max(cm->resolve_ms, 10);
+    cm->max_held   = config->max_held;
+    /* Ids from a random start: a request meant for an endpoint of an
+     * earlier process on the same address and port finds none. */
+    cm->next_ep_id = ucs_generate_uuid((uintptr_t)cm) | 1;
+    ucs_list_head_init(&cm->connecting);
+    ucs_list_head_init(&cm->held);
+    cm->eps = kh_init(ib2_cm_eps);
+    iface->cm = cm;
+    if (cm->eps == NULL) {
+        status = UCS_ERR_NO_MEMORY;
+        goto err;
+    }
+    status = ib2_cm_find_addr(cm, config->addr);
+    if (status != UCS_OK) {
+        goto err;
+    }
+    status = ib2_cm_listen(cm, config->backlog);
+    if (status != UCS_OK) {
+        goto err;
+    }
+    return UCS_OK;
+
+err:
+    ib2_cm_iface_cleanup(iface);
+    return status;
+}
+
+void ib2_cm_iface_cleanup(ib2_iface_t *iface)
+{
+    ib2_cm_t *cm = iface->cm;
+    ib2_cm_held_t *held, *tmp;
+
+    if (cm == NULL) {
+        return;
+    }
+    ucs_list_for_each_safe(held, tmp, &cm->held, list) {
+        ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
+    }
+    if (cm->listen_id != NULL) {
+        rdma_destroy_id(cm->listen_id);
+    }
+    if (cm->eps != NULL) {
+        if (kh_size(cm->eps) != 0) {
+            ucs_warn("%s:%u: %u rdmacm endpoints left at interface close",
+                     iface->md->name, iface->port, kh_size(cm->eps));
+        }
+        kh_destroy(ib2_cm_eps, cm->eps);
+    }
+    if (cm->channel != NULL) {
+        rdma_destroy_event_channel(cm->channel);
+    }
+    ucs_free(cm);
+    iface->cm = NULL;
+}
+
+/* ---- device addresses ----------------------------------------------------- */
+
+uint8_t ib2_cm_dev_addr_flags(ib2_iface_t *iface)
+{
+    return ((iface->cm != NULL) ? IB2_DEV_ADDR_F_RDMACM : 0) |
+           (ib2_dev_is_iwarp(iface->md) ? IB2_DEV_ADDR_F_IWARP : 0);
+}
+
+int ib2_cm_dev_addr_reachable(ib2_iface_t *iface, const ib2_dev_addr_t *remote)
+{
+    return (remote->flags & (IB2_DEV_ADDR_F_RDMACM | IB2_DEV_ADDR_F_IWARP)) ==
+           ib2_cm_dev_addr_flags(iface);
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+void ib2_cm_reject(ib2_cm_t *cm, struct rdma_cm_id *id, uint8_t reason)
+{
+    ib2_cm_rej_t rej = {
+        .magic   = IB2_CM_MAGIC,
+        .version = IB2_CM_VERSION,
+        .length  = sizeof(rej),
+        .reason  = reason
+    };
+
+    if (rdma_reject(id, &rej, sizeof(rej)) != 0) {
+        ucs_debug("rdma_reject failed: %m");
+    }
+    rdma_destroy_id(id);
+}
+
+void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason)
+{
+    ucs_list_del(&held->list);
+    --cm->nheld;
+    ++cm->iface->counters.cm_rejected;
+    ib2_cm_reject(cm, held->id, reason);
+    ucs_free(held);
+}
+
+/* A connect request on the listener: checked, then given to its endpoint
+ * (ib2_cm_conn.c), which may hold it. */
+static void ib2_cm_on_request(ib2_cm_t *cm, struct rdma_cm_event *event)
+{
+    ib2_cm_req_t req;
+
+    if (ib2_cm_req_parse(cm, event->param.conn.private_data,
+                         event->param.conn.private_data_len, &req) != 0) {
+        ib2_cm_reject(cm, event->id, IB2_CM_REJ_MALFORMED);
+        return;
+    }
+    /* Our reads against its responder resources and the reverse. */
+    ib2_cm_request(cm, event->id, &req,
+                   event->param.conn.responder_resources,
+                   event->param.conn.initiator_depth);
+}
+
+static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
+{
+    ib2_iface_t *iface = cm->iface;
+
+    ucs_trace("%s:%u: rdmacm event %s status %d id %p", iface->md->name,
+              iface->port, rdma_event_str(event->event), event->status,
+              event->id);
+    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        ib2_cm_on_request(cm, event);
+    } else if (event->id == cm->listen_id) {
+        /* The listener itself: the device went away. Endpoints connecting
+         * to us then time out at the peer; ours fail as their QPs do. */
+        ucs_error("%s:%u: rdmacm listener: %s (status %d): no more "
+                  "connections are accepted", iface->md->name, iface->port,
+                  rdma_event_str(event->event), event->status);
+    } else if (event->id->context != NULL) {
+        ib2_cm_conn_event(cm, event);
+    }
+}
+
+/* Deadlines: held requests and whole connections that ran out. */
+static void ib2_cm_check_deadlines(ib2_cm_t *cm)
+{
+    ucs_time_t now = ucs_get_time();
+    ib2_cm_held_t *held, *htmp;
+    ib2_cm_ep_t *cep, *etmp;
+
+    ucs_list_for_each_safe(held, htmp, &cm->held, list) {
+        if ((int64_t)(now - held->deadline) >= 0) {
+            ucs_debug("rdmacm request for endpoint 0x%" PRIx64 " timed out "
+                      "waiting for it", held->req.dst_ep_id);
+            ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
+        }
+    }
+    ucs_list_for_each_safe(cep, etmp, &cm->connecting, list) {
+        if (cep->have_peer && ((int64_t)(now - cep->deadline) >= 0)) {
+            ib2_cm_ep_fail(cep, UCS_ERR_TIMED_OUT,
+                           "connection not made within UCX_IB2_CM_TIMEOUT");
+        }
+    }
+}
+
+unsigned ib2_cm_progress_events(ib2_iface_t *iface)
+{
+    ib2_cm_t *cm = iface->cm;
+    struct rdma_cm_event *event;
+    unsigned count = 0;
+    struct rdma_cm_event copy;
+    uint8_t data[256];
+
+    /* Acknowledged before it is handled: handling may destroy the id,
+     * which waits for its events' acknowledgements. */
+    while ((count < 16) && (rdma_get_cm_event(cm->channel, &event) == 0)) {
+        copy = *event;
+        copy.param.conn.private_data_len = (uint8_t)ucs_min(
+                (event->param.conn.private_data != NULL) ?
+                (size_t)event->param.conn.private_data_len : 0,
+                sizeof(data));
+        if (copy.param.conn.private_data_len != 0) {
+            memcpy(data, event->param.conn.private_data,
+                   copy.param.conn.private_data_len);
+        }
+        copy.param.conn.private_data = data;
+        rdma_ack_cm_event(event);
+        ib2_cm_event(cm, &copy);
+        ++count;
+    }
+    if ((count < 16) && (errno != EAGAIN) && (errno != EWOULDBLOCK)) {
+        ucs_error("%s:%u: rdma_get_cm_event failed: %m", iface->md->name,
+                  iface->port);
+    }
+    if (!ucs_list_is_empty(&cm->connecting) || (cm->nheld != 0)) {
+        ib2_cm_check_deadlines(cm);
+    }
+    return count;
+}
