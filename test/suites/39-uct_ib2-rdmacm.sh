@@ -6,7 +6,8 @@
 # an iWARP port alone), UCP's client/server connection over tcp's
 # connection manager (what an iWARP-only host uses), the connection
 # manager's googletests (data, held requests, timeouts, gone and killed
-# peers, 64 endpoints at once, settings), and p2p with 2 and 3 ranks.
+# peers, 64 endpoints at once, settings), p2p with 2 and 3 ranks, and
+# the refusal of X (XRC) queues over rdmacm.
 for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_\|^P2P_'); do unset "$v"; done
 
 IB2_LIB=$BUILD/src/uct_ib2/.libs/libuct_ib2.so
@@ -51,6 +52,30 @@ ib2_check uct_ib2-rdmacm/ucx_info-ep-address bash -c '
     echo "$out" | grep -qx "iw0:1 32" && echo "$out" | grep -qx "roce0:1 28" &&
     out=$(UCX_IB2_CM=rdmacm "$@" ucx_info -d | addrs) &&
     echo "$out" && echo "$out" | grep -qx "roce0:1 32"' \
+    sh "${CMR[@]}"
+
+# X (XRC) queues need the verbs exchange: over rdmacm (iWARP, and RoCE
+# when asked) the interface is refused with the reason; RoCE connected by
+# verbs keeps them (its X endpoint address: 10 + 3 x 2 bytes).
+ib2_check uct_ib2-rdmacm/x-queues-refused bash -c '
+    export UCX_IB2_RECEIVE_QUEUES=X,256,1024,512,64:X,8256,512,256,32
+    addrs() {   # "DEVICE BYTES" of each rc_ib2 interface that opened
+        awk "/Transport: / { t = (\$3 == \"rc_ib2\") }
+             t && /Device:/ { d = \$3 }
+             t && /ep address:/ { print d, \$4 }"
+    }
+    iw="iw0:1: X (XRC) receive queues cannot be used with rdmacm"
+    iw="$iw connections (iWARP has no XRC): give P or S queues"
+    ro="roce0:1: X (XRC) receive queues cannot be used with rdmacm"
+    ro="$ro connections (UCX_IB2_CM=rdmacm): give P or S queues in"
+    ro="$ro UCX_IB2_RECEIVE_QUEUES, or UCX_IB2_CM=verbs"
+    out=$("$@" ucx_info -d 2>&1) || exit 1
+    echo "$out"
+    echo "$out" | grep -qF "$iw" &&
+    [ "$(echo "$out" | addrs)" = "roce0:1 16" ] &&
+    out=$(UCX_IB2_CM=rdmacm "$@" ucx_info -d 2>&1) &&
+    echo "$out" && echo "$out" | grep -qF "$iw" &&
+    echo "$out" | grep -qF "$ro" && [ -z "$(echo "$out" | addrs)" ]' \
     sh "${CMR[@]}"
 
 for fab in "iwarp=iw0:1" "roce=roce0:1"; do
