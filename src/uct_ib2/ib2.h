@@ -168,6 +168,7 @@ typedef struct ib2_iface_config {
     unsigned                  hop_limit;
     unsigned long             gid_index;         /* UCS_ULUNITS_AUTO: auto */
     char                      *gid_addr;         /* "" or an IP address */
+    char                      *xrc_domain;       /* X: "" or a file path */
     double                    timeout;           /* seconds per retry */
     unsigned                  retry_count;
     double                    rnr_timeout;       /* S queues */
@@ -260,6 +261,10 @@ typedef struct ib2_iface {
                                               complete at once */
     unsigned               num_srqs;
     struct ibv_xrcd        *xrcd;          /* X queues (ib2_xrc.c) */
+    struct ib2_xcm         *xcm;           /* X: UD connection channel */
+    uint32_t               xcm_qpn;        /* its QP number, 0: none */
+    const char             *xrc_domain;    /* its file, UCX_IB2_XRC_DOMAIN
+                                              (during iface init only) */
     int                    srq_short;      /* an SRQ got fewer buffers than
                                               asked: refill even when idle */
     khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep | queue */
@@ -328,6 +333,9 @@ typedef struct ib2_iface {
                                               max_short + 8 */
         unsigned           am_short_q0;    /* am_short (with its header)
                                               inline on queue 0 */
+        enum ibv_wr_opcode am_opcode;      /* of active messages: X queues
+                                              send with the receiver's
+                                              endpoint id as immediate */
         size_t             max_get_put;
         unsigned           max_read_sge;   /* scatter entries of a READ */
     } config;
@@ -429,6 +437,30 @@ typedef struct ib2_rx_hold {
     unsigned      length;
 } ib2_rx_hold_t;
 
+/* X queues: an endpoint's side of the UD connection exchange
+ * (ib2_xcm.c). */
+typedef enum {
+    IB2_XCM_IDLE,           /* no connect_to_ep yet */
+    IB2_XCM_REQUESTING,     /* our CONNECT sent, no REPLY yet */
+    IB2_XCM_UP              /* our INI QP reaches the peer's TGT QP */
+} ib2_xcm_state_t;
+
+typedef struct ib2_xcm_ep {
+    uint32_t          id;               /* ours, in our address (never 0) */
+    uint32_t          peer_id;          /* the peer endpoint's */
+    uint32_t          peer_ud;          /* the peer interface's UD QP */
+    uint32_t          peer_ini;         /* the INI QP our TGT QP serves */
+    uint32_t          imm;              /* peer_id, network order: the
+                                           immediate of our sends */
+    struct ibv_ah     *ah;              /* to the peer's port */
+    ib2_dev_addr_t    peer;             /* its device address */
+    ucs_time_t        next;             /* CONNECT again at */
+    unsigned          tries;
+    uint8_t           state;            /* ib2_xcm_state_t */
+    uint8_t           waiting;          /* on xcm->waiting */
+    ucs_list_link_t   list;             /* xcm->waiting */
+} ib2_xcm_ep_t;
+
 typedef struct ib2_ep {
     uct_base_ep_t     super;
     ib2_iface_t       *iface;
@@ -459,6 +491,7 @@ typedef struct ib2_ep {
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
     struct ibv_qp     *tgt;             /* X: the peer's INI QP lands here */
+    ib2_xcm_ep_t      x;                /* X: connection state (ib2_xcm.c) */
     uint32_t          x_srqn[IB2_MAX_QUEUES]; /* X: the peer's SRQs; 0
                                            elsewhere (ignored by RC QPs) */
     struct ib2_cm_ep  *cm;              /* rdmacm state (ib2_cm.h) */
@@ -611,6 +644,7 @@ ucs_status_t ib2_xrc_open(ib2_iface_t *iface);
 void ib2_xrc_close(ib2_iface_t *iface);
 struct ibv_srq *ib2_xrc_srq_create(ib2_iface_t *iface, unsigned queue);
 ucs_status_t ib2_xrc_ep_create(ib2_ep_t *ep);
+ucs_status_t ib2_xrc_tgt_create(ib2_ep_t *ep);
 void ib2_xrc_ep_release(ib2_ep_t *ep);
 void ib2_xrc_ep_to_error(ib2_ep_t *ep);
 size_t ib2_xrc_ep_addr_len(const ib2_iface_t *iface);
@@ -618,6 +652,18 @@ void ib2_xrc_ep_pack(ib2_ep_t *ep, void *addr);
 ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
                                 const void *addr);
 void ib2_xrc_ams_completed(ib2_ep_t *ep, uint32_t first, uint32_t count);
+
+/* X queues' connection exchange over UD (ib2_xcm.c). */
+ucs_status_t ib2_xcm_init(ib2_iface_t *iface);
+void ib2_xcm_cleanup(ib2_iface_t *iface);
+ucs_status_t ib2_xcm_ep_init(ib2_ep_t *ep);
+ucs_status_t ib2_xcm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
+                                uint32_t peer_ud, uint32_t peer_id);
+void ib2_xcm_ep_stop(ib2_ep_t *ep);
+void ib2_xcm_ep_cleanup(ib2_ep_t *ep);
+void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc);
+void ib2_xcm_progress(ib2_iface_t *iface);
+ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc);
 
 /* What the device allows (ib2_devfit.c): queues without SRQs, atomics,
  * READ scatter lists. */

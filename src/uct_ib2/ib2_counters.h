@@ -38,6 +38,15 @@ typedef struct ib2_iface_counters {
     uint64_t cm_accepted;
     uint64_t cm_rejected;
     uint64_t cm_held;
+    /* X queues' connection exchange over UD (ib2_xcm.c): requests sent
+     * again; messages dropped as malformed or not from the endpoint's
+     * peer, for no endpoint of ours, or for one not connected yet; sends
+     * not made (every slot in flight, or the post failed). */
+    uint64_t xcm_resent;
+    uint64_t xcm_rx_bad;
+    uint64_t xcm_rx_no_ep;
+    uint64_t xcm_rx_early;
+    uint64_t xcm_tx_busy;
 } ib2_iface_counters_t;
 
 /* Copies the counters of an rc_ib2 interface. UCS_ERR_INVALID_PARAM if

@@ -136,7 +136,7 @@ ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
     sge.addr   = (uintptr_t)hdr;
     sge.length = sizeof(*hdr) + length;
     sge.lkey   = desc->lkey;
-    wr.opcode  = IBV_WR_SEND;
+    wr.opcode  = iface->config.am_opcode;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.next    = NULL;
@@ -230,7 +230,7 @@ ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     sge[0].addr   = (uintptr_t)&hdr;
     sge[0].length = sizeof(hdr);
     sge[0].lkey   = 0;
-    wr.opcode     = IBV_WR_SEND;
+    wr.opcode     = iface->config.am_opcode;
     wr.sg_list    = sge;
     wr.num_sge    = (int)n;
     wr.next       = NULL;
@@ -295,7 +295,7 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
         sge[n].lkey = ib2_memh_mr(iface->md, iov[i].memh)->lkey;
         ++n;
     }
-    wr.opcode  = IBV_WR_SEND;
+    wr.opcode  = iface->config.am_opcode;
     wr.sg_list = sge;
     wr.num_sge = (int)n;
     wr.next    = NULL;

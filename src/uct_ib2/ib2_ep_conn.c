@@ -325,6 +325,9 @@ void ib2_ep_destroy(uct_ep_h tl_ep)
     if (ep->cm != NULL) {
         ib2_cm_ep_destroy(ep);    /* its connections end with it */
     }
+    if (ep->iface->xcm != NULL) {
+        ib2_xcm_ep_stop(ep);      /* X: no more connection messages */
+    }
     ib2_iface_fence_uncount(ep);
     if (ep->ctrl_queued) {
         ucs_list_del(&ep->ctrl_list);
@@ -398,12 +401,8 @@ ucs_status_t ib2_ep_connect_to_ep(uct_ep_h tl_ep,
         return UCS_ERR_UNREACHABLE;
     }
     if (ib2_iface_is_xrc(iface)) {
-        status = ib2_xrc_ep_connect(ep, remote, addr);
-        if (status != UCS_OK) {
-            return status;
-        }
-        ep->connected = 1;
-        return UCS_OK;
+        /* connected when the peer's TGT QP is known (ib2_xcm.c) */
+        return ib2_xrc_ep_connect(ep, remote, addr);
     }
     for (q = 0; q < ep->nq; ++q) {
         qpn = ep_addr->qpn[q][0] | ((uint32_t)ep_addr->qpn[q][1] << 8) |

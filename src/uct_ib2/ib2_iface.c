@@ -24,6 +24,9 @@ static unsigned ib2_iface_progress(void *arg)
     if (ucs_unlikely(iface->cm != NULL)) {
         count += ib2_cm_progress(iface);   /* rdmacm events, deadlines */
     }
+    if (ucs_unlikely(iface->xcm != NULL)) {
+        ib2_xcm_progress(iface);           /* X: connection requests */
+    }
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
         ib2_ep_t *ep, *tmp;
 
@@ -287,7 +290,9 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                                                sizeof(uct_recv_desc_t*) +
                                                self->config.rx_headroom +
                                                sizeof(ib2_hdr_t), 8);
-    self->tx_short.am_wr.opcode     = IBV_WR_SEND;
+    self->config.am_opcode          = ib2_iface_is_xrc(self) ?
+                                      IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+    self->tx_short.am_wr.opcode     = self->config.am_opcode;
     self->tx_short.am_wr.sg_list    = self->tx_short.am_sge;
     self->tx_short.am_wr.num_sge    = 2;
     self->tx_short.am_wr.next       = NULL;
@@ -342,7 +347,9 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_NO_MEMORY;
         goto err_cleanup_mp;
     }
-    status = ib2_rxq_init(self, params);
+    self->xrc_domain = config->xrc_domain;
+    status           = ib2_rxq_init(self, params);
+    self->xrc_domain = NULL; /* the config is the caller's */
     if (status != UCS_OK) {
         goto err_cleanup_hash;
     }

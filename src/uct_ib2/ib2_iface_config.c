@@ -81,6 +81,14 @@ ucs_config_field_t ib2_iface_config_table[] = {
      ucs_offsetof(ib2_iface_config_t, receive_queues),
      UCS_CONFIG_TYPE_STRING},
 
+    {"XRC_DOMAIN", "",
+     "X receive queues: the file through which the processes of a node\n"
+     "open their XRC domain, and so share it (a TGT QP reaches the SRQs of\n"
+     "every process of its domain). Empty: /tmp/ib2-xrcd.<uid>, one per\n"
+     "user. Created with mode 0600; it must be a regular file of this\n"
+     "user, not a link.",
+     ucs_offsetof(ib2_iface_config_t, xrc_domain), UCS_CONFIG_TYPE_STRING},
+
     {"DEVICE_PARAMS", IB2_DEFAULT_DEVICE_PARAMS,
      "Device parameter file: defaults for mtu, max_inline_data and\n"
      "receive_queues by vendor_id/vendor_part_id. Empty: none.",

@@ -8,6 +8,7 @@
  * chunk itself, else whole pages) and registered whole.
  */
 #include "ib2_model.h"
+#include "ib2_wire.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -291,6 +292,12 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->srq_xrc     = n_x;
     res->cq          = 2;
     res->recv_posted = sbufs + res->peers * pbufs;
+    if (n_x != 0) {
+        /* X: the UD QP of connection requests (ib2_xcm.c), its receives
+         * and its one registered region; it completes on the receive CQ */
+        res->qp_ud        = 1;
+        res->recv_posted += IB2_XCM_RECVS;
+    }
 
     /* Buffers: [ib2_rx_desc_t][8][headroom][hdr][data], as ib2_iface.c
      * lays them out; pools grow by num (32 to 1024) elements. */
@@ -314,12 +321,16 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->tx_bytes  = res->tx.chunks * res->tx.chunk_bytes;
     res->mr       += res->tx.chunks;
     res->reg_bytes = res->rx_bytes + res->tx_bytes;
+    if (n_x != 0) {
+        res->mr        += 1;
+        res->reg_bytes += IB2_XCM_BYTES;
+    }
 
     /* CQs: the receive CQ grows, per endpoint, to twice the buffers that
      * could complete once they exceed it (ib2_iface_reserve_rx_cq). */
     res->tx_cqe = ib2m_cq_entries(dev, conf->tx_cq_len);
     res->rx_cqe = ib2m_cq_entries(dev, conf->rx_cq_len);
-    need        = sbufs;
+    need        = sbufs + (n_x ? IB2_XCM_RECVS + IB2_XCM_SENDS : 0);
     if (pbufs != 0) {
         for (ep = 0; ep < res->peers; ++ep) {
             need += pbufs;
@@ -346,15 +357,18 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
             res->rq_bytes += ib2m_ring(dev->rq_pow2, s->num, dev->srq_wqe);
         }
     }
+    if (n_x != 0) {
+        res->rq_bytes += ib2m_ring(dev->rq_pow2, IB2_XCM_RECVS, dev->rq_wqe);
+    }
     res->cq_bytes = ((dev->cq_pow2 ? res->tx_cqe + 1 : res->tx_cqe) +
                      (dev->cq_pow2 ? res->rx_cqe + 1 : res->rx_cqe)) *
                     dev->cqe;
     res->total_bytes = res->reg_bytes + res->sq_bytes + res->rq_bytes +
                        res->cq_bytes;
-    res->qps       = (double)(res->qp_rc + res->qp_xrc_ini) +
+    res->qps       = (double)(res->qp_rc + res->qp_xrc_ini + res->qp_ud) +
                      res->qp_xrc_tgt;
-    res->node_qps  = conf->ppn * (res->qp_rc + res->qp_xrc_ini) +
-                     res->node_tgt;
+    res->node_qps  = conf->ppn * (res->qp_rc + res->qp_xrc_ini +
+                                  res->qp_ud) + res->node_tgt;
     res->node_srqs = conf->ppn * (res->srq + res->srq_xrc);
     return 0;
 }

@@ -84,8 +84,10 @@ ib2_ep_post_flags(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     uint32_t sn       = txq->sn + 1;
     int ret;
 
-    /* X queues: the peer's SRQ of queue q (RC QPs ignore the field). */
+    /* X queues: the peer's SRQ of queue q, and (sends with immediate)
+     * the peer endpoint's id; RC QPs and plain sends ignore both. */
     wr->qp_type.xrc.remote_srqn = ep->x_srqn[q];
+    wr->imm_data                = ep->x.imm;
 
     /* Branches, not selects: most sends are not signaled. */
     if (ucs_unlikely(signal) ||

@@ -74,17 +74,44 @@ typedef struct ib2_ep_addr {
     uint8_t  qpn[IB2_MAX_QUEUES][3];      /* 24-bit QP numbers */
 } UCS_S_PACKED ib2_ep_addr_t;
 
-/* Endpoint address with X queues (ib2_xrc.c): the INI QP that sends to
- * the peer, the TGT QP the peer's INI QP is to connect to, and the XRC SRQ
- * of each queue that our messages name (count of them: the address is
- * 10 + 3 * count bytes). Every number is 24 bits and never 0; the
- * receiver checks that before using any. */
+/* Endpoint address with X queues (ib2_xrc.c): the UD QP of our
+ * interface that takes connection requests (ib2_xcm.c), our endpoint's id
+ * that they name, and the XRC SRQ of each queue that our messages name
+ * (count of them: the address is 11 + 3 * count bytes). QP and SRQ
+ * numbers are 24 bits; no number is ever 0, and the receiver checks that
+ * before using any. */
 typedef struct ib2_xrc_ep_addr {
     uint32_t rq_hash;
-    uint8_t  ini_qpn[3];
-    uint8_t  tgt_qpn[3];
+    uint8_t  ud_qpn[3];
+    uint32_t ep_id;
     uint8_t  srqn[IB2_MAX_QUEUES][3];
 } UCS_S_PACKED ib2_xrc_ep_addr_t;
+
+/* X queues' connection messages, over UD (ib2_xcm.c). CONNECT: connect
+ * a TGT QP of yours to my INI QP `qpn` and tell me its number; REPLY: here
+ * it is (`qpn`, the TGT QP). Each names the receiving endpoint (`dst`)
+ * and the sending one (`src`), as their addresses gave them. */
+#define IB2_XCM_CONNECT 1
+#define IB2_XCM_REPLY   2
+
+/* The channel's UD QP: receives posted (each GRH + a slot), send slots,
+ * and the one registered region holding both (the memory model counts
+ * them). */
+#define IB2_XCM_RECVS   32u
+#define IB2_XCM_SENDS   16u
+#define IB2_XCM_GRH     40u
+#define IB2_XCM_SLOT    64u
+#define IB2_XCM_BYTES   (IB2_XCM_RECVS * (IB2_XCM_GRH + IB2_XCM_SLOT) + \
+                         IB2_XCM_SENDS * IB2_XCM_SLOT)
+
+typedef struct ib2_xcm_msg {
+    uint8_t  type;
+    uint8_t  reserved[3];
+    uint32_t rq_hash;       /* the sender's receive queues */
+    uint32_t dst;
+    uint32_t src;
+    uint32_t qpn;
+} UCS_S_PACKED ib2_xcm_msg_t;
 
 static inline void ib2_wire_put24(uint8_t *p, uint32_t v)
 {

@@ -1,6 +1,7 @@
 /*
  * X (XRC) receive queues: one XRC SRQ per X queue per interface, in the
- * process's XRC domain of the device, and per endpoint one INI QP (which sends
+ * XRC domain the user's processes of the node share through one file, and
+ * per endpoint one INI QP (which sends
  * every operation of the endpoint, naming the peer's SRQ of the message's
  * queue in each request) and one TGT QP (where the peer's INI QP lands;
  * it delivers into any of our SRQs).
@@ -17,39 +18,65 @@
  */
 #include "ib2_tx.h"
 
+#include <ucs/sys/string.h>
+
 #include <fcntl.h>
-#include <pthread.h>
+#include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /*
- * The file every interface of the process opens its XRC domain through:
- * one domain per device for the whole process, not one per interface
- * (UCX's tests open dozens of memory domains in one process, and devices
- * limit domains: softverbs to 64 per segment). Unlinked at once, so no
- * other process can name it; a forked child shares it, which lets nobody
- * reach anything it is not told the number of.
+ * Open the file of the node's XRC domain (UCX_IB2_XRC_DOMAIN, by default
+ * one per user): every process of the user on this host that opens the
+ * domain through it shares it, which per-node INI QPs need (a TGT QP
+ * reaches every SRQ of its domain: docs/uct_ib2.md, "X queues"). Only a
+ * regular file of this user, never through a link: anybody else's file
+ * would let its owner name our SRQs. The descriptor is only needed for
+ * ibv_open_xrcd, which keeps the domain by the file, not the descriptor.
  */
-static int            ib2_xrc_fd = -1;
-static pthread_once_t ib2_xrc_fd_once = PTHREAD_ONCE_INIT;
-
-static void ib2_xrc_fd_open(void)
+static int ib2_xrc_file_open(ib2_iface_t *iface, char *path, size_t max)
 {
-    char path[] = "/tmp/ib2-xrcd-XXXXXX";
+    const char *given = iface->xrc_domain;
+    struct stat st;
+    int fd;
 
-    ib2_xrc_fd = mkstemp(path);
-    if (ib2_xrc_fd >= 0) {
-        unlink(path);
-        (void)fcntl(ib2_xrc_fd, F_SETFD, FD_CLOEXEC);
+    if ((given != NULL) && (given[0] != '\0')) {
+        ucs_strncpy_safe(path, given, max);
     } else {
-        ucs_debug("mkstemp(%s) failed: %m; each interface gets a private "
-                  "XRC domain", path);
+        snprintf(path, max, "/tmp/ib2-xrcd.%u", (unsigned)geteuid());
     }
+    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        ucs_error("%s: XRC domain file %s: %m; X receive queues need one "
+                  "file the processes of a node share: give a regular "
+                  "file of yours (not a link) in UCX_IB2_XRC_DOMAIN",
+                  iface->md->name, path);
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) {
+        ucs_error("%s: XRC domain file %s: fstat failed: %m",
+                  iface->md->name, path);
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || (st.st_uid != geteuid()) ||
+        (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        ucs_error("%s: XRC domain file %s is not a regular file of this "
+                  "user writable by it alone: refused (its owner could "
+                  "reach our receive queues); give another path in "
+                  "UCX_IB2_XRC_DOMAIN", iface->md->name, path);
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 ucs_status_t ib2_xrc_open(ib2_iface_t *iface)
 {
     struct ibv_xrcd_init_attr attr;
+    char path[PATH_MAX];
+    ucs_status_t status;
 
     if (!(iface->md->dev_attr.device_cap_flags & IBV_DEVICE_XRC)) {
         ucs_error("%s: the device has no XRC, which X receive queues need: "
@@ -57,25 +84,31 @@ ucs_status_t ib2_xrc_open(ib2_iface_t *iface)
                   iface->md->name);
         return UCS_ERR_UNSUPPORTED;
     }
-    /* The process's domain (see ib2_xrc_fd): the TGT QPs that reach our
-     * SRQs are our endpoints', so no other process needs to share it. */
-    pthread_once(&ib2_xrc_fd_once, ib2_xrc_fd_open);
     memset(&attr, 0, sizeof(attr));
     attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
-    attr.fd        = ib2_xrc_fd;
+    attr.fd        = ib2_xrc_file_open(iface, path, sizeof(path));
     attr.oflags    = O_CREAT;
-    iface->xrcd    = ibv_open_xrcd(iface->md->ctx, &attr);
+    if (attr.fd < 0) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    iface->xrcd = ibv_open_xrcd(iface->md->ctx, &attr);
+    close(attr.fd);
     if (iface->xrcd == NULL) {
-        ucs_error("%s: ibv_open_xrcd failed: %m; X receive queues need an "
-                  "XRC domain: use S (shared) queues instead "
-                  "(UCX_IB2_RECEIVE_QUEUES)", iface->md->name);
+        ucs_error("%s: ibv_open_xrcd(%s) failed: %m; X receive queues need "
+                  "an XRC domain: use S (shared) queues instead "
+                  "(UCX_IB2_RECEIVE_QUEUES)", iface->md->name, path);
         return UCS_ERR_IO_ERROR;
     }
-    return UCS_OK;
+    status = ib2_xcm_init(iface);
+    if (status != UCS_OK) {
+        ib2_xrc_close(iface);
+    }
+    return status;
 }
 
 void ib2_xrc_close(ib2_iface_t *iface)
 {
+    ib2_xcm_cleanup(iface);
     if ((iface->xrcd != NULL) && (ibv_close_xrcd(iface->xrcd) != 0)) {
         ucs_warn("%s: ibv_close_xrcd failed: %m", iface->md->name);
     }
@@ -193,19 +226,29 @@ ucs_status_t ib2_xrc_ep_create(ib2_ep_t *ep)
     if (status != UCS_OK) {
         return status;
     }
-    ep->tgt = ib2_xrc_qp_create(iface, 1);
+    /* The TGT QP comes when the peer asks for it (ib2_xcm.c). */
+    return ib2_xcm_ep_init(ep);
+}
+
+/* The TGT QP the peer's INI QP is to reach us through, in INIT. */
+ucs_status_t ib2_xrc_tgt_create(ib2_ep_t *ep)
+{
+    ucs_assert(ep->tgt == NULL);
+    ep->tgt = ib2_xrc_qp_create(ep->iface, 1);
     if (ep->tgt == NULL) {
         return UCS_ERR_IO_ERROR;
     }
     return ib2_xrc_qp_map(ep, ep->tgt);
 }
 
-/* The TGT QP and the ring of queues (the INI QP goes with the others). */
+/* The TGT QP, the connection state and the ring of queues (the INI QP
+ * goes with the others). */
 void ib2_xrc_ep_release(ib2_ep_t *ep)
 {
     ib2_iface_t *iface = ep->iface;
     khiter_t it;
 
+    ib2_xcm_ep_cleanup(ep);
     if (ep->tgt != NULL) {
         it = kh_get(ib2_qp_ep, iface->qp_ep, ep->tgt->qp_num);
         if (it != kh_end(iface->qp_ep)) {
@@ -245,30 +288,29 @@ void ib2_xrc_ep_pack(ib2_ep_t *ep, void *addr)
     unsigned q;
 
     out->rq_hash = iface->rq_hash;
-    ib2_wire_put24(out->ini_qpn, ep->txq[0].qp->qp_num);
-    ib2_wire_put24(out->tgt_qpn, ep->tgt->qp_num);
+    ib2_wire_put24(out->ud_qpn, iface->xcm_qpn);
+    out->ep_id   = ep->x.id;
     for (q = 0; q < iface->rq.count; ++q) {
         ib2_wire_put24(out->srqn[q], iface->rxq[q].srqn);
     }
 }
 
-/* INI QP to the peer's TGT QP, our TGT QP to the peer's INI QP; every
- * number checked first (0 is never a QP or SRQ number). */
+/* Every number checked first (0 is never a QP, SRQ or endpoint number);
+ * then the peer is asked for the TGT QP our INI QP is to reach
+ * (ib2_xcm.c): the endpoint sends once the answer is there. */
 ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
                                 const void *addr)
 {
     ib2_iface_t *iface           = ep->iface;
     const ib2_xrc_ep_addr_t *in  = addr;
-    uint32_t ini                 = ib2_wire_get24(in->ini_qpn);
-    uint32_t tgt                 = ib2_wire_get24(in->tgt_qpn);
+    uint32_t ud                  = ib2_wire_get24(in->ud_qpn);
     uint32_t srqn[IB2_MAX_QUEUES];
-    ucs_status_t status;
     unsigned q;
 
-    if ((ini == 0) || (tgt == 0)) {
+    if ((ud == 0) || (in->ep_id == 0)) {
         ucs_error("%s:%u: malformed X queue endpoint address from the peer "
-                  "(INI QP 0x%x, TGT QP 0x%x): not connected",
-                  iface->md->name, iface->port, ini, tgt);
+                  "(UD QP 0x%x, endpoint %u): not connected",
+                  iface->md->name, iface->port, ud, in->ep_id);
         return UCS_ERR_INVALID_ADDR;
     }
     for (q = 0; q < iface->rq.count; ++q) {
@@ -281,11 +323,7 @@ ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
         }
     }
     memcpy(ep->x_srqn, srqn, iface->rq.count * sizeof(*srqn));
-    status = ib2_qp_connect(iface, ep->txq[0].qp, 0, remote, tgt);
-    if (status != UCS_OK) {
-        return status;
-    }
-    return ib2_qp_connect(iface, ep->tgt, 0, remote, ini);
+    return ib2_xcm_ep_connect(ep, remote, ud, in->ep_id);
 }
 
 /* `count` active messages from the first completed: each gives its queue

@@ -28,7 +28,8 @@ ib2_check ib2-model/info-side-by-side bash -c '
 
 # Counts that follow from the accounting alone (docs: per process, peers
 # of the other nodes; XRC: an INI QP per peer node, the node holding a TGT
-# QP per INI QP ending there).
+# QP per INI QP ending there, and a UD QP per process for connection
+# requests).
 ib2_check ib2-model/info-counts bash -c '
     kv=$("$1" model --rq "P,128,256,192,128:S,8256,1024,1008,64" --nodes 3 \
          --ppn 4 --forms GPSX --kv) || exit 1
@@ -39,7 +40,8 @@ ib2_check ib2-model/info-counts bash -c '
     want P.qp_rc=16;       want P.srq=0;         want S.srq=2
     want S.recv_posted=$((256 + 1024))
     want X.qp_rc=0;        want X.qp_xrc_ini=2;  want X.node_tgt=8
-    want X.qp_xrc_tgt=2.0000; want X.srq_xrc=2;  want X.node_qps=16
+    want X.qp_xrc_tgt=2.0000; want X.srq_xrc=2;  want X.node_qps=20
+    want X.qp_ud=1;        want S.qp_ud=0
     want P.node_qps=64
     kv=$("$1" model --rq "S,1024,64" --nodes 2 --ppn 4 --intra --forms X --kv)
     want X.peers=7; want X.qp_xrc_ini=2; want X.node_tgt=8
@@ -48,7 +50,7 @@ ib2_check ib2-model/info-counts bash -c '
          --sweep 64:256) || exit 1
     echo "$sw"
     [ "$(echo "$sw" | grep -vc "^#")" -eq 3 ] &&
-    echo "$sw" | grep -Eq "^256 4 384.00 [0-9.]+ 24576 384.00 [0-9.]+ 24576 6.00 [0-9.]+ 384$"' \
+    echo "$sw" | grep -Eq "^256 4 384.00 [0-9.]+ 24576 384.00 [0-9.]+ 24576 7.00 [0-9.]+ 448$"' \
     sh "$IB2_INFO"
 
 ib2_check ib2-model/info-refuses-bad-input bash -c '

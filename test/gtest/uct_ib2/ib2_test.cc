@@ -502,11 +502,13 @@ void connect_pair(Entity &a, uct_ep_h a_ep, Entity &b, uct_ep_h b_ep)
     ASSERT_EQ(uct_ep_connect_to_ep(b_ep, (uct_device_addr_t *)a_dev.data(),
                                    (uct_ep_addr_t *)a_ep_addr.data()),
               UCS_OK);
-    /* Through rdmacm (its 32-byte endpoint address) the connection is
-     * made in progress: wait until both endpoints could send (a pending
+    /* Through rdmacm (its 32-byte endpoint address), and with X queues
+     * (a TGT QP asked for over UD: 11 + 3 x queues bytes), the connection
+     * is made in progress: wait until both endpoints could send (a pending
      * request is refused with BUSY exactly then), as tests written for the
-     * verbs exchange expect a usable pair. */
-    if (a.attr.ep_addr_len == 32) {
+     * verbs exchange of P and S queues (4 + 3 x 8 bytes, connected at
+     * once) expect a usable pair. */
+    if (a.attr.ep_addr_len != 4 + 3 * 8) {
         uct_pending_req_t req{};
         req.func = [](uct_pending_req_t *) { return UCS_OK; };
         for (uct_ep_h ep : {a_ep, b_ep}) {
@@ -520,7 +522,8 @@ void connect_pair(Entity &a, uct_ep_h a_ep, Entity &b, uct_ep_h b_ep)
                 a.progress();
                 b.progress();
             });
-            ASSERT_TRUE(up) << "rdmacm connection not made";
+            ASSERT_TRUE(up) << "connection (rdmacm or X queues' UD "
+                               "request) not made";
         }
     }
 }
