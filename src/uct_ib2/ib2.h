@@ -663,6 +663,7 @@ void ib2_xcm_ep_stop(ib2_ep_t *ep);
 void ib2_xcm_ep_cleanup(ib2_ep_t *ep);
 void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc);
 void ib2_xcm_progress(ib2_iface_t *iface);
+int ib2_xcm_busy(ib2_iface_t *iface);
 ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc);
 
 /* What the device allows (ib2_devfit.c): queues without SRQs, atomics,

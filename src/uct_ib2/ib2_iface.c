@@ -101,12 +101,18 @@ static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
         ibv_req_notify_cq(iface->send_cq, 0) != 0) {
         return UCS_ERR_IO_ERROR;
     }
-    if ((events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG)) &&
+    /* X queues: a peer's connection request arrives on the receive CQ
+     * whatever events the user waits for (a wakeup it did not ask for is
+     * allowed; a request nobody answers is not). */
+    if (((events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG)) ||
+         (iface->xcm != NULL)) &&
         ibv_req_notify_cq(iface->recv_cq, 0) != 0) {
         return UCS_ERR_IO_ERROR;
     }
-    /* Credit messages and pending work are progress too. */
+    /* Credit messages, pending work and connection requests waiting for
+     * their answer (resent from progress) are progress too. */
     if (send_events || recv_events || ib2_cm_busy(iface) ||
+        ((iface->xcm != NULL) && ib2_xcm_busy(iface)) ||
         !ucs_list_is_empty(&iface->ctrl_pending) ||
         (!ucs_arbiter_is_empty(&iface->arbiter) &&
          (iface->tx_cq_avail > 0))) {

@@ -489,6 +489,12 @@ void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
     (void)ib2_xcm_post_recv(iface, slot);
 }
 
+/* Endpoints wait for a REPLY: progress must keep running, to resend. */
+int ib2_xcm_busy(ib2_iface_t *iface)
+{
+    return !ucs_list_is_empty(&iface->xcm->waiting);
+}
+
 /* CONNECTs whose REPLY is late go again; an endpoint out of tries fails. */
 void ib2_xcm_progress(ib2_iface_t *iface)
 {

@@ -84,6 +84,20 @@ for t in "-t tag_lat" "-t tag_bw -s 8" "-t tag_bw -s 1048576 -n 2000" \
             "$0"/uct_ib2_ucp"${1// /_}".log' "$LOGDIR" "$t"
 done
 
+# UCP over X queues: UCP's wire-up connects the endpoints, and rc_ib2
+# asks for their TGT QPs over UD from progress; with -E sleep the process
+# sleeps in the event fd and must still answer and resend the requests.
+for t in "-t tag_lat -n 2000" "-t tag_lat -E sleep -n 2000"; do
+    ib2_next_port
+    ib2_check "uct_ib2/ucp-X${t// /_}" "$SV_PAIR" --expect '^Final:' \
+        "${IB2R[@]}" env UCX_TLS=rc_ib2,ud_verbs:aux \
+        UCX_IB2_RECEIVE_QUEUES=X,256,1024,512,64:X,8256,512,256,32 \
+        UCX_LOG_LEVEL=info -- ucx_perftest -n 20000 -w 1000 -p $ib2_port $t
+    ib2_check "uct_ib2/ucp-X${t// /_}-uses-rc_ib2" bash -c \
+        'grep -q "ep_cfg\[.*tag(rc_ib2/softverbs0:1" \
+            "$0"/uct_ib2_ucp-X"${1// /_}".log' "$LOGDIR" "$t"
+done
+
 # Bad settings: the interface is not opened, with an error that names the
 # problem; no crash, no hang.
 ib2_bad() {   # ib2_bad NAME EXPECTED-MESSAGE-REGEX VAR=VALUE...
