@@ -49,6 +49,15 @@ int softverbs_cqe_inline(int on);
 int softverbs_port_addr(const char *dev, unsigned port, unsigned index,
                         struct sockaddr *addr, socklen_t *len);
 
+/* Payload bytes that port `port` of device `dev` has sent (*xmit) and
+ * received (*rcv) in RC and UC requests of all processes of the segment,
+ * as an adapter's port counters (port_xmit_data, port_rcv_data) count
+ * them, but in bytes; a READ's data counts on the responder's port as
+ * sent. Either pointer may be NULL. Returns 0, ENOENT (no such device or
+ * port) or ENODEV (softverbs could not attach). */
+int softverbs_port_bytes(const char *dev, unsigned port, uint64_t *xmit,
+                         uint64_t *rcv);
+
 /* Fault injection: replace this process's fault rules with those of spec,
  * in the grammar of SOFTVERBS_FAULTS (docs/softverbs.md, "Fault
  * injection"); NULL or "" removes them. Counting starts anew, and object

@@ -36,6 +36,24 @@ SV_EXPORT int softverbs_cqe_inline(int on)
     return was;
 }
 
+/* The index of device dev, which has port `port`: 0, ENODEV (softverbs
+ * could not attach) or ENOENT. */
+static int sv_api_port(const char *dev, unsigned port, uint32_t *d)
+{
+    if (sv_attach() != 0) {
+        return ENODEV;
+    }
+    for (*d = 0; *d < sv_g.hdr->cfg.num_devices; ++*d) {
+        if (dev != NULL && !strcmp(sv_g.hdr->cfg.dev[*d].name, dev)) {
+            break;
+        }
+    }
+    if (*d == sv_g.hdr->cfg.num_devices || !sv_port_valid(*d, port)) {
+        return ENOENT;
+    }
+    return 0;
+}
+
 SV_EXPORT int softverbs_port_addr(const char *dev, unsigned port,
                                   unsigned index, struct sockaddr *addr,
                                   socklen_t *len)
@@ -44,18 +62,10 @@ SV_EXPORT int softverbs_port_addr(const char *dev, unsigned port,
     struct sockaddr_storage ss;
     socklen_t n;
     uint32_t d;
-    int k;
+    int k, rc;
 
-    if (sv_attach() != 0) {
-        return ENODEV;
-    }
-    for (d = 0; d < sv_g.hdr->cfg.num_devices; ++d) {
-        if (dev != NULL && !strcmp(sv_g.hdr->cfg.dev[d].name, dev)) {
-            break;
-        }
-    }
-    if (d == sv_g.hdr->cfg.num_devices || !sv_port_valid(d, port)) {
-        return ENOENT;
+    if ((rc = sv_api_port(dev, port, &d)) != 0) {
+        return rc;
     }
     k = sv_addr_port_ips(d, port, ips);
     if ((int)index >= k) {
@@ -67,6 +77,26 @@ SV_EXPORT int softverbs_port_addr(const char *dev, unsigned port,
     }
     memcpy(addr, &ss, n);
     *len = n;
+    return 0;
+}
+
+SV_EXPORT int softverbs_port_bytes(const char *dev, unsigned port,
+                                   uint64_t *xmit, uint64_t *rcv)
+{
+    const struct sv_port_shared *ps;
+    uint32_t d;
+    int rc;
+
+    if ((rc = sv_api_port(dev, port, &d)) != 0) {
+        return rc;
+    }
+    ps = &sv_g.hdr->port[d][port - 1];
+    if (xmit != NULL) {
+        *xmit = atomic_load_explicit(&ps->xmit_bytes, memory_order_relaxed);
+    }
+    if (rcv != NULL) {
+        *rcv = atomic_load_explicit(&ps->rcv_bytes, memory_order_relaxed);
+    }
     return 0;
 }
 

@@ -147,7 +147,7 @@ int sv_parse_prefix(const char *s, uint64_t *v)
 static int sv_parse_devices(struct sv_config *cfg, const char *spec,
                             char *err, size_t errlen)
 {
-    char buf[512], *save = NULL, *item;
+    char buf[512], *rest, *item;
     uint32_t n = 0, i;
 
     if (strlen(spec) >= sizeof(buf)) {
@@ -155,11 +155,19 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
         return -1;
     }
     strcpy(buf, spec);
-    for (item = strtok_r(buf, ",", &save); item != NULL;
-         item = strtok_r(NULL, ",", &save)) {
+    /* strsep, not strtok: an empty piece is a mistake to report, not
+     * something to skip (the fault grammar refuses them too) */
+    for (rest = (*spec != '\0') ? buf : NULL;
+         (item = strsep(&rest, ",")) != NULL;) {
         struct sv_dev_config *d;
         char *name = item, *link, *ports, *p, *opts;
 
+        if (*item == '\0') {
+            snprintf(err, errlen, "SOFTVERBS_DEVICES='%s' has an empty "
+                     "device (two commas together, or one at an end): "
+                     "separate devices with single commas", spec);
+            return -1;
+        }
         if (n == SV_MAX_DEVICES) {
             snprintf(err, errlen, "SOFTVERBS_DEVICES lists more than %d "
                      "devices", SV_MAX_DEVICES);
@@ -199,8 +207,15 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
             }
         }
         strcpy(d->name, name);
+        if ((link != NULL && *link == '\0') ||
+            (ports != NULL && *ports == '\0')) {
+            snprintf(err, errlen, "SOFTVERBS_DEVICES: device '%s' has an "
+                     "empty %s: give NAME[:TYPE[:PORTS]], e.g. %s:ib:1",
+                     name, (*link == '\0') ? "type" : "port count", name);
+            return -1;
+        }
         d->link = SV_LINK_IB;
-        if (link != NULL && *link != '\0') {
+        if (link != NULL) {
             if (!strcmp(link, "ib")) {
                 d->link = SV_LINK_IB;
             } else if (!strcmp(link, "eth") || !strcmp(link, "roce")) {
@@ -214,7 +229,7 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
             }
         }
         d->num_ports = 1;
-        if (ports != NULL && *ports != '\0') {
+        if (ports != NULL) {
             uint64_t v;
 
             if (sv_parse_u64(ports, &v) || v < 1 || v > SV_MAX_PORTS) {
@@ -239,10 +254,52 @@ static int sv_parse_devices(struct sv_config *cfg, const char *spec,
            sv_fabric_config_check(cfg, err, errlen) ? -1 : 0;
 }
 
+/* Per process, read when it attaches: a size ("64M" is 64 MiB, not 64
+ * bytes as strtoull had it; "abc" refused, not a limit of 0) or
+ * "unlimited". */
+static int sv_config_memlock(char *err, size_t errlen)
+{
+    const char *s = getenv("SOFTVERBS_MEMLOCK");
+    uint64_t v;
+
+    sv_g.memlock_set = 0;
+    if (s == NULL || *s == '\0') {
+        return 0;
+    }
+    if (!strcmp(s, "unlimited")) {
+        v = UINT64_MAX;
+    } else if (sv_parse_u64(s, &v)) {
+        snprintf(err, errlen, "SOFTVERBS_MEMLOCK='%s' is invalid: give the "
+                 "bytes a process may register (digits, or hex after 0x, "
+                 "with an optional k, m, g or t), e.g. 64m, or unlimited", s);
+        return -1;
+    }
+    sv_g.memlock     = v;
+    sv_g.memlock_set = 1;
+    return 0;
+}
+
+/* Per process; unset or empty is on (atoi took "yes" for off). */
+static int sv_config_cqe_inline(char *err, size_t errlen)
+{
+    const char *s = getenv("SOFTVERBS_CQE_INLINE");
+    int on        = 1;
+
+    if (s != NULL && *s != '\0' && sv_parse_bool(s, &on)) {
+        snprintf(err, errlen, "SOFTVERBS_CQE_INLINE='%s' is invalid: give 1, "
+                 "yes, true or on to deliver small receives in the "
+                 "completion, 0, no, false or off not to", s);
+        return -1;
+    }
+    sv_g.cqe_inline = on;
+    return 0;
+}
+
 int sv_config_load(struct sv_config *cfg, char *err, size_t errlen)
 {
     const char *s;
     size_t i;
+    int debug;
 
     memset(cfg, 0, sizeof(*cfg));
     s = getenv("SOFTVERBS_DEVICES");
@@ -308,6 +365,18 @@ int sv_config_load(struct sv_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "SOFTVERBS_PIN_ABORT='%s' is invalid: give 1, "
                  "yes, true or on to abort at a stale access, 0, no, false "
                  "or off not to", s);
+        return -1;
+    }
+    s     = getenv("SOFTVERBS_DEBUG");
+    debug = 0;
+    if (s != NULL && sv_parse_bool(s, &debug)) {
+        snprintf(err, errlen, "SOFTVERBS_DEBUG='%s' is invalid: give 1, yes, "
+                 "true or on to trace recoveries, limits hit and injected "
+                 "faults, 0, no, false or off not to", s);
+        return -1;
+    }
+    sv_debug_set(debug);
+    if (sv_config_memlock(err, errlen) || sv_config_cqe_inline(err, errlen)) {
         return -1;
     }
     s = getenv("SOFTVERBS_FORK");

@@ -202,6 +202,7 @@ SV_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
         return NULL;
     }
     pthread_mutex_init(&ctx->lock, NULL);
+    ctx->owner = getpid();
 
     c = &ctx->vctx.context;
     c->device           = dev;
@@ -298,10 +299,30 @@ static void sv_close_objects(struct ibv_context *c)
     }
 }
 
+/* A forked child may close a context it inherited (rdma-core allows it:
+ * the kernel drops one reference to the file). The objects, the async
+ * queue's slot and the PD and AH counts are the parent's, and the child
+ * no longer has the segment or the device (sv_atfork_child), or has its
+ * own attachment with its own counts: only this process's descriptors
+ * and memory go. */
+static void sv_close_inherited(struct sv_context *ctx)
+{
+    close(ctx->async->fd);
+    free(ctx->async);
+    if (ctx->vctx.context.cmd_fd >= 0) {
+        close(ctx->vctx.context.cmd_fd);
+    }
+    free(ctx);
+}
+
 SV_EXPORT int ibv_close_device(struct ibv_context *c)
 {
     struct sv_context *ctx = sv_ctx(c);
 
+    if (ctx->owner != getpid()) {
+        sv_close_inherited(ctx);
+        return 0;
+    }
     sv_close_objects(c);
     sv_evq_destroy(ctx->async);
     free(ctx->async);

@@ -430,6 +430,21 @@ static void sv_copy_failed(struct sv_attempt *a, ssize_t n, int32_t pid,
     }
 }
 
+/* The bytes of a request on the ports they left and reached (a READ's
+ * data leaves the responder's). */
+static void sv_port_count(uint8_t from_dev, uint8_t from_port, uint8_t to_dev,
+                          uint8_t to_port, uint64_t len)
+{
+    if (len == 0) {
+        return;
+    }
+    atomic_fetch_add_explicit(
+        &sv_g.hdr->port[from_dev][from_port - 1].xmit_bytes, len,
+        memory_order_relaxed);
+    atomic_fetch_add_explicit(&sv_g.hdr->port[to_dev][to_port - 1].rcv_bytes,
+                              len, memory_order_relaxed);
+}
+
 /* SEND, SEND_WITH_IMM and RDMA_WRITE_WITH_IMM: consume a receive WQE. */
 static void sv_rc_send(struct sv_qp *qp, struct sv_swqe *w,
                        struct sv_qp_shared *dst, uint32_t dqpn,
@@ -822,6 +837,13 @@ static void sv_connected_attempt(struct sv_qp *qp, struct sv_swqe *w,
     if (a->res == SV_OK) {
         qp->sq_psn = (qp->sq_psn + sv_packets(len, qp->sh->path_mtu)) &
                      0xffffff;
+        if (w->opcode == IBV_WR_RDMA_READ) {
+            sv_port_count(dst->dev, dst->port, qp->sh->dev, qp->sh->port,
+                          len);
+        } else {
+            sv_port_count(qp->sh->dev, qp->sh->port, dst->dev, dst->port,
+                          len);
+        }
     }
 }
 

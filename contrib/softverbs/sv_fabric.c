@@ -47,19 +47,54 @@ static int sv_opt_subnet(struct sv_config *cfg, uint32_t dev, uint32_t port,
     return 0;
 }
 
+/* 1 to max hex digits at *s, no more; *s moves past them. */
+static int sv_pci_field(const char **s, int max, unsigned *v)
+{
+    const char *p = *s;
+    unsigned x    = 0;
+    int n;
+
+    for (n = 0;; ++n, ++p) {
+        if (*p >= '0' && *p <= '9') {
+            x = x * 16 + (unsigned)(*p - '0');
+        } else if ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'f') {
+            x = x * 16 + (unsigned)((*p | 0x20) - 'a' + 10);
+        } else {
+            break;
+        }
+        if (n == max) {
+            return -1;
+        }
+    }
+    if (n == 0) {
+        return -1;
+    }
+    *s = p;
+    *v = x;
+    return 0;
+}
+
 static int sv_opt_pci(struct sv_config *cfg, uint32_t dev, uint32_t port,
                       const char *val, char *err, size_t errlen)
 {
     struct sv_dev_config *d = &cfg->dev[dev];
-    unsigned dom = 0, bus, slot, fn;
-    char tail;
+    unsigned dom = 0, bus = 0, slot = 0, fn = 0, a = 0, b = 0;
+    const char *s = val;
     int ok;
 
-    ok = sscanf(val, "%x:%x:%x.%x%c", &dom, &bus, &slot, &fn, &tail) == 4;
-    if (!ok) {
-        dom = 0;
-        ok  = sscanf(val, "%x:%x.%x%c", &bus, &slot, &fn, &tail) == 3;
+    /* hex digits only, as lspci prints them (sscanf's %x took a sign,
+     * spaces and 0x) */
+    ok = !sv_pci_field(&s, 4, &a) && *s++ == ':' && !sv_pci_field(&s, 4, &b);
+    if (ok && *s == ':') {
+        ++s;
+        dom = a;
+        bus = b;
+        ok  = !sv_pci_field(&s, 2, &slot);
+    } else {
+        bus  = a;
+        slot = b;
     }
+    ok = ok && *s++ == '.' && !sv_pci_field(&s, 1, &fn) && *s == '\0';
     if (!ok || dom > 0xffff || bus > 0xff || slot > 0x1f || fn > 7) {
         snprintf(err, errlen, "SOFTVERBS_DEVICES: pci='%s' of '%s' is not "
                  "a PCI address: give DOMAIN:BUS:DEVICE.FUNCTION in hex, "
@@ -108,14 +143,20 @@ int sv_dev_options(struct sv_config *cfg, uint32_t dev, char *opts,
                    char *err, size_t errlen)
 {
     struct sv_dev_config *d = &cfg->dev[dev];
-    char *save = NULL, *o;
+    char *rest = opts, *o;
     uint32_t given[SV_ARRAY_SIZE(sv_dev_opts)] = { 0 }; /* bit: port */
 
-    for (o = strtok_r(opts, "/", &save); o != NULL;
-         o = strtok_r(NULL, "/", &save)) {
+    while ((o = strsep(&rest, "/")) != NULL) {
         char *key = o, *val = strchr(o, '=');
         uint32_t port = 0;
         size_t i;
+
+        if (*o == '\0') {
+            snprintf(err, errlen, "SOFTVERBS_DEVICES: '%s' has an empty "
+                     "option (two '/' together, or one at the end): give "
+                     "/KEY=VALUE for each", d->name);
+            return -1;
+        }
 
         if (val == NULL || val[1] == '\0') {
             snprintf(err, errlen, "SOFTVERBS_DEVICES: option '%s' of '%s' "

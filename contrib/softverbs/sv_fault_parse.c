@@ -259,8 +259,8 @@ static int sv_parse_time(struct sv_parse *p, const char *v, uint64_t *ns)
         }
     }
     if (rc == -2 || digits >= sizeof(num)) {
-        SV_PERR(p, "time=%s is too long: at most 2^62 ns (about 146 "
-                "years)", v);
+        SV_PERR(p, "time=%s is too long: it must be below 2^62 ns (about "
+                "146 years)", v);
     } else {
         SV_PERR(p, "time=%s: give a whole number with a unit, ns, us, ms "
                 "or s, in decimal digits (e.g. time=5ms)", v);
@@ -455,7 +455,7 @@ int sv_fault_parse(const char *spec, struct sv_fault_rule *rules, int *n,
                    char *err, size_t errlen)
 {
     struct sv_parse p = { err, errlen, 0, NULL };
-    char buf[1024], *save = NULL, *item;
+    char buf[1024], *rest = buf, *item;
     uint64_t seed = 1;
 
     *n = 0;
@@ -465,8 +465,9 @@ int sv_fault_parse(const char *spec, struct sv_fault_rule *rules, int *n,
         return -1;
     }
     strcpy(buf, spec);
-    for (item = strtok_r(buf, ";", &save); item != NULL;
-         item = strtok_r(NULL, ";", &save)) {
+    /* strsep: empty items are allowed but counted, so that an item's
+     * number in a message is its place in the text */
+    while ((item = strsep(&rest, ";")) != NULL) {
         item = sv_trim(item);
         p.item++;
         p.text = item;

@@ -36,7 +36,7 @@
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
 /* Bumped whenever any shared structure below changes shape. */
-#define SV_LAYOUT_VERSION 12
+#define SV_LAYOUT_VERSION 13
 #define SV_MAGIC          0x31534d4553425653ULL /* "SVBSEMS1" */
 
 #define SV_MAX_DEVICES    8
@@ -183,6 +183,11 @@ struct sv_port_shared {
     uint8_t  gid_type[SV_GID_TBL_LEN]; /* enum ibv_gid_type */
     uint8_t  num_gids;
     uint8_t  pad2[7];
+    /* payload bytes of RC/UC requests that left and reached the port, as
+     * an adapter's port_xmit_data/port_rcv_data count them: what shows
+     * that a port really carried a transfer (softverbs_port_bytes) */
+    _Atomic uint64_t xmit_bytes;
+    _Atomic uint64_t rcv_bytes;
 };
 
 struct sv_dev_shared {
@@ -434,6 +439,8 @@ struct sv_global {
     _Atomic uint64_t *sq_polled;
     _Atomic uint32_t  pending;     /* QPs with queued send work */
     int               cqe_inline;  /* deliver small receives in the CQE */
+    int               memlock_set; /* SOFTVERBS_MEMLOCK given: */
+    uint64_t          memlock;     /* bytes a process may register */
     _Atomic uint32_t  next_tslot;  /* transfer epoch slots handed out */
     int               warned_ptrace;
 };
@@ -521,6 +528,7 @@ struct sv_context {
     struct sv_evq       *async;
     pthread_mutex_t      lock;
     _Atomic uint32_t     n_pd, n_ah; /* given back at close if left */
+    pid_t                owner;       /* the process that opened it */
 };
 
 struct sv_pd {
@@ -691,6 +699,7 @@ static inline void sv_mutex_unlock(sv_mutex_t *m)
 /* sv_log.c */
 void sv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void sv_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void sv_debug_set(int on);   /* SOFTVERBS_DEBUG, read by sv_config_load */
 uint64_t sv_now_ns(void);
 
 /* sv_config.c */

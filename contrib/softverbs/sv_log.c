@@ -1,7 +1,8 @@
 /*
  * Diagnostics. Errors a user can act on always go to stderr with the
- * "softverbs:" prefix; SOFTVERBS_DEBUG=1 adds a trace of recoveries and
- * peer failures.
+ * "softverbs:" prefix; SOFTVERBS_DEBUG (a boolean, sv_parse_bool) adds a
+ * trace of recoveries and peer failures. A value that is not a boolean
+ * traces nothing here: sv_config_load refuses it before the device opens.
  */
 #include "sv_int.h"
 
@@ -38,14 +39,25 @@ void sv_log(const char *fmt, ...)
     va_end(ap);
 }
 
+/* From sv_config_load, when the process attaches: a forked child that
+ * attaches anew with another setting follows it. */
+void sv_debug_set(int on)
+{
+    sv_debug_level = on;
+}
+
 void sv_debug(const char *fmt, ...)
 {
     va_list ap;
     const char *e;
+    int on = 0;
 
     if (sv_debug_level < 0) {
         e = getenv("SOFTVERBS_DEBUG");
-        sv_debug_level = (e != NULL) ? atoi(e) : 0;
+        if (e != NULL && sv_parse_bool(e, &on)) {
+            on = 0;
+        }
+        sv_debug_level = on;
     }
     if (sv_debug_level <= 0) {
         return;

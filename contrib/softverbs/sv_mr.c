@@ -126,11 +126,10 @@ static int sv_range_mapped(uintptr_t addr, size_t len, int need_write)
 
 static uint64_t sv_memlock_limit(void)
 {
-    const char *s = getenv("SOFTVERBS_MEMLOCK");
     struct rlimit rl;
 
-    if (s != NULL && *s != '\0') {
-        return strtoull(s, NULL, 0);
+    if (sv_g.memlock_set) {
+        return sv_g.memlock; /* parsed when the process attached */
     }
     if (geteuid() == 0) {
         return UINT64_MAX; /* CAP_IPC_LOCK: the kernel does not limit */

@@ -835,11 +835,6 @@ int sv_attach(void)
     prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
     sv_g.wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
                           0);
-    {
-        const char *e = getenv("SOFTVERBS_CQE_INLINE");
-
-        sv_g.cqe_inline = (e == NULL || *e == '\0') ? 1 : (atoi(e) != 0);
-    }
     sv_g.pid      = getpid();
     sv_g.attached = 1;
     sv_fork_env();

@@ -31,10 +31,11 @@
 #include <string.h>
 
 /* Notes are kept only for a parent's creation under way or the next one,
- * one per sender and creation: at most two per member of each parent. A
- * backstop above that for the whole context; what is refused is counted
+ * one per sender and creation: at most two per other member of each
+ * parent, which bounds them (checked again per parent as a backstop; no
+ * bound for the whole context, which a parent of more than 1025 ranks
+ * reaches with honest notices). What is refused is counted
  * (rx_abort_dropped) and said once. */
-#define P2P_ABORT_NOTES_MAX 1024
 
 struct p2p_abort_note {
     ucs_list_link_t link;
@@ -178,7 +179,8 @@ static int p2p_abort_child(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
 
     for (i = 0; i < ctx->ncomms; ++i) {
         comm = ctx->comms[i];
-        if ((comm != NULL) && (comm->origin_cid == cid) &&
+        if ((comm != NULL) && (comm->origin_cid != UINT32_MAX) &&
+            (comm->origin_cid == cid) &&
             (comm->origin_epoch == cepoch) &&
             (comm->origin_creation == creation) &&
             ((comm->cid != cid) || (comm->cepoch != cepoch))) {
@@ -212,7 +214,7 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
     p2p_wire_abort_t      h;
     p2p_comm_t            *parent;
     struct p2p_abort_note *n;
-    uint32_t              creation, cid, cepoch, done;
+    uint32_t              creation, cid, cepoch, done, kept = 0;
     int                   r;
 
     memcpy(&h, header, sizeof(h));
@@ -251,13 +253,17 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
         return;
     }
     ucs_list_for_each(n, &ctx->abort_notes, link) {
-        if ((n->cid == cid) && (n->cepoch == cepoch) &&
-            (n->creation == creation) && (n->wrank == peer->rank)) {
+        if ((n->cid != cid) || (n->cepoch != cepoch)) {
+            continue;
+        }
+        if ((n->creation == creation) && (n->wrank == peer->rank)) {
             return;                         /* said already */
         }
+        ++kept;
     }
-    if (ctx->n_abort_notes >= P2P_ABORT_NOTES_MAX) {
-        p2p_abort_refuse(ctx, peer->rank, "beyond the table's bound");
+    if (kept >= 2u * (uint32_t)(parent->size - 1)) {
+        p2p_abort_refuse(ctx, peer->rank, "beyond two per member of the "
+                         "parent");
         return;
     }
     n = malloc(sizeof(*n));
@@ -284,6 +290,7 @@ int p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag)
 {
     p2p_context_t         *ctx = parent->ctx;
     struct p2p_abort_note *n;
+    struct p2p_unexp      *u;
 
     if (ucs_list_is_empty(&ctx->abort_notes) || !parent->creating) {
         return 0;
@@ -296,11 +303,40 @@ int p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag)
              * still to come, or come and not taken, belongs to this
              * round, and left behind it would be read by the parent's
              * next barrier or creation. */
-            return ((int32_t)(parent->recv_seq[crank] - n->seq) >= 0) &&
-                   (p2p_mq_find_unexp(&parent->mq, crank, tag, 0) == NULL);
+            if ((int32_t)(parent->recv_seq[crank] - n->seq) < 0) {
+                return 0;
+            }
+            /* the first queued with the tag is its oldest: one of the
+             * sender's next collective on the parent is not this round's */
+            u = (struct p2p_unexp*)p2p_mq_find_unexp(&parent->mq, crank,
+                                                     tag, 0);
+            return (u == NULL) || ((int32_t)(u->seq - n->seq) >= 0);
         }
     }
     return 0;
+}
+
+/* Everything crank sent before its notice has come now: the rounds'
+ * receives posted from it meanwhile can wait no more (nothing rechecks
+ * p2p_abort_left once they are posted). */
+void p2p_abort_seq_reached(p2p_comm_t *parent, int crank)
+{
+    p2p_context_t         *ctx = parent->ctx;
+    struct p2p_abort_note *n;
+
+    if (ucs_list_is_empty(&ctx->abort_notes)) {
+        return;
+    }
+    ucs_list_for_each(n, &ctx->abort_notes, link) {
+        if ((n->cid == parent->cid) && (n->cepoch == parent->cepoch) &&
+            (n->creation == parent->n_creations - 1) &&
+            (n->wrank == parent->world[crank])) {
+            if ((int32_t)(parent->recv_seq[crank] - n->seq) >= 0) {
+                p2p_abort_fail_posted(parent, crank, 0);
+            }
+            return;
+        }
+    }
 }
 
 void p2p_abort_creation_over(p2p_comm_t *parent, p2p_comm_t *comm)

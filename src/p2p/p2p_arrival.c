@@ -125,7 +125,7 @@ static inline p2p_peer_t *p2p_rx_authenticate(p2p_comm_t *comm,
 /* An in-order message of comm: match it or queue it. Returns whether UCP
  * must keep the descriptor (consumed by a receive, or queued). */
 static inline int p2p_deliver(p2p_comm_t *comm, p2p_peer_t *peer,
-                              const p2p_rx_t *rx)
+                              p2p_rx_t *rx)
 {
     p2p_mq_recv_t *r;
     p2p_request_t *req;
@@ -207,7 +207,7 @@ static void p2p_deliver_held(p2p_comm_t *comm, p2p_peer_t *peer, int32_t src)
  * else is dropped, or it could hold the limit for good (a communicator
  * that never comes). The held message is authenticated in full when it is
  * replayed. */
-static int p2p_arrival_early(p2p_context_t *ctx, const p2p_rx_t *rx)
+static int p2p_arrival_early(p2p_context_t *ctx, p2p_rx_t *rx)
 {
     p2p_peer_t *peer = (rx->token != 0) ? p2p_token_peer(ctx, rx->token) :
                        p2p_rx_peer(ctx, rx->ep);
@@ -226,7 +226,7 @@ static int p2p_arrival_early(p2p_context_t *ctx, const p2p_rx_t *rx)
 /* Returns whether UCP must keep the descriptor (it was held or queued, not
  * consumed and not dropped). */
 static inline __attribute__((always_inline))
-int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
+int p2p_arrival_ret(p2p_context_t *ctx, p2p_rx_t *rx)
 {
     p2p_comm_t *comm = p2p_comm_by_cid(ctx, rx->m.cid);
     p2p_peer_t *peer;
@@ -279,10 +279,14 @@ int p2p_arrival_ret(p2p_context_t *ctx, const p2p_rx_t *rx)
     if (P2P_UNLIKELY(kh_size(&comm->held) != 0)) {
         p2p_deliver_held(comm, peer, rx->m.src);
     }
+    if (P2P_UNLIKELY(comm->creating)) {
+        /* a notice that came ahead of this sender's last messages */
+        p2p_abort_seq_reached(comm, rx->m.src);
+    }
     return keep;
 }
 
-void p2p_arrival(p2p_context_t *ctx, const p2p_rx_t *rx)
+void p2p_arrival(p2p_context_t *ctx, p2p_rx_t *rx)
 {
     if (!p2p_arrival_ret(ctx, rx) && (rx->how == P2P_ARR_UCP_DESC)) {
         /* replayed from an early hold and dropped: nobody else releases
@@ -389,6 +393,7 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
     rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.m.tag);
     rx.m.seq    = P2P_FROM_LE32(h.m.seq);
     rx.dropped  = 0;
+    rx.charged  = 0;
     rx.data     = data;
     rx.data_len = (rx.how == P2P_ARR_DATA) ? length : 0;
     rx.length   = length;
@@ -466,6 +471,7 @@ static ucs_status_t p2p_am_cb(void *arg, const void *header,
     rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.tag);
     rx.m.seq    = P2P_FROM_LE32(h.seq);
     rx.dropped  = 0;
+    rx.charged  = 0;
     rx.data     = data;
     rx.data_len = length;
     rx.length   = length;

@@ -4,6 +4,8 @@
  */
 #include "p2p_int.h"
 
+#include <ucs/sys/math.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,6 +144,15 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     ucs_list_head_init(&ctx->peers[ctx->size].waiting);
     /* messages to ourselves carry our own token */
     ctx->peers[ctx->rank].tx_token = ctx->peers[ctx->rank].rx_token;
+    /* A message no receive has taken is charged this much besides its
+     * data, whichever record holds it -- unexpected, or held out of turn
+     * or early -- and the record of the next state takes the charge over
+     * from the last: it is counted once, and the limit decides for it
+     * once, as it arrives. Set before any arrival (the wireup below may
+     * progress the worker). */
+    ctx->stats.unexp_overhead = ucs_max(sizeof(struct p2p_unexp),
+                                        sizeof(p2p_held_t)) +
+                                p2p_mq_unexp_footprint();
     ret = p2p_reg_init(ctx);
     if (ret == P2P_OK) {
         ret = p2p_comm_create(ctx, 0, 0, ctx->rank, ctx->size, world,
@@ -156,8 +167,6 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
     }
     ctx->stats.unexp_limit = ctx->cfg.unexp_limit;
     ctx->stats.unexp_hard_limit = p2p_unexp_hard_limit(ctx);
-    ctx->stats.unexp_overhead   = sizeof(struct p2p_unexp) +
-                                  p2p_mq_unexp_footprint();
     ctx->stats.eager_limit = ctx->cfg.eager_limit;
     ctx->stats.rndv_thresh = ctx->cfg.rndv_thresh;
     ctx->stats.leave_pinned = ctx->cfg.leave_pinned;

@@ -19,6 +19,8 @@ enum {
                                once (UCS_ERR_NO_MEMORY) */
     P2P_FAULT_CREATE = 3,   /* communicator creation's allocations fail
                                (the agreement's result) */
+    P2P_FAULT_REQUEST = 4,  /* requests cannot be had (the pool's
+                               allocation fails) */
     P2P_FAULT_LAST
 };
 

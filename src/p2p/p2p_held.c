@@ -69,9 +69,12 @@ static khint_t p2p_table_next(khint_t n_buckets, khint_t size,
                            (_h)->upper_bound), (_kv)); \
         int _ok = 1; \
         if (_next > *(_charged)) { \
-            _ok = p2p_charge_table((_ctx), (_peer), _next - *(_charged)); \
+            size_t _more = _next - *(_charged); \
+            /* making room may trim this very table (an evicted \
+             * sender's keys): add to what it is charged then */ \
+            _ok = p2p_charge_table((_ctx), (_peer), _more); \
             if (_ok) { \
-                *(_charged) = _next; \
+                *(_charged) += _more; \
             } \
         } \
         _ok; \
@@ -102,19 +105,18 @@ static khint_t p2p_table_next(khint_t n_buckets, khint_t size,
         } \
     } while (0)
 
-/* A record for rx, charged to peer; NULL if it was dropped (and
- * accounted). */
+/* A record for rx, charged to peer (or taking over the charge of the
+ * hold it comes from: an early message replayed ahead of its turn); NULL
+ * if it was dropped (and accounted). */
 static p2p_held_t *p2p_held_new(p2p_context_t *ctx, p2p_peer_t *peer,
-                                const p2p_rx_t *rx)
+                                p2p_rx_t *rx)
 {
     size_t     dlen = (rx->how == P2P_ARR_DATA) ? rx->data_len : 0;
-    size_t     rec  = sizeof(p2p_held_t) +
-                      ((rx->how == P2P_ARR_UCP_DESC) ? P2P_UCP_DESC_CHARGE :
-                       0);
+    size_t     rec  = p2p_rx_overhead(ctx, rx);
     int        keep, reserve;
     p2p_held_t *h;
 
-    keep = p2p_charge(ctx, peer, rec, dlen, rx->type != P2P_WIRE_RTS);
+    keep = p2p_charge_rx(ctx, peer, rx, dlen);
     if (P2P_UNLIKELY(keep < 0)) {
         p2p_rec_lost(ctx, peer, rx, UCS_ERR_EXCEEDS_LIMIT);
         return NULL;
@@ -148,7 +150,8 @@ static p2p_held_t *p2p_held_new(p2p_context_t *ctx, p2p_peer_t *peer,
         h->rx.data     = h->buf;
         h->rx.data_len = dlen;
     }
-    h->charge = rec + dlen;
+    h->rx.charged = rec + dlen;
+    h->rx.payer   = peer;
     ++ctx->stats.held_msgs;
     return h;
 }
@@ -158,11 +161,12 @@ static void p2p_held_free(p2p_context_t *ctx, p2p_held_t *h, int release)
     if (release && (h->rx.how == P2P_ARR_UCP_DESC)) {
         ucp_am_data_release(ctx->worker, h->rx.data);
     }
-    p2p_uncharge(ctx, h->peer, h->charge);
+    /* 0 if the record it went to next took the charge over */
+    p2p_uncharge(ctx, h->peer, h->rx.charged);
     p2p_rec_free(ctx, h, h->reserve);
 }
 
-int p2p_hold_ooo(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
+int p2p_hold_ooo(p2p_comm_t *comm, p2p_peer_t *peer, p2p_rx_t *rx)
 {
     p2p_context_t *ctx = comm->ctx;
     p2p_held_t    *h;
@@ -223,7 +227,7 @@ void p2p_held_done(p2p_context_t *ctx, p2p_held_t *h, int kept)
     p2p_held_free(ctx, h, !kept);
 }
 
-int p2p_hold_early(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx)
+int p2p_hold_early(p2p_context_t *ctx, p2p_peer_t *peer, p2p_rx_t *rx)
 {
     p2p_early_q_t *q;
     p2p_held_t    *h;
@@ -280,19 +284,59 @@ void p2p_early_replay(p2p_context_t *ctx, p2p_comm_t *comm)
     for (; h != NULL; h = next) {
         next = h->next;
         p2p_arrival(ctx, &h->rx);
-        /* the arrival path copied the data or took the descriptor */
+        /* the arrival path copied the data or took the descriptor, and
+         * the charge with them if it kept the message */
         p2p_held_free(ctx, h, 0);
     }
 }
 
+/* Which held records a walk drops. */
+typedef int (*p2p_held_pred_t)(p2p_context_t *ctx, const p2p_held_t *h,
+                               const void *arg);
+
+static int p2p_held_of_peer(p2p_context_t *ctx, const p2p_held_t *h,
+                            const void *peer)
+{
+    (void)ctx;
+    return h->peer == peer;
+}
+
+/* for a communicator not above our epoch: stale once its creation ended */
+static int p2p_held_stale(p2p_context_t *ctx, const p2p_held_t *h,
+                          const void *arg)
+{
+    (void)arg;
+    return (int32_t)(h->rx.m.cepoch - ctx->epoch) <= 0;
+}
+
+/* Unlink and drop the records of an early queue that drop() picks; the
+ * queue's last is what is left last. How many went. */
+static size_t p2p_early_q_drop(p2p_context_t *ctx, p2p_early_q_t *q,
+                               p2p_held_pred_t drop, const void *arg)
+{
+    p2p_held_t **link, *h;
+    size_t     n = 0;
+
+    q->last = NULL;
+    for (link = &q->first; (h = *link) != NULL;) {
+        if (drop(ctx, h, arg)) {
+            *link = h->next;
+            p2p_held_free(ctx, h, 1);
+            ++n;
+        } else {
+            q->last = h;
+            link    = &h->next;
+        }
+    }
+    return n;
+}
+
 size_t p2p_held_drop_peer(p2p_context_t *ctx, p2p_peer_t *peer)
 {
-    p2p_early_q_t *q;
-    p2p_held_t    *h, **link;
-    p2p_comm_t    *comm;
-    uint32_t      cid;
-    khiter_t      k;
-    size_t        n = 0;
+    p2p_comm_t *comm;
+    uint32_t   cid;
+    khiter_t   k;
+    size_t     n = 0;
 
     for (cid = 0; cid < ctx->ncomms; ++cid) {
         comm = ctx->comms[cid];
@@ -314,19 +358,9 @@ size_t p2p_held_drop_peer(p2p_context_t *ctx, p2p_peer_t *peer)
         if (!kh_exist(&ctx->early, k)) {
             continue;
         }
-        q       = &kh_val(&ctx->early, k);
-        q->last = NULL;
-        for (link = &q->first; (h = *link) != NULL;) {
-            if (h->peer == peer) {
-                *link = h->next;
-                p2p_held_free(ctx, h, 1);
-                ++n;
-            } else {
-                q->last = h;
-                link    = &h->next;
-            }
-        }
-        if (q->first == NULL) {
+        n += p2p_early_q_drop(ctx, &kh_val(&ctx->early, k),
+                              p2p_held_of_peer, peer);
+        if (kh_val(&ctx->early, k).first == NULL) {
             kh_del(p2p_early, &ctx->early, k);
         }
     }
@@ -341,26 +375,15 @@ size_t p2p_held_drop_peer(p2p_context_t *ctx, p2p_peer_t *peer)
  * its sender charged until then. */
 void p2p_held_drop_stale_early(p2p_context_t *ctx, uint32_t cid)
 {
-    khiter_t      k = kh_get(p2p_early, &ctx->early, cid);
-    p2p_early_q_t *q;
-    p2p_held_t    *h, **link;
+    khiter_t k = kh_get(p2p_early, &ctx->early, cid);
 
     if (k == kh_end(&ctx->early)) {
         return;
     }
-    q       = &kh_val(&ctx->early, k);
-    q->last = NULL;
-    for (link = &q->first; (h = *link) != NULL;) {
-        if ((int32_t)(h->rx.m.cepoch - ctx->epoch) <= 0) {
-            *link = h->next;
-            ++ctx->stats.rx_stale_comm;
-            p2p_held_free(ctx, h, 1);
-        } else {
-            q->last = h;
-            link    = &h->next;
-        }
-    }
-    if (q->first == NULL) {
+    ctx->stats.rx_stale_comm += p2p_early_q_drop(ctx,
+                                                 &kh_val(&ctx->early, k),
+                                                 p2p_held_stale, NULL);
+    if (kh_val(&ctx->early, k).first == NULL) {
         kh_del(p2p_early, &ctx->early, k);
         p2p_table_trim(p2p_early, ctx, &ctx->early, P2P_EARLY_KV,
                        &ctx->early_table);

@@ -196,10 +196,22 @@ int  p2p_req_pool_init(p2p_context_t *ctx);
 void p2p_req_pool_cleanup(p2p_context_t *ctx);
 void p2p_req_event(p2p_request_t *req);
 
+/* Whether an operation of this kind is to fail now (p2p_fault.h). */
+static inline int p2p_fault(p2p_context_t *ctx, int kind)
+{
+    if (P2P_LIKELY(ctx->faults == 0) || (ctx->fault[kind] == 0)) {
+        return 0;
+    }
+    --ctx->fault[kind];
+    --ctx->faults;
+    return 1;
+}
+
 /* A request from the pool (inline: every message takes one or two) */
 static inline p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind)
 {
-    p2p_request_t *req = ucs_mpool_get_inline(&ctx->req_mp);
+    p2p_request_t *req = p2p_fault(ctx, P2P_FAULT_REQUEST) ? NULL :
+                         ucs_mpool_get_inline(&ctx->req_mp);
 
     if (P2P_UNLIKELY(req == NULL)) {
         return NULL;
@@ -295,13 +307,13 @@ p2p_peer_t *p2p_token_peer(p2p_context_t *ctx, uint64_t token);
 
 /* p2p_arrival.c */
 int  p2p_recv_init(p2p_context_t *ctx);
-void p2p_arrival(p2p_context_t *ctx, const p2p_rx_t *rx);
+/* rx->charged: see p2p_rx_t; zeroed if a new record took the charge */
+void p2p_arrival(p2p_context_t *ctx, p2p_rx_t *rx);
 
 /* p2p_held.c */
 /* Returns whether UCP must keep the descriptor (it was held). */
-int  p2p_hold_ooo(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx);
-int  p2p_hold_early(p2p_context_t *ctx, p2p_peer_t *peer,
-                    const p2p_rx_t *rx);
+int  p2p_hold_ooo(p2p_comm_t *comm, p2p_peer_t *peer, p2p_rx_t *rx);
+int  p2p_hold_early(p2p_context_t *ctx, p2p_peer_t *peer, p2p_rx_t *rx);
 /* Drop every held message of peer (it is cut off); how many. */
 size_t p2p_held_drop_peer(p2p_context_t *ctx, p2p_peer_t *peer);
 p2p_held_t *p2p_held_next(p2p_comm_t *comm, int32_t src);
@@ -339,17 +351,6 @@ static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
     req->status.count = n;
 }
 
-/* Whether an operation of this kind is to fail now (p2p_fault.h). */
-static inline int p2p_fault(p2p_context_t *ctx, int kind)
-{
-    if (P2P_LIKELY(ctx->faults == 0) || (ctx->fault[kind] == 0)) {
-        return 0;
-    }
-    --ctx->fault[kind];
-    --ctx->faults;
-    return 1;
-}
-
 /* p2p_unexp.c */
 /* Memory for the record of an arrived message (unexpected or held): size
  * bytes, or if that fails a header-only record from the reserve
@@ -372,6 +373,20 @@ void p2p_rec_lost(p2p_context_t *ctx, p2p_peer_t *peer, const p2p_rx_t *rx,
  * cut off another peer that holds more, to make room. */
 int  p2p_charge(p2p_context_t *ctx, p2p_peer_t *peer, size_t rec,
                 size_t data, int droppable);
+/* What a record of rx's is charged besides its data: the same in every
+ * state the message goes through (p2p_context.c). */
+static inline size_t p2p_rx_overhead(const p2p_context_t *ctx,
+                                     const p2p_rx_t *rx)
+{
+    return ctx->stats.unexp_overhead +
+           ((rx->how == P2P_ARR_UCP_DESC) ? P2P_UCP_DESC_CHARGE : 0);
+}
+/* p2p_charge for a new record of rx's, to peer; a message held before
+ * (rx->charged) is not charged again: its charge moves to the new record
+ * (and to peer, if the hold charged another) and rx->charged is zeroed.
+ * data must then be what the hold kept. */
+int  p2p_charge_rx(p2p_context_t *ctx, p2p_peer_t *peer, p2p_rx_t *rx,
+                   size_t data);
 /* A table of held messages grows by bytes for a message of peer: 0 if
  * that is over the hard limit even after making room. */
 int  p2p_charge_table(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes);
@@ -381,7 +396,7 @@ void p2p_charged(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes);
 void p2p_uncharge(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes);
 size_t p2p_unexp_hard_limit(const p2p_context_t *ctx);
 /* Returns whether UCP must keep the descriptor (it was queued). */
-int  p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx);
+int  p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, p2p_rx_t *rx);
 void p2p_recv_from_unexp(p2p_request_t *req, struct p2p_unexp *u);
 void p2p_unexp_free(p2p_context_t *ctx, struct p2p_unexp *u);
 
@@ -461,6 +476,7 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
 /* Whether member crank of parent left the creation under way on it and
  * will send nothing more of tag in it (nothing of it queued either). */
 int  p2p_abort_left(p2p_comm_t *parent, int crank, int32_t tag);
+void p2p_abort_seq_reached(p2p_comm_t *parent, int crank);
 /* The creation under way on parent is over; comm: what it made here. */
 void p2p_abort_creation_over(p2p_comm_t *parent, p2p_comm_t *comm);
 /* comm is freed: notices of creations on it go. */

@@ -156,6 +156,18 @@ int p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
     return p2p_send_small_inline(comm, peer, buf, len, dest, tag);
 }
 
+/* What every send request says of its message before it goes. */
+static inline void p2p_send_req_init(p2p_request_t *req, p2p_peer_t *peer,
+                                     int dest, int tag, size_t len)
+{
+    req->peer          = peer;
+    req->status.source = dest;
+    req->status.tag    = tag;
+    req->status.count  = len;
+    req->send.region   = NULL;
+    req->send.bblock   = NULL;
+}
+
 int p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                  int tag, int sync, int small_tried, p2p_request_t **req_p)
 {
@@ -175,13 +187,8 @@ int p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
         p2p_set_error(ctx, "out of memory for a send request");
         return P2P_ERR_NO_MEMORY;
     }
-    *req_p              = req;
-    req->peer           = peer;
-    req->status.source  = dest;
-    req->status.tag     = tag;
-    req->status.count   = len;
-    req->send.region    = NULL;
-    req->send.bblock    = NULL;
+    *req_p = req;
+    p2p_send_req_init(req, peer, dest, tag, len);
     if (P2P_UNLIKELY(peer->failed)) {
         p2p_send_refused(req, peer->fail_error);
         return P2P_OK;
@@ -319,15 +326,10 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
             p2p_req_put(req);
         } else {
             /* done: a complete request, with the outcome */
-            req->peer          = peer;
-            req->status.source = dest;
-            req->status.tag    = tag;
-            req->status.count  = len;
-            req->status.error  = ret;
-            req->send.region   = NULL;
-            req->send.bblock   = NULL;
-            req->complete      = 1;
-            *req_p             = req;
+            p2p_send_req_init(req, peer, dest, tag, len);
+            req->status.error = ret;
+            req->complete     = 1;
+            *req_p            = req;
             return P2P_OK;
         }
     }

@@ -66,6 +66,12 @@ typedef struct p2p_rx {
                                    receive that matches fails with it */
     void           *data;       /* payload, packed rkey or UCP descriptor */
     size_t         data_len;    /* bytes at data (0 for a descriptor) */
+    size_t         charged;     /* 0 as it arrives; held, what its sender
+                                   is charged for it: the record that
+                                   holds it next takes this charge over
+                                   (and zeroes it) instead of charging
+                                   anew, so a message is counted once */
+    struct p2p_peer *payer;     /* charged: to whom */
 } p2p_rx_t;
 
 /* what an arriving message carries besides its header */
@@ -150,9 +156,10 @@ typedef struct p2p_held {
     struct p2p_held *next;      /* early: the next for the same context id */
     p2p_peer_t  *peer;          /* who sent it (charged for it) */
     int         reserve;        /* a header-only record of the reserve */
-    size_t      charge;         /* bytes counted against the limit */
     p2p_rx_t    rx;             /* rx.data points into buf (or is the
-                                   UCP descriptor) */
+                                   UCP descriptor); rx.charged: bytes
+                                   counted against the limit, 0 once a
+                                   later record took them over */
     char        buf[];          /* copied data */
 } p2p_held_t;
 
@@ -264,6 +271,8 @@ struct p2p_unexp {
     uint8_t       reserve;      /* a header-only record of the reserve */
     int16_t       dropped;      /* 0, or why the data was not kept: the
                                    receive that matches fails with it */
+    uint32_t      seq;          /* its sequence number from src (in the
+                                   padding: the record does not grow) */
     size_t        charge;       /* bytes counted against the limit */
     int32_t       src;
     int32_t       tag;

@@ -280,6 +280,27 @@ int p2p_charge(p2p_context_t *ctx, p2p_peer_t *peer, size_t rec,
     return keep;
 }
 
+int p2p_charge_rx(p2p_context_t *ctx, p2p_peer_t *peer, p2p_rx_t *rx,
+                  size_t data)
+{
+    size_t rec = p2p_rx_overhead(ctx, rx);
+
+    if (P2P_LIKELY(rx->charged == 0)) {
+        return p2p_charge(ctx, peer, rec, data, rx->type != P2P_WIRE_RTS);
+    }
+    /* Held before: decided then, in the order it arrived. Charging it
+     * again here, before the hold lets go, would count it twice and
+     * could drop its data (or a later message's) for bytes that are not
+     * held. */
+    ucs_assert(rx->charged == rec + data);
+    if (rx->payer != peer) {
+        p2p_uncharge(ctx, rx->payer, rx->charged);
+        p2p_charged(ctx, peer, rx->charged);
+    }
+    rx->charged = 0;
+    return 1;
+}
+
 int p2p_charge_table(p2p_context_t *ctx, p2p_peer_t *peer, size_t bytes)
 {
     if ((ctx->unexp_bytes + bytes > p2p_unexp_hard_limit(ctx)) &&
@@ -366,21 +387,19 @@ void p2p_recv_from_unexp(p2p_request_t *req, struct p2p_unexp *u)
     p2p_unexp_free(ctx, u);
 }
 
-int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
+int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, p2p_rx_t *rx)
 {
     p2p_context_t    *ctx = comm->ctx;
     struct p2p_unexp *u;
     size_t           keep = 0;
     /* the record and what the matching engine may hold for it */
-    size_t           rec  = ctx->stats.unexp_overhead +
-                            ((rx->how == P2P_ARR_UCP_DESC) ?
-                             P2P_UCP_DESC_CHARGE : 0);
+    size_t           rec  = p2p_rx_overhead(ctx, rx);
     int              dropped = rx->dropped, reserve, fits;
 
     if ((rx->how == P2P_ARR_DATA) && !dropped) {
         keep = rx->data_len;
     }
-    fits = p2p_charge(ctx, peer, rec, keep, rx->type != P2P_WIRE_RTS);
+    fits = p2p_charge_rx(ctx, peer, rx, keep);
     if (P2P_UNLIKELY(fits < 0)) {
         p2p_rec_lost(ctx, peer, rx, UCS_ERR_EXCEEDS_LIMIT);
         return 0;
@@ -410,6 +429,7 @@ int p2p_unexp_queue(p2p_comm_t *comm, p2p_peer_t *peer, const p2p_rx_t *rx)
     u->peer     = peer;
     u->src      = rx->m.src;
     u->tag      = rx->m.tag;
+    u->seq      = rx->m.seq;
     u->dropped  = dropped;
     u->data_len = keep;
     u->desc     = NULL;

@@ -1,5 +1,5 @@
 /*
- * ib2 p2p wire protocol, version 4 (P2P_WIRE_VERSION): every byte one p2p process sends
+ * ib2 p2p wire protocol, version 5 (P2P_WIRE_VERSION): every byte one p2p process sends
  * another, so that a peer written from this file alone interoperates (the
  * hostile-peer test is such a peer).
  *
@@ -86,8 +86,11 @@ extern "C" {
 /* 2: the PMIx record carries the PID namespace, communicator creation's
  * contributions are little-endian and a split's carries no rank;
  * 3: the PMIx record carries this version (and a new magic);
- * 4: ABORT, and small EAGER messages may travel without a user header */
-#define P2P_WIRE_VERSION        4
+ * 4: ABORT, and small EAGER messages may travel without a user header;
+ * 5: ABORT carries the sender's next sequence number (20 bytes, 16 in
+ *    version 4, whose notices a version 5 receiver dropped as malformed
+ *    without saying why) */
+#define P2P_WIRE_VERSION        5
 
 /* Largest message a sender puts in an EAGER message without user header */
 #define P2P_WIRE_SMALL_MAX      64

@@ -485,6 +485,10 @@ typedef struct ib2_ep {
     uint8_t           probed;           /* an empty write went since the
                                            peer last gave credits
                                            (ib2_ep_probe) */
+    uint8_t           hidden;           /* the other end of an rdmacm
+                                           endpoint connected to itself
+                                           (ib2_cm_conn.c): never reported
+                                           to the user */
     ucs_arbiter_group_t arb_group;      /* pending requests */
     /* P, S: one entry per queue, each with its QP. X: entry 0 has the one
      * INI QP all queues share; entry q keeps queue q's credits. */
@@ -495,6 +499,8 @@ typedef struct ib2_ep {
     uint32_t          x_srqn[IB2_MAX_QUEUES]; /* X: the peer's SRQs; 0
                                            elsewhere (ignored by RC QPs) */
     struct ib2_cm_ep  *cm;              /* rdmacm state (ib2_cm.h) */
+    struct ib2_ep     *twin_of;         /* hidden: its owner, NULL once the
+                                           owner is destroyed */
 } ib2_ep_t;
 
 /*
@@ -537,6 +543,8 @@ UCS_CLASS_DECLARE(ib2_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_NEW_FUNC(ib2_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_DELETE_FUNC(ib2_ep_t, uct_ep_t);
 void ib2_ep_destroy(uct_ep_h tl_ep);
+/* A hidden twin failed (ib2_cm_conn.c): its owner fails instead. */
+void ib2_cm_twin_failed(ib2_ep_t *twin, ucs_status_t status);
 void ib2_ep_zombie_progress(ib2_ep_t *ep);
 void ib2_iface_free_zombies(ib2_iface_t *iface);
 ucs_status_t ib2_ep_post_raw(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,

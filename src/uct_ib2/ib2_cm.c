@@ -1,14 +1,16 @@
 /*
  * rc_ib2's connection manager, the interface's part: which way an
  * interface connects (UCX_IB2_CM), the rdma_cm listener on the port's IP
- * address, the event channel read from the interface's progress
- * (non-blocking: no thread of ours; UCX's async thread is not needed
- * either, since connections only matter to a caller that progresses),
- * requests held until their endpoint is connected, and the deadlines.
- * An endpoint's connections are in ib2_cm_conn.c.
+ * address, the event channel (watched by the worker's async context, which
+ * only raises a flag; the events are read and handled in the interface's
+ * progress, in the thread that owns the endpoints), requests held until
+ * their endpoint is connected, and the deadlines (the events, requests
+ * and deadlines themselves are in ib2_cm_events.c). An endpoint's
+ * connections are in ib2_cm_conn.c.
  */
 #include "ib2_cm.h"
 
+#include <ucs/async/async.h>
 #include <ucs/sys/sock.h>
 #include <ucs/sys/string.h>
 #include <ucs/sys/sys.h>
@@ -64,7 +66,7 @@ ucs_config_field_t ib2_cm_config_table[] = {
     {NULL}
 };
 
-/* ---- where to listen ------------------------------------------------------ */
+/* ---- where to listen ----------------------------------------------------- */
 
 static socklen_t ib2_cm_sa_len(const struct sockaddr *sa)
 {
@@ -114,7 +116,10 @@ static int ib2_cm_addr_from_gid(ib2_iface_t *iface, struct sockaddr_storage *ss)
     return 0;
 }
 
-/* The software device says which addresses its ports have. */
+/* The software device says which addresses its ports have: softverbs,
+ * the emulated device this project tests with, exports this hook; on a
+ * real system the symbol is absent and the lookup costs one dlsym at
+ * interface open. */
 static int ib2_cm_addr_from_softverbs(ib2_iface_t *iface,
                                       struct sockaddr_storage *ss)
 {
@@ -210,7 +215,7 @@ static ucs_status_t ib2_cm_find_addr(ib2_cm_t *cm, const char *text)
     return UCS_OK;
 }
 
-/* ---- the listener ---------------------------------------------------------- */
+/* ---- the listener -------------------------------------------------------- */
 
 static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
 {
@@ -273,7 +278,52 @@ static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
     return UCS_OK;
 }
 
-/* ---- the interface ----------------------------------------------------------- */
+/* ---- the event channel --------------------------------------------------- */
+
+/* The async context's thread (or signal): the channel has events. Only a
+ * flag, since endpoints belong to the thread that progresses. The user's
+ * async event callback is not called: the interface does not advertise
+ * UCT_IFACE_FLAG_EVENT_ASYNC_CB (UCP asserts that it is set when called);
+ * an event-driven caller learns of connection events through
+ * iface_event_arm, which reports busy while they wait. */
+static void ib2_cm_async_cb(int fd, ucs_event_set_types_t events, void *arg)
+{
+    ib2_cm_t *cm = arg;
+
+    cm->events_ready = 1;
+}
+
+static ucs_status_t ib2_cm_watch(ib2_cm_t *cm)
+{
+    ib2_iface_t *iface = cm->iface;
+    ucs_async_context_t *async = iface->super.worker->async;
+    ucs_status_t status;
+
+    cm->events_ready = 1;   /* anything that came before */
+    if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
+        /* Handlers run only when the user polls the context: progress
+         * reads the channel itself (ib2_cm_progress). */
+        ucs_debug("%s:%u: rdma_cm channel read from progress (the async "
+                  "context is polled)", iface->md->name, iface->port);
+        return UCS_OK;
+    }
+
+    /* Edge-triggered: the handler fires when events arrive, not for as
+     * long as they wait for progress to read them. */
+    status = ucs_async_set_event_handler(async->mode, cm->channel->fd,
+                                         UCS_EVENT_SET_EVREAD |
+                                         UCS_EVENT_SET_EDGE_TRIGGERED,
+                                         ib2_cm_async_cb, cm, async);
+    if (status != UCS_OK) {
+        ucs_error("%s:%u: cannot watch the rdma_cm event channel: %s",
+                  iface->md->name, iface->port, ucs_status_string(status));
+        return status;
+    }
+    cm->watched = 1;
+    return UCS_OK;
+}
+
+/* ---- the interface ------------------------------------------------------- */
 
 static ucs_status_t ib2_cm_choose(ib2_iface_t *iface,
                                   const ib2_cm_config_t *config, int *use)
@@ -352,6 +402,11 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
     cm->next_ep_id = ucs_generate_uuid((uintptr_t)cm) | 1;
     ucs_list_head_init(&cm->connecting);
     ucs_list_head_init(&cm->held);
+    ucs_list_head_init(&cm->retry);
+    /* A busy peer is asked again often enough to use a freed slot soon,
+     * rarely enough not to flood it: a fiftieth of the timeout, at most
+     * 100 ms. */
+    cm->backoff    = ucs_min(cm->timeout / 50, ucs_time_from_msec(100));
     cm->eps = kh_init(ib2_cm_eps);
     iface->cm = cm;
     if (cm->eps == NULL) {
@@ -363,6 +418,10 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
         goto err;
     }
     status = ib2_cm_listen(cm, config->backlog);
+    if (status != UCS_OK) {
+        goto err;
+    }
+    status = ib2_cm_watch(cm);
     if (status != UCS_OK) {
         goto err;
     }
@@ -394,6 +453,10 @@ void ib2_cm_iface_cleanup(ib2_iface_t *iface)
         }
         kh_destroy(ib2_cm_eps, cm->eps);
     }
+    if (cm->watched) {
+        /* waits for a handler that is running */
+        ucs_async_remove_handler(cm->channel->fd, 1);
+    }
     if (cm->channel != NULL) {
         rdma_destroy_event_channel(cm->channel);
     }
@@ -401,7 +464,7 @@ void ib2_cm_iface_cleanup(ib2_iface_t *iface)
     iface->cm = NULL;
 }
 
-/* ---- device addresses ----------------------------------------------------- */
+/* ---- device addresses ---------------------------------------------------- */
 
 uint8_t ib2_cm_dev_addr_flags(ib2_iface_t *iface)
 {
@@ -413,124 +476,4 @@ int ib2_cm_dev_addr_reachable(ib2_iface_t *iface, const ib2_dev_addr_t *remote)
 {
     return (remote->flags & (IB2_DEV_ADDR_F_RDMACM | IB2_DEV_ADDR_F_IWARP)) ==
            ib2_cm_dev_addr_flags(iface);
-}
-
-/* ---- requests ------------------------------------------------------------- */
-
-void ib2_cm_reject(ib2_cm_t *cm, struct rdma_cm_id *id, uint8_t reason)
-{
-    ib2_cm_rej_t rej = {
-        .magic   = IB2_CM_MAGIC,
-        .version = IB2_CM_VERSION,
-        .length  = sizeof(rej),
-        .reason  = reason
-    };
-
-    if (rdma_reject(id, &rej, sizeof(rej)) != 0) {
-        ucs_debug("rdma_reject failed: %m");
-    }
-    rdma_destroy_id(id);
-}
-
-void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason)
-{
-    ucs_list_del(&held->list);
-    --cm->nheld;
-    ++cm->iface->counters.cm_rejected;
-    ib2_cm_reject(cm, held->id, reason);
-    ucs_free(held);
-}
-
-/* A connect request on the listener: checked, then given to its endpoint
- * (ib2_cm_conn.c), which may hold it. */
-static void ib2_cm_on_request(ib2_cm_t *cm, struct rdma_cm_event *event)
-{
-    ib2_cm_req_t req;
-
-    if (ib2_cm_req_parse(cm, event->param.conn.private_data,
-                         event->param.conn.private_data_len, &req) != 0) {
-        ib2_cm_reject(cm, event->id, IB2_CM_REJ_MALFORMED);
-        return;
-    }
-    /* Our reads against its responder resources and the reverse. */
-    ib2_cm_request(cm, event->id, &req,
-                   event->param.conn.responder_resources,
-                   event->param.conn.initiator_depth);
-}
-
-static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
-{
-    ib2_iface_t *iface = cm->iface;
-
-    ucs_trace("%s:%u: rdmacm event %s status %d id %p", iface->md->name,
-              iface->port, rdma_event_str(event->event), event->status,
-              event->id);
-    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-        ib2_cm_on_request(cm, event);
-    } else if (event->id == cm->listen_id) {
-        /* The listener itself: the device went away. Endpoints connecting
-         * to us then time out at the peer; ours fail as their QPs do. */
-        ucs_error("%s:%u: rdmacm listener: %s (status %d): no more "
-                  "connections are accepted", iface->md->name, iface->port,
-                  rdma_event_str(event->event), event->status);
-    } else if (event->id->context != NULL) {
-        ib2_cm_conn_event(cm, event);
-    }
-}
-
-/* Deadlines: held requests and whole connections that ran out. */
-static void ib2_cm_check_deadlines(ib2_cm_t *cm)
-{
-    ucs_time_t now = ucs_get_time();
-    ib2_cm_held_t *held, *htmp;
-    ib2_cm_ep_t *cep, *etmp;
-
-    ucs_list_for_each_safe(held, htmp, &cm->held, list) {
-        if ((int64_t)(now - held->deadline) >= 0) {
-            ucs_debug("rdmacm request for endpoint 0x%" PRIx64 " timed out "
-                      "waiting for it", held->req.dst_ep_id);
-            ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
-        }
-    }
-    ucs_list_for_each_safe(cep, etmp, &cm->connecting, list) {
-        if (cep->have_peer && ((int64_t)(now - cep->deadline) >= 0)) {
-            ib2_cm_ep_fail(cep, UCS_ERR_TIMED_OUT,
-                           "connection not made within UCX_IB2_CM_TIMEOUT");
-        }
-    }
-}
-
-unsigned ib2_cm_progress_events(ib2_iface_t *iface)
-{
-    ib2_cm_t *cm = iface->cm;
-    struct rdma_cm_event *event;
-    unsigned count = 0;
-    struct rdma_cm_event copy;
-    uint8_t data[256];
-
-    /* Acknowledged before it is handled: handling may destroy the id,
-     * which waits for its events' acknowledgements. */
-    while ((count < 16) && (rdma_get_cm_event(cm->channel, &event) == 0)) {
-        copy = *event;
-        copy.param.conn.private_data_len = (uint8_t)ucs_min(
-                (event->param.conn.private_data != NULL) ?
-                (size_t)event->param.conn.private_data_len : 0,
-                sizeof(data));
-        if (copy.param.conn.private_data_len != 0) {
-            memcpy(data, event->param.conn.private_data,
-                   copy.param.conn.private_data_len);
-        }
-        copy.param.conn.private_data = data;
-        rdma_ack_cm_event(event);
-        ib2_cm_event(cm, &copy);
-        ++count;
-    }
-    if ((count < 16) && (errno != EAGAIN) && (errno != EWOULDBLOCK)) {
-        ucs_error("%s:%u: rdma_get_cm_event failed: %m", iface->md->name,
-                  iface->port);
-    }
-    if (!ucs_list_is_empty(&cm->connecting) || (cm->nheld != 0)) {
-        ib2_cm_check_deadlines(cm);
-    }
-    return count;
 }

@@ -38,8 +38,11 @@ int ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
     return 0;
 }
 
-void ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
-                   const ib2_cm_req_t *req, uint8_t rd_in, uint8_t rd_out)
+/* Not UCS_OK when the endpoint failed: its error handler ran, which may
+ * have destroyed it. */
+ucs_status_t ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
+                           const ib2_cm_req_t *req, uint8_t rd_in,
+                           uint8_t rd_out)
 {
     ib2_ep_t *ep       = cep->ep;
     ib2_iface_t *iface = ep->iface;
@@ -49,6 +52,8 @@ void ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
     ib2_cm_rep_t rep;
     uint8_t reason;
 
+    /* ib2_cm_req_parse compared nq with our queues and queue with nq */
+    ucs_assert(req->queue < ep->nq);
     if (ep->failed) {
         reason = IB2_CM_REJ_NO_EP;
         goto reject;
@@ -60,16 +65,6 @@ void ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
         reason = IB2_CM_REJ_MISMATCH;
         goto reject;
     }
-    qc->id      = id;
-    id->context = qc;
-    if (!cm->iwarp && (ib2_cm_qp_rts(qc) != UCS_OK)) {
-        qc->id      = NULL;
-        id->context = NULL;
-        ib2_cm_reject(cm, id, IB2_CM_REJ_FAILED);
-        ++iface->counters.cm_rejected;
-        ib2_cm_ep_fail(cep, UCS_ERR_IO_ERROR, "the QP could not be connected");
-        return;
-    }
     memset(&rep, 0, sizeof(rep));
     rep.magic     = IB2_CM_MAGIC;
     rep.version   = IB2_CM_VERSION;
@@ -77,20 +72,50 @@ void ib2_cm_accept(ib2_cm_ep_t *cep, struct rdma_cm_id *id,
     rep.queue     = qc->queue;
     rep.src_ep_id = req->src.ep_id;
     rep.dst_ep_id = cep->ep_id;
+    /* The depths of the reply: ours, capped by what the request offers
+     * (rd_in: reads it may have outstanding at us; rd_out: ours at it). */
     ib2_cm_conn_param(qc, &param, &rep, sizeof(rep));
     param.responder_resources = ucs_min(param.responder_resources, rd_in);
     param.initiator_depth     = ucs_min(param.initiator_depth, rd_out);
+    qc->id      = id;
+    id->context = qc;
+    if (!cm->iwarp && (ib2_cm_qp_rts(qc, param.responder_resources,
+                                     param.initiator_depth) != UCS_OK)) {
+        qc->id      = NULL;
+        id->context = NULL;
+        ib2_cm_reject(cm, id, IB2_CM_REJ_FAILED);
+        ++iface->counters.cm_rejected;
+        ib2_cm_ep_fail(cep, UCS_ERR_IO_ERROR, "the QP could not be connected");
+        return UCS_ERR_IO_ERROR;
+    }
     if (rdma_accept(id, &param) != 0) {
+        /* the initiator would otherwise wait for its CM_TIMEOUT */
+        ib2_cm_send_reject(id, IB2_CM_REJ_FAILED);
+        ++iface->counters.cm_rejected;
         ib2_cm_ep_fail(cep, UCS_ERR_IO_ERROR, "rdma_accept failed");
-        return;
+        return UCS_ERR_IO_ERROR;
     }
     qc->state = IB2_CMQ_ACCEPTED;
-    return;
+    return UCS_OK;
 
 reject:
     ucs_diag("%s:%u: rdmacm request for endpoint 0x%" PRIx64 " queue %u "
              "refused (reason %u)", iface->md->name, iface->port,
              req->dst_ep_id, req->queue, reason);
+    ++iface->counters.cm_rejected;
+    ib2_cm_reject(cm, id, reason);
+    return UCS_OK;
+}
+
+static void ib2_cm_refuse(ib2_cm_t *cm, struct rdma_cm_id *id,
+                          const ib2_cm_req_t *req, uint8_t reason,
+                          const char *why)
+{
+    ib2_iface_t *iface = cm->iface;
+
+    ucs_diag("%s:%u: rdmacm request for endpoint 0x%" PRIx64 " queue %u "
+             "refused: %s", iface->md->name, iface->port, req->dst_ep_id,
+             req->queue, why);
     ++iface->counters.cm_rejected;
     ib2_cm_reject(cm, id, reason);
 }
@@ -101,26 +126,41 @@ void ib2_cm_request(ib2_cm_t *cm, struct rdma_cm_id *id,
     ib2_iface_t *iface = cm->iface;
     khiter_t it        = kh_get(ib2_cm_eps, cm->eps, req->dst_ep_id);
     ib2_cm_held_t *held;
+    ib2_cm_ep_t *cep;
 
-    if ((it != kh_end(cm->eps)) && kh_val(cm->eps, it)->have_peer) {
-        ib2_cm_accept(kh_val(cm->eps, it), id, req, rd_in, rd_out);
+    /* An id exists from endpoint creation, before its address can be
+     * given to anyone, and ids are never reused: one we do not know is an
+     * endpoint destroyed, a request of an earlier process, or garbage.
+     * Nothing is gained by holding it. */
+    if (it == kh_end(cm->eps)) {
+        ib2_cm_refuse(cm, id, req, IB2_CM_REJ_NO_EP, "no such endpoint "
+                      "(destroyed, or of an earlier process)");
+        return;
+    }
+    cep = kh_val(cm->eps, it);
+    if (cep->have_peer) {
+        (void)ib2_cm_accept(cep, id, req, rd_in, rd_out);
         return;
     }
     /* Its endpoint is not connected yet (UCP calls connect_to_ep when the
-     * peer's address reaches it): held until then, or its deadline. */
+     * peer's address reaches it): held until then, or its deadline. One
+     * initiator sends one request per queue; more are duplicates. */
+    if (cep->nheld >= cep->ep->nq) {
+        ib2_cm_refuse(cm, id, req, IB2_CM_REJ_MISMATCH, "more requests than "
+                      "the endpoint has queues");
+        return;
+    }
     if (cm->nheld >= cm->max_held) {
-        ucs_diag("%s:%u: %u rdmacm requests held already: refused",
-                 iface->md->name, iface->port, cm->nheld);
-        ++iface->counters.cm_rejected;
-        ib2_cm_reject(cm, id, IB2_CM_REJ_BUSY);
+        ib2_cm_refuse(cm, id, req, IB2_CM_REJ_BUSY, "too many requests held "
+                      "(UCX_IB2_CM_MAX_HELD); the initiator tries again");
         return;
     }
     held = ucs_malloc(sizeof(*held), "ib2_cm_held");
     if (held == NULL) {
-        ++iface->counters.cm_rejected;
-        ib2_cm_reject(cm, id, IB2_CM_REJ_BUSY);
+        ib2_cm_refuse(cm, id, req, IB2_CM_REJ_BUSY, "out of memory");
         return;
     }
+    held->cep      = cep;
     held->id       = id;
     held->req      = *req;
     held->rd_in    = rd_in;
@@ -128,7 +168,8 @@ void ib2_cm_request(ib2_cm_t *cm, struct rdma_cm_id *id,
     held->deadline = ucs_get_time() + cm->timeout;
     id->context    = NULL;
     ucs_list_add_tail(&cm->held, &held->list);
+    ucs_list_add_tail(&cep->held, &held->ep_list);
+    ++cep->nheld;
     ++cm->nheld;
     ++iface->counters.cm_held;
 }
-

@@ -23,7 +23,7 @@
 
 #include <arpa/inet.h>
 
-/* ---- addresses ------------------------------------------------------------ */
+/* ---- addresses ----------------------------------------------------------- */
 
 static void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
                                     ib2_cm_peer_t *p)
@@ -39,8 +39,8 @@ static void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
     }
 }
 
-static socklen_t ib2_cm_peer_to_sockaddr(const ib2_cm_peer_t *p,
-                                         struct sockaddr_storage *ss)
+socklen_t ib2_cm_peer_to_sockaddr(const ib2_cm_peer_t *p,
+                                  struct sockaddr_storage *ss)
 {
     static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                           0xff, 0xff};
@@ -73,7 +73,7 @@ static const char *ib2_cm_peer_str(const ib2_cm_peer_t *p, char *buf,
     return buf;
 }
 
-/* ---- endpoint life ---------------------------------------------------------- */
+/* ---- endpoint life ------------------------------------------------------- */
 
 ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep)
 {
@@ -100,15 +100,27 @@ ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep)
     ib2_cm_sockaddr_to_peer(&cm->addr, &cep->self);
     cep->self.ep_id = cep->ep_id;
     ucs_list_head_init(&cep->list);
+    ucs_list_head_init(&cep->held);
     for (q = 0; q < IB2_MAX_QUEUES; ++q) {
         cep->q[q].cep   = cep;
         cep->q[q].queue = (uint8_t)q;
         cep->q[q].state = IB2_CMQ_IDLE;
+        ucs_list_head_init(&cep->q[q].retry);
     }
     ep->cm        = cep;
     ep->connected = 0;
     ep->blocked  |= IB2_EP_BLOCK_CONNECTING;
     return UCS_OK;
+}
+
+static void ib2_cm_ep_reject_held(ib2_cm_ep_t *cep)
+{
+    ib2_cm_t *cm = cep->ep->iface->cm;
+
+    while (!ucs_list_is_empty(&cep->held)) {
+        ib2_cm_held_reject(cm, ucs_list_head(&cep->held, ib2_cm_held_t,
+                                             ep_list), IB2_CM_REJ_NO_EP);
+    }
 }
 
 /* Held requests for this endpoint are refused; its connections end (the
@@ -117,18 +129,17 @@ void ib2_cm_ep_destroy(ib2_ep_t *ep)
 {
     ib2_cm_ep_t *cep = ep->cm;
     ib2_cm_t *cm     = ep->iface->cm;
-    ib2_cm_held_t *held, *tmp;
     khiter_t it;
     unsigned q;
 
-    ucs_list_for_each_safe(held, tmp, &cm->held, list) {
-        if (held->req.dst_ep_id == cep->ep_id) {
-            ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
-        }
-    }
+    ib2_cm_ep_reject_held(cep);
     for (q = 0; q < ep->nq; ++q) {
         ib2_cm_qconn_t *qc = &cep->q[q];
 
+        if (qc->state == IB2_CMQ_BACKOFF) {
+            ucs_list_del(&qc->retry);
+            qc->state = IB2_CMQ_DOWN;
+        }
         if (qc->id == NULL) {
             continue;
         }
@@ -145,6 +156,7 @@ void ib2_cm_ep_destroy(ib2_ep_t *ep)
     ucs_list_del(&cep->list);   /* self-linked when on no list */
     ep->cm = NULL;
     if (cep->twin != NULL) {
+        cep->twin->twin_of = NULL;   /* its failures go nowhere now */
         ib2_ep_destroy(&cep->twin->super.super);
     }
     ucs_free(cep);
@@ -156,9 +168,13 @@ void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
     char peer[128];
     unsigned q;
 
+    ib2_cm_ep_reject_held(cep);   /* this endpoint will not accept them */
     ucs_list_del(&cep->list);
     ucs_list_head_init(&cep->list);
     for (q = 0; q < ep->nq; ++q) {
+        if (cep->q[q].state == IB2_CMQ_BACKOFF) {
+            ucs_list_del(&cep->q[q].retry);
+        }
         cep->q[q].state = IB2_CMQ_DOWN;
     }
     if (ep->failed) {
@@ -171,11 +187,28 @@ void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why)
     ib2_ep_set_failed(ep, status);   /* reports it; nothing after this */
 }
 
+void ib2_cm_twin_failed(ib2_ep_t *twin, ucs_status_t status)
+{
+    ib2_ep_t *owner = twin->twin_of;
+
+    if ((owner == NULL) || owner->failed || owner->destroyed) {
+        return;
+    }
+    if (owner->cm != NULL) {
+        ib2_cm_ep_fail(owner->cm, status, "the other end of its connection "
+                       "to itself failed");
+    } else {
+        ib2_ep_set_failed(owner, status);
+    }
+}
+
 void ib2_cm_q_up(ib2_cm_qconn_t *qc)
 {
     ib2_cm_ep_t *cep = qc->cep;
     ib2_ep_t *ep     = cep->ep;
 
+    ucs_assert(qc->state != IB2_CMQ_UP);
+    ucs_assert(cep->nup < ep->nq);
     qc->state = IB2_CMQ_UP;
     if (cep->initiator) {
         ++ep->iface->counters.cm_initiated;
@@ -195,11 +228,18 @@ void ib2_cm_q_up(ib2_cm_qconn_t *qc)
     ib2_ep_resources_back(ep);   /* pending requests may go now */
 }
 
-/* ---- QPs -------------------------------------------------------------------- */
+/* ---- QPs ----------------------------------------------------------------- */
 
-/* InfiniBand and RoCE: RTR and RTS as the connection says, with our
- * settings where rc_ib2 has its own (ib2_qp_connect's). */
-ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc)
+/*
+ * InfiniBand and RoCE: RTR and RTS as the connection says, with our
+ * settings where rc_ib2 has its own (ib2_qp_connect's). The RDMA read and
+ * atomic depths are the ones agreed (resp_res: reads the peer may have
+ * outstanding at us; init_depth: ours at it), never more: before the
+ * reply is sent, rdma_init_qp_attr gives the peer's own numbers from the
+ * request, which may exceed what this device or our reply allows.
+ */
+ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,
+                           uint8_t init_depth)
 {
     ib2_ep_t *ep       = qc->cep->ep;
     ib2_iface_t *iface = ep->iface;
@@ -213,9 +253,11 @@ ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc)
         ucs_diag("rdma_init_qp_attr(RTR) failed: %m");
         return UCS_ERR_IO_ERROR;
     }
-    attr.path_mtu      = ucs_min(attr.path_mtu,
-                                 (enum ibv_mtu)iface->config.mtu_enum);
-    attr.min_rnr_timer = iface->config.rnr_timer;
+    attr.path_mtu           = ucs_min(attr.path_mtu,
+                                      (enum ibv_mtu)iface->config.mtu_enum);
+    attr.min_rnr_timer      = iface->config.rnr_timer;
+    attr.max_dest_rd_atomic = ucs_min(attr.max_dest_rd_atomic, resp_res);
+    mask                   |= IBV_QP_MAX_DEST_RD_ATOMIC;
     if (ibv_modify_qp(qp, &attr, mask | IBV_QP_MIN_RNR_TIMER) != 0) {
         ucs_diag("QP 0x%x to RTR failed: %m", qp->qp_num);
         return UCS_ERR_IO_ERROR;
@@ -226,8 +268,10 @@ ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc)
         ucs_diag("rdma_init_qp_attr(RTS) failed: %m");
         return UCS_ERR_IO_ERROR;
     }
-    attr.timeout   = iface->config.timeout;
-    attr.retry_cnt = iface->config.retry_count;
+    attr.timeout       = iface->config.timeout;
+    attr.retry_cnt     = iface->config.retry_count;
+    attr.max_rd_atomic = ucs_min(attr.max_rd_atomic, init_depth);
+    mask              |= IBV_QP_MAX_QP_RD_ATOMIC;
     attr.rnr_retry = (iface->rq.q[qc->queue].type == IB2_RQ_PER_PEER) ? 0 : 7;
     if (ibv_modify_qp(qp, &attr, mask | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                       IBV_QP_RNR_RETRY) != 0) {
@@ -254,130 +298,6 @@ void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
     p->qp_num              = qc->cep->ep->txq[qc->queue].qp->qp_num;
 }
 
-/* ---- active side ------------------------------------------------------------ */
-
-static ucs_status_t ib2_cm_q_start(ib2_cm_qconn_t *qc)
-{
-    ib2_cm_ep_t *cep = qc->cep;
-    ib2_cm_t *cm     = cep->ep->iface->cm;
-    struct sockaddr_storage src, dst;
-
-    if (rdma_create_id(cm->channel, &qc->id, qc, RDMA_PS_TCP) != 0) {
-        ucs_error("rdma_create_id failed: %m");
-        qc->id = NULL;
-        return UCS_ERR_IO_ERROR;
-    }
-    /* From our port's address (the route starts on our device). */
-    src = cm->addr;
-    if (src.ss_family == AF_INET) {
-        ((struct sockaddr_in*)&src)->sin_port = 0;
-    } else {
-        ((struct sockaddr_in6*)&src)->sin6_port = 0;
-    }
-    ib2_cm_peer_to_sockaddr(&cep->peer, &dst);
-    if (rdma_resolve_addr(qc->id, (struct sockaddr*)&src,
-                          (struct sockaddr*)&dst, cm->resolve_ms) != 0) {
-        ucs_error("rdma_resolve_addr failed: %m");
-        return UCS_ERR_UNREACHABLE;
-    }
-    qc->state = IB2_CMQ_RESOLVING;
-    return UCS_OK;
-}
-
-static void ib2_cm_on_route(ib2_cm_qconn_t *qc)
-{
-    ib2_cm_ep_t *cep   = qc->cep;
-    ib2_iface_t *iface = cep->ep->iface;
-    struct rdma_conn_param param;
-    ib2_cm_req_t req;
-
-    if ((qc->id->verbs == NULL) ||
-        strcmp(ibv_get_device_name(qc->id->verbs->device),
-               ibv_get_device_name(iface->md->ctx->device)) ||
-        (qc->id->port_num != iface->port)) {
-        ib2_cm_ep_fail(cep, UCS_ERR_UNREACHABLE,
-                       "the route leaves through another port");
-        return;
-    }
-    memset(&req, 0, sizeof(req));
-    req.magic     = IB2_CM_MAGIC;
-    req.version   = IB2_CM_VERSION;
-    req.length    = sizeof(req);
-    req.queue     = qc->queue;
-    req.nq        = cep->ep->nq;
-    req.rq_hash   = iface->rq_hash;
-    req.src       = cep->self;
-    req.dst_ep_id = cep->peer.ep_id;
-    ib2_cm_conn_param(qc, &param, &req, sizeof(req));
-    if (rdma_connect(qc->id, &param) != 0) {
-        ib2_cm_ep_fail(cep, UCS_ERR_UNREACHABLE, "rdma_connect failed");
-        return;
-    }
-    qc->state = IB2_CMQ_CONNECTING;
-}
-
-/* The acceptor's reply: the ids and the queue of our request. */
-static int ib2_cm_rep_ok(ib2_cm_qconn_t *qc, const struct rdma_conn_param *p)
-{
-    const ib2_cm_rep_t *rep = p->private_data;
-
-    return (p->private_data_len >= sizeof(*rep)) &&
-           (rep->magic == IB2_CM_MAGIC) && (rep->version == IB2_CM_VERSION) &&
-           (rep->length == sizeof(*rep)) && (rep->queue == qc->queue) &&
-           (rep->src_ep_id == qc->cep->ep_id) &&
-           (rep->dst_ep_id == qc->cep->peer.ep_id);
-}
-
-static void ib2_cm_on_response(ib2_cm_qconn_t *qc,
-                               const struct rdma_cm_event *event)
-{
-    ib2_cm_ep_t *cep = qc->cep;
-    ib2_cm_t *cm     = cep->ep->iface->cm;
-
-    if (qc->state != IB2_CMQ_CONNECTING) {
-        ib2_cm_ep_fail(cep, UCS_ERR_IO_ERROR, "unexpected connect response");
-        return;
-    }
-    if (!ib2_cm_rep_ok(qc, &event->param.conn)) {
-        ib2_cm_ep_fail(cep, UCS_ERR_IO_ERROR,
-                       "malformed reply from the peer (ids or queue differ)");
-        return;
-    }
-    if (!cm->iwarp) {
-        /* InfiniBand, RoCE: our QP, then ready-to-use to the peer. */
-        if ((ib2_cm_qp_rts(qc) != UCS_OK) || (rdma_establish(qc->id) != 0)) {
-            ib2_cm_ep_fail(cep, UCS_ERR_UNREACHABLE,
-                           "the QP could not be connected");
-            return;
-        }
-    }
-    ib2_cm_q_up(qc);
-}
-
-static const char *ib2_cm_rej_reason(const struct rdma_conn_param *p)
-{
-    const ib2_cm_rej_t *rej = p->private_data;
-
-    if ((p->private_data_len < sizeof(*rej)) || (rej->magic != IB2_CM_MAGIC) ||
-        (rej->length != sizeof(*rej))) {
-        return "rejected (nobody listens there, or not rc_ib2)";
-    }
-    switch (rej->reason) {
-    case IB2_CM_REJ_MALFORMED: return "rejected: the peer found our request "
-                                      "malformed (other rc_ib2 version?)";
-    case IB2_CM_REJ_NO_EP:     return "rejected: the peer has no such "
-                                      "endpoint (destroyed, or not "
-                                      "connected in time)";
-    case IB2_CM_REJ_MISMATCH:  return "rejected: the peer's endpoint expects "
-                                      "another peer, or other queues";
-    case IB2_CM_REJ_BUSY:      return "rejected: the peer holds too many "
-                                      "requests (UCX_IB2_CM_MAX_HELD)";
-    case IB2_CM_REJ_FAILED:    return "rejected: the peer could not connect "
-                                      "its QP";
-    default:                   return "rejected for an unknown reason";
-    }
-}
-
 /* ---- connect_to_ep ------------------------------------------------------- */
 
 ucs_status_t ib2_cm_ep_get_address(ib2_ep_t *ep, uct_ep_addr_t *addr)
@@ -394,6 +314,26 @@ ucs_status_t ib2_cm_ep_get_address(ib2_ep_t *ep, uct_ep_addr_t *addr)
     return UCS_OK;
 }
 
+/* connect_to_ep failed half-way: none of its connections go on, nor its
+ * deadline (the caller has its error already), and the endpoint is as
+ * before the call. */
+static void ib2_cm_ep_unconnect(ib2_cm_ep_t *cep)
+{
+    unsigned q;
+
+    for (q = 0; q < cep->ep->nq; ++q) {
+        if (cep->q[q].id != NULL) {
+            rdma_destroy_id(cep->q[q].id);
+            cep->q[q].id = NULL;
+        }
+        cep->q[q].state = IB2_CMQ_IDLE;
+    }
+    ucs_list_del(&cep->list);
+    ucs_list_head_init(&cep->list);
+    cep->have_peer = 0;
+    cep->initiator = 0;
+}
+
 /*
  * An endpoint connected to its own address (UCP does that for its
  * loopback endpoint's lanes): a QP cannot be connected to itself through
@@ -402,7 +342,9 @@ ucs_status_t ib2_cm_ep_get_address(ib2_ep_t *ep, uct_ep_addr_t *addr)
  * the interface's handlers like any message; its RDMA reaches this
  * process's memory through them. The twin is on no list of the
  * interface's (flush and fence are the owner's business; it sends only
- * credit messages) and is destroyed with its owner.
+ * credit messages; its owner's deadline covers its connections) and is
+ * destroyed with its owner. It is never named to the user: when it fails
+ * (its connection, its QPs, its CQ errors) its owner fails instead.
  */
 static ucs_status_t ib2_cm_ep_connect_self(ib2_ep_t *ep,
                                            const ib2_dev_addr_t *dev)
@@ -426,7 +368,9 @@ static ucs_status_t ib2_cm_ep_connect_self(ib2_ep_t *ep,
     twin = ucs_derived_of(tl_twin, ib2_ep_t);
     ucs_list_del(&twin->list);
     ucs_list_head_init(&twin->list);
-    ep->cm->twin = twin;
+    twin->hidden  = 1;
+    twin->twin_of = ep;
+    ep->cm->twin  = twin;
     ib2_cm_ep_get_address(ep, (uct_ep_addr_t*)&own);
     ib2_cm_ep_get_address(twin, (uct_ep_addr_t*)&other);
     status = ib2_cm_ep_connect(twin, dev, (uct_ep_addr_t*)&own);
@@ -445,7 +389,7 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
     ib2_iface_t *iface        = ep->iface;
     ib2_cm_ep_t *cep          = ep->cm;
     ib2_cm_t *cm              = iface->cm;
-    ib2_cm_held_t *held, *tmp;
+    ib2_cm_held_t *held;
     ucs_status_t status;
     unsigned q;
 
@@ -476,83 +420,35 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
     cep->have_peer = 1;
     cep->initiator = (ib2_cm_peer_cmp(&cep->self, &cep->peer) < 0);
     cep->deadline  = ucs_get_time() + cm->timeout;
-    ucs_list_add_tail(&cm->connecting, &cep->list);
+    if (!ep->hidden) {
+        /* a twin is covered by its owner's deadline */
+        ucs_list_add_tail(&cm->connecting, &cep->list);
+    }
     if (cep->initiator) {
         for (q = 0; q < ep->nq; ++q) {
             status = ib2_cm_q_start(&cep->q[q]);
             if (status != UCS_OK) {
-                return status;  /* the ids made are destroyed with the ep */
+                ib2_cm_ep_unconnect(cep);
+                return status;
             }
         }
         return UCS_OK;
     }
-    /* Requests that came before we knew the peer. */
-    ucs_list_for_each_safe(held, tmp, &cm->held, list) {
-        if (held->req.dst_ep_id != cep->ep_id) {
-            continue;
-        }
+    /* Requests that came before we knew the peer, one at a time off the
+     * endpoint's own list: accepting one may fail the endpoint, and its
+     * error handler may destroy it (which refuses the rest). */
+    while (!ucs_list_is_empty(&cep->held)) {
+        held = ucs_list_head(&cep->held, ib2_cm_held_t, ep_list);
         ucs_list_del(&held->list);
+        ucs_list_del(&held->ep_list);
         --cm->nheld;
-        ib2_cm_accept(cep, held->id, &held->req, held->rd_in, held->rd_out);
+        --cep->nheld;
+        status = ib2_cm_accept(cep, held->id, &held->req, held->rd_in,
+                               held->rd_out);
         ucs_free(held);
-        if (ep->failed) {
-            break;   /* the rest are refused when the ep goes */
+        if (status != UCS_OK) {
+            break;   /* reported; cep and ep may be gone */
         }
     }
     return UCS_OK;
-}
-
-/* ---- events of an endpoint's connections ------------------------------------- */
-
-void ib2_cm_conn_event(ib2_cm_t *cm, struct rdma_cm_event *event)
-{
-    ib2_cm_qconn_t *qc = event->id->context;
-    ib2_cm_ep_t *cep   = qc->cep;
-    char why[160];
-
-    if (cep->ep->failed) {
-        return;   /* reported already; the ids go with the endpoint */
-    }
-    switch (event->event) {
-    case RDMA_CM_EVENT_ADDR_RESOLVED:
-        if (rdma_resolve_route(qc->id, cm->resolve_ms) != 0) {
-            ib2_cm_ep_fail(cep, UCS_ERR_UNREACHABLE,
-                           "rdma_resolve_route failed");
-        }
-        break;
-    case RDMA_CM_EVENT_ROUTE_RESOLVED:
-        ib2_cm_on_route(qc);
-        break;
-    case RDMA_CM_EVENT_CONNECT_RESPONSE:
-        ib2_cm_on_response(qc, event);
-        break;
-    case RDMA_CM_EVENT_ESTABLISHED:
-        if (qc->state == IB2_CMQ_ACCEPTED) {
-            ib2_cm_q_up(qc);
-        } else if (qc->state != IB2_CMQ_UP) {
-            ib2_cm_on_response(qc, event);   /* iWARP: the reply is here */
-        }
-        break;
-    case RDMA_CM_EVENT_REJECTED:
-        ib2_cm_ep_fail(cep, UCS_ERR_REJECTED,
-                       ib2_cm_rej_reason(&event->param.conn));
-        break;
-    case RDMA_CM_EVENT_DISCONNECTED:
-        ib2_cm_ep_fail(cep, UCS_ERR_CONNECTION_RESET,
-                       "the peer disconnected (its endpoint or process "
-                       "ended)");
-        break;
-    case RDMA_CM_EVENT_ADDR_ERROR:
-    case RDMA_CM_EVENT_ROUTE_ERROR:
-    case RDMA_CM_EVENT_UNREACHABLE:
-    case RDMA_CM_EVENT_CONNECT_ERROR:
-    case RDMA_CM_EVENT_DEVICE_REMOVAL:
-        ucs_snprintf_safe(why, sizeof(why), "%s (status %d)",
-                          rdma_event_str(event->event), event->status);
-        ib2_cm_ep_fail(cep, UCS_ERR_UNREACHABLE, why);
-        break;
-    default:
-        ucs_debug("rdmacm event %s ignored", rdma_event_str(event->event));
-        break;
-    }
 }

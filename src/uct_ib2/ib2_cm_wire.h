@@ -14,7 +14,8 @@
  * Private data (all host byte order but the port, which is network order
  * as in the address; packed):
  *
- *   connect request  ib2_cm_req_t   56 bytes fit InfiniBand/RoCE's REQ
+ *   connect request  ib2_cm_req_t   46 bytes (InfiniBand/RoCE's REQ has
+ *                                   room for 56)
  *   accept           ib2_cm_rep_t   echoes the ids and the queue
  *   reject           ib2_cm_rej_t   a reason code
  *
@@ -99,6 +100,8 @@ typedef struct ib2_cm_rej {
 } UCS_S_PACKED ib2_cm_rej_t;
 
 /* InfiniBand/RoCE carry 56 bytes in a REQ of the TCP port space. */
+_Static_assert(sizeof(ib2_cm_req_t) == 46, "REQ layout changed: update "
+               "docs/uct_ib2.md");
 _Static_assert(sizeof(ib2_cm_req_t) <= 56, "REQ private data too long");
 
 /* Order of two peers: negative if a is lower (a initiates). */

@@ -47,6 +47,9 @@ typedef struct ib2_iface_counters {
     uint64_t xcm_rx_no_ep;
     uint64_t xcm_rx_early;
     uint64_t xcm_tx_busy;
+    /* rdmacm: reads of the event channel that found nothing (each a
+     * system call on a real rdma_cm device). */
+    uint64_t cm_empty_reads;
 } ib2_iface_counters_t;
 
 /* Copies the counters of an rc_ib2 interface. UCS_ERR_INVALID_PARAM if

@@ -73,22 +73,6 @@ static int ib2i_number(const char *opt, const char *arg, uint64_t min,
     return 0;
 }
 
-static int ib2i_thp_auto(void)
-{
-    char buf[256] = "";
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-
-    if (f == NULL) {
-        return 0;
-    }
-    if (fgets(buf, sizeof(buf), f) == NULL) {
-        buf[0] = '\0';
-    }
-    fclose(f);
-    /* UCX takes anything but "[never]" as enabled */
-    return (buf[0] != '\0') && (strstr(buf, "[never]") == NULL);
-}
-
 static const char *ib2i_auto_rq(const ib2i_opts_t *o, char *buf, size_t max)
 {
     char err[512];
@@ -227,7 +211,7 @@ static int ib2i_parse(int argc, char **argv, ib2i_opts_t *o)
             if (!strcmp(optarg, "yes") || !strcmp(optarg, "no")) {
                 o->conf.thp = !strcmp(optarg, "yes");
             } else if (!strcmp(optarg, "auto")) {
-                o->conf.thp = ib2i_thp_auto();
+                o->conf.thp = ib2_model_thp_enabled();
             } else {
                 fprintf(stderr, "ib2_info: --thp \"%s\": give yes, no or "
                         "auto\n", optarg);

@@ -43,44 +43,41 @@ void ib2_model_conf_default(ib2_model_conf_t *conf)
     conf->thp          = 1;
 }
 
+/* The devices the model knows by name. */
+static const ib2_model_dev_t ib2m_presets[] = {
+    /* ConnectX-5/6 as ibv_devinfo -v shows them: max_qp 262144,
+     * max_srq 8388608, max_cqe 4194303. mlx5 sizes an RC send WQE as
+     * control, remote address and atomic segments (48 bytes) plus the
+     * larger of the inline data (4 + 256, to 16) and the gather list
+     * (30 entries of 16 bytes): 528, in 64-byte blocks 576; the queue
+     * is 2^n bytes. Receive WQEs: 16 bytes per entry (SRQs 32: a next
+     * segment first), CQEs 64 bytes, queues of 2^n entries. */
+    { .name = "connectx", .max_qp = 262144, .max_srq = 8388608,
+      .max_cqe = 4194303, .sq_wqe = 576, .rq_wqe = 16, .srq_wqe = 32,
+      .cqe = 64, .sq_pow2 = 1, .rq_pow2 = 1, .cq_pow2 = 1 },
+    /* softverbs' defaults (SOFTVERBS_MAX_QP etc.) and its rings: a
+     * receive WQE is 16 bytes plus 16 per entry, a CQE 128 bytes, both
+     * in rings of 2^n; a send queue is private memory of 2^n slots of
+     * 16 gather entries and 256 inline bytes. */
+    { .name = "softverbs", .max_qp = 4096, .max_srq = 1024,
+      .max_cqe = 1048575, .sq_wqe = 16 * 16 + 256, .rq_wqe = 32,
+      .srq_wqe = 32, .cqe = 128, .sq_pow2 = 1, .rq_pow2 = 1,
+      .cq_pow2 = 1 },
+};
+
 int ib2_model_dev_preset(const char *name, ib2_model_dev_t *dev, char *err,
                          size_t max)
 {
+    size_t i;
+
+    for (i = 0; i < sizeof(ib2m_presets) / sizeof(ib2m_presets[0]); ++i) {
+        if (!strcmp(name, ib2m_presets[i].name)) {
+            *dev = ib2m_presets[i];
+            return 0;
+        }
+    }
     memset(dev, 0, sizeof(*dev));
     snprintf(dev->name, sizeof(dev->name), "%s", name);
-    if (!strcmp(name, "connectx")) {
-        /* ConnectX-5/6 as ibv_devinfo -v shows them: max_qp 262144,
-         * max_srq 8388608, max_cqe 4194303. mlx5 sizes an RC send WQE as
-         * control, remote address and atomic segments (48 bytes) plus the
-         * larger of the inline data (4 + 256, to 16) and the gather list
-         * (30 entries of 16 bytes): 528, in 64-byte blocks 576; the queue
-         * is 2^n bytes. Receive WQEs: 16 bytes per entry (SRQs 32: a next
-         * segment first), CQEs 64 bytes, queues of 2^n entries. */
-        dev->max_qp  = 262144;
-        dev->max_srq = 8388608;
-        dev->max_cqe = 4194303;
-        dev->sq_wqe  = 576;
-        dev->rq_wqe  = 16;
-        dev->srq_wqe = 32;
-        dev->cqe     = 64;
-        dev->sq_pow2 = dev->rq_pow2 = dev->cq_pow2 = 1;
-        return 0;
-    }
-    if (!strcmp(name, "softverbs")) {
-        /* softverbs' defaults (SOFTVERBS_MAX_QP etc.) and its rings: a
-         * receive WQE is 16 bytes plus 16 per entry, a CQE 128 bytes, both
-         * in rings of 2^n; a send queue is private memory of 2^n slots of
-         * 16 gather entries and 256 inline bytes. */
-        dev->max_qp  = 4096;
-        dev->max_srq = 1024;
-        dev->max_cqe = 1048575;
-        dev->sq_wqe  = 16 * 16 + 256;
-        dev->rq_wqe  = 32;
-        dev->srq_wqe = 32;
-        dev->cqe     = 128;
-        dev->sq_pow2 = dev->rq_pow2 = dev->cq_pow2 = 1;
-        return 0;
-    }
     snprintf(err, max, "unknown device \"%s\": give connectx or softverbs, "
              "or the limits with --max-qp, --max-srq, --sq-wqe, --rq-wqe, "
              "--cqe", name);
@@ -255,23 +252,32 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->peer_nodes = conf->nodes - 1 +
                       ((conf->intra && conf->ppn > 1) ? 1 : 0);
 
+    /* Per queue: its kind, its receive buffers (a pool of them, see
+     * below: [ib2_rx_desc_t][8][headroom][hdr][data], as ib2_iface.c lays
+     * them out; pools grow by num, 32 to 1024, elements) and its ring. */
+    rx_off = ib2m_align_up(lay->rx_desc + lay->release_ptr +
+                           conf->rx_headroom + lay->am_hdr, 8);
     for (q = 0; q < rq->count; ++q) {
         const ib2_rq_spec_t *s = &rq->q[q];
+        unsigned grow  = s->num < 32 ? 32 : (s->num > 1024 ? 1024 : s->num);
+        int per_peer   = (s->type == IB2_RQ_PER_PEER);
+        unsigned long n = per_peer ? s->num + s->reserved : s->num;
 
-        switch (s->type) {
-        case IB2_RQ_PER_PEER:
+        if (per_peer) {
             ++n_p;
-            pbufs += s->num + s->reserved;
-            break;
-        case IB2_RQ_SHARED:
-            ++n_s;
-            sbufs += s->num;
-            break;
-        default:
-            ++n_x;
-            sbufs += s->num;
-            break;
+            pbufs += n;
+        } else {
+            n_s   += (s->type == IB2_RQ_SHARED);
+            n_x   += (s->type != IB2_RQ_SHARED);
+            sbufs += n;
         }
+        ib2m_pool(conf, lay, rx_off - lay->am_hdr + s->size, rx_off, grow,
+                  per_peer ? res->peers * n : n, &res->rx[q]);
+        res->rx_bytes += res->rx[q].chunks * res->rx[q].chunk_bytes;
+        res->mr       += res->rx[q].chunks;
+        res->rq_bytes += per_peer ?
+                         res->peers * ib2m_ring(dev->rq_pow2, n, dev->rq_wqe) :
+                         ib2m_ring(dev->rq_pow2, n, dev->srq_wqe);
     }
     if (n_x != 0 && n_x != rq->count) {
         snprintf(err, max, "with X (XRC) queues every queue must be X");
@@ -294,26 +300,15 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->recv_posted = sbufs + res->peers * pbufs;
     if (n_x != 0) {
         /* X: the UD QP of connection requests (ib2_xcm.c), its receives
-         * and its one registered region; it completes on the receive CQ */
+         * and their ring, and its one registered region (below); it
+         * completes on the receive CQ */
         res->qp_ud        = 1;
         res->recv_posted += IB2_XCM_RECVS;
+        res->rq_bytes    += ib2m_ring(dev->rq_pow2, IB2_XCM_RECVS,
+                                      dev->rq_wqe);
     }
 
-    /* Buffers: [ib2_rx_desc_t][8][headroom][hdr][data], as ib2_iface.c
-     * lays them out; pools grow by num (32 to 1024) elements. */
-    rx_off = ib2m_align_up(lay->rx_desc + lay->release_ptr +
-                           conf->rx_headroom + lay->am_hdr, 8);
-    for (q = 0; q < rq->count; ++q) {
-        const ib2_rq_spec_t *s = &rq->q[q];
-        unsigned grow = s->num < 32 ? 32 : (s->num > 1024 ? 1024 : s->num);
-        unsigned long bufs = (s->type == IB2_RQ_PER_PEER) ?
-                             res->peers * (s->num + s->reserved) : s->num;
-
-        ib2m_pool(conf, lay, rx_off - lay->am_hdr + s->size, rx_off, grow,
-                  bufs, &res->rx[q]);
-        res->rx_bytes += res->rx[q].chunks * res->rx[q].chunk_bytes;
-        res->mr       += res->rx[q].chunks;
-    }
+    /* The send buffers' pool: one chunk of the largest size. */
     largest = rq->q[rq->count - 1].size;
     ib2m_pool(conf, lay, lay->tx_desc + largest, lay->tx_desc,
               conf->tx_bufs_grow, 0, &res->tx);
@@ -346,20 +341,6 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
         sq_one = ib2m_pow2(sq_one);
     }
     res->sq_bytes = (res->qp_rc + res->qp_xrc_ini) * sq_one;
-    for (q = 0; q < rq->count; ++q) {
-        const ib2_rq_spec_t *s = &rq->q[q];
-
-        if (s->type == IB2_RQ_PER_PEER) {
-            res->rq_bytes += res->peers *
-                             ib2m_ring(dev->rq_pow2, s->num + s->reserved,
-                                       dev->rq_wqe);
-        } else {
-            res->rq_bytes += ib2m_ring(dev->rq_pow2, s->num, dev->srq_wqe);
-        }
-    }
-    if (n_x != 0) {
-        res->rq_bytes += ib2m_ring(dev->rq_pow2, IB2_XCM_RECVS, dev->rq_wqe);
-    }
     res->cq_bytes = ((dev->cq_pow2 ? res->tx_cqe + 1 : res->tx_cqe) +
                      (dev->cq_pow2 ? res->rx_cqe + 1 : res->rx_cqe)) *
                     dev->cqe;

@@ -9,6 +9,9 @@
 
 #include <ucs/arch/cpu.h>
 
+#include <stdio.h>
+#include <string.h>
+
 /* UCT keeps this header before each pool chunk (uct_mem.c, private there;
  * the same members in the same order). */
 typedef struct {
@@ -27,4 +30,20 @@ void ib2_model_layout_get(ib2_model_layout_t *layout)
     layout->am_hdr       = sizeof(ib2_hdr_t);
     layout->release_ptr  = sizeof(uct_recv_desc_t*);
     layout->cache_line   = UCS_SYS_CACHE_LINE_SIZE;
+}
+
+int ib2_model_thp_enabled(void)
+{
+    char buf[256] = "";
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+
+    if (f == NULL) {
+        return 0;
+    }
+    if (fgets(buf, sizeof(buf), f) == NULL) {
+        buf[0] = '\0';
+    }
+    fclose(f);
+    /* UCX takes anything but "[never]" as enabled */
+    return (buf[0] != '\0') && (strstr(buf, "[never]") == NULL);
 }

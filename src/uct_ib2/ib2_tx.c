@@ -248,6 +248,12 @@ void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status)
     }
     ucs_debug("%s:%u: endpoint %p failed: %s", iface->md->name, iface->port,
               ep, ucs_status_string(status));
+    if (ucs_unlikely(ep->hidden)) {
+        /* The user never had this endpoint: naming it to the error
+         * handler would hand out a handle nobody owns. */
+        ib2_cm_twin_failed(ep, status);
+        return;
+    }
     uct_iface_handle_ep_err(&iface->super.super, &ep->super.super, status);
 }
 

@@ -6,6 +6,8 @@
 #     on two subnets, SL and traffic class at the receiver, RoCE with each
 #     GID choice, the adapter's PCI function as UCX's system device;
 #   - UCP (test_ucp_ib2_faults): three processes streaming under each fault;
+#   - UCP (test_ucp_ib2_rails): a transfer striped over two ports, every
+#     byte checked and each port's share counted;
 #   - UCP (ucx_perftest pairs): a transfer striped over two ports, ports
 #     on two subnet prefixes refused, the tag API on RoCE, the lane on the
 #     adapter nearer to UCX_SELECT_DISTANCE_MD's device;
@@ -60,6 +62,15 @@ ib2_check ucp/multi-rail-one-rail bash -c '
     echo "$out" | grep "ep_cfg\[" | grep -q "tag(rc_ib2/mr0:[12])"' _ \
     "$fab_pair" --expect '^Final:' "${fab_r[@]}" UCX_MAX_RNDV_RAILS=1 -- \
     ucx_perftest -p @PORT@ -t tag_bw -s 16777216 -n 50 -w 5
+
+# perftest checks no payload: the same striping in one process, with every
+# byte of each message checked and softverbs' port counters showing that
+# each port carried its share; limited to either port, that port alone
+# carries the messages, intact (test_ucp_rails.cc).
+ib2_gtest ucp/multi-rail-data "$BUILD/contrib/softverbs/softverbs-run" \
+    --shm "$fab_shm-railsdata" --devices mr0:ib:2 \
+    env UCX_TLS=rc_ib2,ud_verbs:aux IB2_RAILS_DEVICE=mr0 \
+    "$fab_t/test_ucp_ib2_rails" --gtest_color=no
 
 # Server and client on ports of two subnet prefixes: UCP finds no
 # transport and says so; the same ports on one prefix connect.

@@ -8,7 +8,12 @@
  * here are noisy), reporting medians and the ratio.
  *
  * Usage: sv_bench [-s bytes] [-n iters] [-r rounds] [-l iters] [-t ratio]
+ *                 [-m both|raw|write]
  *   -t: exit 1 if median(softverbs) / median(raw) is below this ratio.
+ *   -m raw, -m write: only that bandwidth path, no latency: two runs with
+ *      the same -s -n -r differ only in how the bytes move, so the CPU
+ *      time of the whole process compares the two (docs/softverbs.md,
+ *      "Performance").
  *
  * The program links libsoftverbs directly (no LD_PRELOAD needed) and uses
  * its own shared segment.
@@ -359,31 +364,78 @@ static double median(double *v, int n)
     return (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* -m raw or -m write: the rounds of one path, as many bytes as the
+ * interleaved run moves on it, and its median; then the target quits. */
+static int one_path(struct bench_side *s, const struct bench_ends *peer,
+                    int iters, int rounds, int raw_only, int to, pid_t pid)
+{
+    double *bw = calloc(rounds, sizeof(double));
+    int cmd = CMD_QUIT, st, r;
+
+    if (bw == NULL) {
+        die("calloc");
+    }
+    printf("softverbs benchmark: %zu-byte messages, %d per round, %d rounds "
+           "of %s only\n", s->size, iters, rounds,
+           raw_only ? "raw process_vm_writev" : "softverbs RDMA WRITE");
+    for (r = -1; r < rounds; ++r) {   /* round -1 warms up */
+        int n    = (r < 0) ? iters / 4 + 1 : iters;
+        double v = raw_only ? raw_round(s, peer, n) : write_round(s, peer, n);
+
+        if (r >= 0) {
+            bw[r] = v;
+            printf("%5d %12.0f MB/s\n", r, v / 1e6);
+        }
+    }
+    xfer(to, &cmd, sizeof(cmd), 1);
+    waitpid(pid, &st, 0);
+    printf("median: %s %.0f MB/s\n",
+           raw_only ? "raw process_vm_writev" : "softverbs RDMA WRITE",
+           median(bw, rounds) / 1e6);
+    free(bw);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     size_t size = 1 << 20;
     int iters = 200, rounds = 11, lat_iters = 200000, opt, r;
+    int do_raw = 1, do_write = 1;
     double threshold = 0, *raw, *sv, *lat, *lat0;
     int to[2], from[2], st, cmd;
     struct bench_side s;
     struct bench_ends me, peer;
     pid_t pid;
 
-    while ((opt = getopt(argc, argv, "s:n:r:l:t:h")) != -1) {
+    while ((opt = getopt(argc, argv, "s:n:r:l:t:m:h")) != -1) {
         switch (opt) {
         case 's': size = strtoull(optarg, NULL, 0); break;
         case 'n': iters = atoi(optarg); break;
         case 'r': rounds = atoi(optarg); break;
         case 'l': lat_iters = atoi(optarg); break;
         case 't': threshold = atof(optarg); break;
+        case 'm':
+            do_raw   = !strcmp(optarg, "raw") || !strcmp(optarg, "both");
+            do_write = !strcmp(optarg, "write") || !strcmp(optarg, "both");
+            if (!do_raw && !do_write) {
+                fprintf(stderr, "sv_bench: -m '%s': give both, raw or "
+                        "write\n", optarg);
+                return 2;
+            }
+            break;
         default:
             fprintf(stderr, "usage: sv_bench [-s bytes] [-n iters] "
-                    "[-r rounds] [-l latency-iters] [-t min-ratio]\n");
+                    "[-r rounds] [-l latency-iters] [-t min-ratio] "
+                    "[-m both|raw|write]\n");
             return opt == 'h' ? 0 : 2;
         }
     }
     if (size < 8 || iters < 1 || rounds < 1 || lat_iters < 1) {
         fprintf(stderr, "sv_bench: sizes and counts must be positive\n");
+        return 2;
+    }
+    if (threshold > 0 && !(do_raw && do_write)) {
+        fprintf(stderr, "sv_bench: -t compares both paths: leave out -m\n");
         return 2;
     }
     bench_parent = getpid();
@@ -423,6 +475,9 @@ int main(int argc, char **argv)
            "(raw and RDMA WRITE interleaved)\n", size, iters, rounds);
     printf("%5s %12s %12s %7s %12s %12s\n", "round", "raw MB/s",
            "write MB/s", "ratio", "8B lat (us)", "no-CQE (us)");
+    if (!(do_raw && do_write)) {
+        return one_path(&s, &peer, iters, rounds, do_raw, to[1], pid);
+    }
     /* warm up both paths */
     raw_round(&s, &peer, iters / 4 + 1);
     write_round(&s, &peer, iters / 4 + 1);

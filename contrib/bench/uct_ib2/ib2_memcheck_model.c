@@ -7,24 +7,6 @@
 #include "ib2_memcheck.h"
 #include "ib2_model_layout.h"
 
-#include <stdio.h>
-#include <string.h>
-
-static int ib2mc_thp_enabled(void)
-{
-    char buf[256] = "";
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-
-    if (f == NULL) {
-        return 0;
-    }
-    if (fgets(buf, sizeof(buf), f) == NULL) {
-        buf[0] = '\0';
-    }
-    fclose(f);
-    return (buf[0] != '\0') && (strstr(buf, "[never]") == NULL);
-}
-
 int ib2mc_model(const char *rq, int nodes, int ppn, int intra,
                 size_t headroom, ib2_model_result_t *res, char *err,
                 size_t max)
@@ -44,6 +26,6 @@ int ib2mc_model(const char *rq, int nodes, int ppn, int intra,
     conf.ppn         = (unsigned long)ppn;
     conf.intra       = intra;
     conf.rx_headroom = headroom;
-    conf.thp         = ib2mc_thp_enabled();
+    conf.thp         = ib2_model_thp_enabled();
     return ib2_model_compute(&config, &conf, &dev, &layout, res, err, max);
 }

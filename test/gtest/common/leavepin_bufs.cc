@@ -94,6 +94,16 @@ void brk_setup()
 
 }
 
+size_t malloc_len(size_t least)
+{
+    const size_t kMargin = 4 << 20;
+    struct mallinfo2 mi  = mallinfo2();
+    size_t len           = (least > mi.fordblks + kMargin) ?
+                           least : mi.fordblks + kMargin;
+
+    return (len + kMargin - 1) / kMargin * kMargin;
+}
+
 const char *method_name(Method m)
 {
     switch (m) {
@@ -195,21 +205,27 @@ std::string Buffers::renew_one(unsigned i)
                    addr_text(old);
         }
         /* mmap takes the highest gap that fits; gaps above ours are held
-         * until malloc reaches the old address */
+         * until malloc reaches the old address. Every block that is not
+         * the old address is in others and freed once, there. */
+        q = nullptr;
         for (int tries = 0; tries < 32; ++tries) {
-            q = malloc(len_);
-            if (q == nullptr || (uintptr_t)q == old) {
+            void *t = malloc(len_);
+            if (t == nullptr) {
                 break;
             }
-            others.push_back(q);
+            if ((uintptr_t)t == old) {
+                q = t;
+                break;
+            }
+            others.push_back(t);
         }
         for (void *o : others) {
             free(o);
         }
-        if ((uintptr_t)q != old) {
-            free(q);
+        if (q == nullptr) {
             return "malloc did not return the old address " +
-                   addr_text(old);
+                   addr_text(old) + " in " + std::to_string(others.size()) +
+                   " tries (another mapping took part of its gap?)";
         }
         bufs_[i] = (uint8_t *)q;
         return "";

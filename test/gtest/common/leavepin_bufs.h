@@ -58,6 +58,15 @@ private:
     std::string            error_;
 };
 
+/* A length of at least `least` bytes for Method::Malloc buffers, larger
+ * than all the free memory of every malloc arena (mallinfo2) plus 4 MiB,
+ * in steps of 4 MiB. free() gives a block back to the kernel only if
+ * malloc took it with mmap, and malloc does that only when nothing free
+ * in its heap fits: whatever ran before in the process (the brk method
+ * pads the heap by 16 MiB, libraries free their blocks) may have left
+ * enough. The margin is room for what is freed while a test runs. */
+size_t malloc_len(size_t least);
+
 /* Fill with the bytes of message `seed`; index of the first byte that is
  * not, or -1. */
 void fill(uint8_t *p, size_t n, uint64_t seed);

@@ -1,6 +1,7 @@
 /*
  * Small helpers the p2p test programs share: a clock, a bounded wait,
- * heap use as the memory-bound tests measure it.
+ * heap use as the memory-bound tests measure it, and the state and
+ * watchdog of a program with its own main() (p2pfix).
  */
 #ifndef P2P_UTIL_H
 #define P2P_UTIL_H
@@ -8,9 +9,13 @@
 #include <gtest/gtest.h>
 #include <p2p.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <thread>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -57,6 +62,113 @@ static inline int wait_req(p2p_request_t **req, p2p_status_t *st,
         }
     } while (!flag);
     return ret;
+}
+
+/* googletest's report at rank 0 only: the other ranks print just their
+ * failures, prefixed with the rank (their exit code fails the job). */
+class P2PRankFailures : public ::testing::EmptyTestEventListener {
+public:
+    explicit P2PRankFailures(int rank) : rank_(rank) {}
+    void OnTestPartResult(const ::testing::TestPartResult &r) override
+    {
+        if (r.failed()) {
+            fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
+                    r.file_name() ? r.file_name() : "?", r.line_number(),
+                    r.message());
+        }
+    }
+
+private:
+    int rank_;
+};
+
+inline void p2p_test_report_at_rank0(int rank)
+{
+    if (rank != 0) {
+        auto &l = ::testing::UnitTest::GetInstance()->listeners();
+        delete l.Release(l.default_result_printer());
+        l.Append(new P2PRankFailures(rank));
+    }
+}
+
+/*
+ * A test program with its own main(): one context and its world, and
+ * blocking p2p calls (which wait without end) bounded from outside. A
+ * call made inside a Blocking scope that has not returned after
+ * wait_limit() seconds ends the process (exit code 3) saying what it was,
+ * so a hang fails the run instead of stopping it. main() calls
+ * start_watchdog() once.
+ */
+namespace p2pfix {
+
+inline p2p_context_t *ctx;
+inline p2p_comm_t    *world;
+inline int           rank, size;
+
+/* P2PTEST_WAIT_LIMIT seconds, 60 if unset */
+inline double wait_limit()
+{
+    const char *e = getenv("P2PTEST_WAIT_LIMIT");
+    return (e != nullptr) ? atof(e) : 60.0;
+}
+
+inline std::atomic<const char*> in_call{nullptr};
+inline std::atomic<double>      call_deadline{0};
+
+inline void start_watchdog()
+{
+    std::thread([] {
+        for (;;) {
+            usleep(100000);
+            const char *what = in_call.load();
+            if ((what != nullptr) && (now() > call_deadline.load())) {
+                fprintf(stderr, "[rank %d] %s did not return within %.0f s\n",
+                        rank, what, wait_limit());
+                fflush(stdout);
+                _exit(3);
+            }
+        }
+    }).detach();
+}
+
+struct Blocking {
+    explicit Blocking(const char *what)
+    {
+        call_deadline = now() + wait_limit();
+        in_call       = what;
+    }
+    ~Blocking() { in_call = nullptr; }
+};
+
+/* The rest of a fixture test program's main, after its raw-peer check:
+ * p2p_init (thread-multiple when P2PTEST_MT is set), the globals, the
+ * report at rank 0, the watchdog, the tests, and a finalize that must
+ * return within the wait limit. */
+inline int init_and_run_all()
+{
+    p2p_init_params_t params;
+
+    memset(&params, 0, sizeof(params));
+    if (getenv("P2PTEST_MT") != nullptr) {
+        params.flags = P2P_INIT_F_THREAD_MULTIPLE;
+    }
+    if (p2p_init(&params, &ctx) != P2P_OK) {
+        fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
+        return 2;
+    }
+    world = p2p_comm_world(ctx);
+    rank  = p2p_comm_rank(world);
+    size  = p2p_comm_size(world);
+    p2p_test_report_at_rank0(rank);
+    start_watchdog();
+    int rc = RUN_ALL_TESTS();
+    {
+        Blocking b("p2p_finalize");
+        p2p_finalize(ctx);
+    }
+    return rc;
+}
+
 }
 
 #endif

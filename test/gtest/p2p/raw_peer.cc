@@ -139,10 +139,13 @@ bool RawPeer::init()
     memcpy(blob.data() + sizeof(*wa), addr, addr_len);
     /* P2PTEST_RAW_RECORD: publish the record of another p2p instead --
      * "v2": the layout of wire versions 1 and 2 (no version field),
+     * "v4": this layout saying version 4 (its ABORT had 16 bytes),
      * "v99": this layout saying version 99 */
     const char *other = getenv("P2PTEST_RAW_RECORD");
     if ((other != nullptr) && (strcmp(other, "v99") == 0)) {
         wa->version = 99;
+    } else if ((other != nullptr) && (strcmp(other, "v4") == 0)) {
+        wa->version = 4;
     } else if ((other != nullptr) && (strcmp(other, "v2") == 0)) {
         struct __attribute__((packed)) {
             uint32_t magic, pid;

@@ -6,6 +6,8 @@
  */
 #include "p2p_test.h"
 
+#include <p2p_fault.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -220,6 +222,94 @@ TEST_F(P2P, BsendReceiverLate)
         int flag = 1;
         ASSERT_EQ(P2P_OK, p2p_iprobe(0, 50, comm, &flag, nullptr));
         EXPECT_EQ(0, flag) << "the message refused for lack of room came";
+    }
+    pair_sync(comm, peer());
+}
+
+/*
+ * p2p_ibsend when the attached buffer, or memory, runs out: it returns
+ * the error, sets no request, and sends nothing -- a caller that tries
+ * again must not send the message twice, and a sequence number spent on
+ * a message never sent would hold every later one back at the receiver.
+ * Rank 0's buffer holds one rendezvous-size message, which stays there
+ * until rank 1 receives it; a second ibsend finds no room
+ * (P2P_ERR_BUFFER), a third finds no request (injected:
+ * P2P_ERR_NO_MEMORY). After rank 1 has taken the first, a fourth goes.
+ * Rank 1 gets the first and the fourth, and nothing of the two refused.
+ */
+TEST_F(P2P, IbsendOutOfRoomOrMemorySendsNothing)
+{
+    /* suite 40 runs every P2P test in a singleton job too; this one
+     * needs a receiver that holds the first message back, and runs in
+     * the two-rank jobs (shm, tcp, rc_ib2) */
+    if (size < 2) {
+        GTEST_SKIP() << "needs two ranks";
+    }
+    if (!in_pair()) {
+        return;
+    }
+    const size_t big   = std::max<size_t>(stats().rndv_thresh, 65536);
+    const size_t small = 100;
+    Watchdog     wd("ibsend out of room or memory");
+    if (rank == 0) {
+        std::vector<char> mem(big + P2P_BSEND_OVERHEAD);
+        std::vector<char> buf(big);
+        p2p_request_t     *r = nullptr;
+        ASSERT_EQ(P2P_OK, p2p_buffer_attach(ctx, mem.data(), mem.size()));
+        fill(buf.data(), big, 31);
+        ASSERT_EQ(P2P_OK, p2p_ibsend(buf.data(), big, 1, 1, comm, &r));
+        ASSERT_EQ(P2P_OK, wait_one(&r, nullptr, "the copied ibsend"));
+        p2p_stats_t s0 = stats();
+        /* no room: the first is still in the buffer */
+        r = nullptr;
+        EXPECT_EQ(P2P_ERR_BUFFER, p2p_ibsend(buf.data(), small, 1, 2, comm,
+                                             &r));
+        EXPECT_EQ(nullptr, r);
+        EXPECT_NE(nullptr, strstr(p2p_last_error(ctx), "no room"))
+            << p2p_last_error(ctx);
+        EXPECT_EQ(s0.bsend_no_space + 1, stats().bsend_no_space);
+        /* no request */
+        p2p_fault_inject(ctx, P2P_FAULT_REQUEST, 1);
+        EXPECT_EQ(P2P_ERR_NO_MEMORY, p2p_ibsend(buf.data(), small, 1, 3,
+                                                comm, &r));
+        p2p_fault_inject(ctx, P2P_FAULT_REQUEST, 0);
+        EXPECT_EQ(nullptr, r);
+        EXPECT_NE(nullptr, strstr(p2p_last_error(ctx), "was not sent"))
+            << p2p_last_error(ctx);
+        EXPECT_EQ(s0.bsend_sent, stats().bsend_sent)
+            << "a refused ibsend went out";
+        int go = 1;
+        ASSERT_EQ(P2P_OK, p2p_send(&go, sizeof(go), 1, 60, comm));
+        ASSERT_EQ(P2P_OK, p2p_recv(&go, sizeof(go), 1, 61, comm, nullptr));
+        /* the first has left the buffer: room again */
+        fill(buf.data(), small, 34);
+        ASSERT_EQ(P2P_OK, p2p_ibsend(buf.data(), small, 1, 4, comm, &r))
+            << p2p_last_error(ctx);
+        ASSERT_EQ(P2P_OK, wait_one(&r, nullptr, "the fourth ibsend"));
+        void   *back;
+        size_t back_size;
+        ASSERT_EQ(P2P_OK, p2p_buffer_detach(ctx, &back, &back_size));
+        EXPECT_EQ(mem.data(), back);
+    } else {
+        std::vector<char> buf(big);
+        p2p_status_t      st;
+        int               go = 0;
+        ASSERT_EQ(P2P_OK, p2p_recv(&go, sizeof(go), 0, 60, comm, nullptr));
+        ASSERT_EQ(P2P_OK, p2p_recv(buf.data(), big, 0, 1, comm, &st));
+        EXPECT_EQ(big, st.count);
+        EXPECT_EQ(-1, check(buf.data(), big, 31));
+        ASSERT_EQ(P2P_OK, p2p_send(&go, sizeof(go), 0, 61, comm));
+        /* the fourth arrives: no number was spent on the refused ones */
+        ASSERT_EQ(P2P_OK, p2p_recv(buf.data(), big, 0, 4, comm, &st));
+        EXPECT_EQ(small, st.count);
+        EXPECT_EQ(-1, check(buf.data(), small, 34));
+        /* what rank 0 sent before the fourth is here by now (per-source
+         * order): the refused ones never came */
+        for (int tag = 2; tag <= 3; ++tag) {
+            int flag = 1;
+            ASSERT_EQ(P2P_OK, p2p_iprobe(0, tag, comm, &flag, nullptr));
+            EXPECT_EQ(0, flag) << "refused ibsend (tag " << tag << ") came";
+        }
     }
     pair_sync(comm, peer());
 }

@@ -49,19 +49,6 @@ p2p_context_t *ctx;
 p2p_comm_t    *world;
 int           rank, size;
 
-/* Other ranks print only their failures, prefixed with the rank; their
- * exit code tells mpirun. */
-class RankFailures : public ::testing::EmptyTestEventListener {
-    void OnTestPartResult(const ::testing::TestPartResult &r) override
-    {
-        if (r.failed()) {
-            fprintf(stderr, "[rank %d] %s:%d: %s\n", rank,
-                    r.file_name() ? r.file_name() : "?", r.line_number(),
-                    r.message());
-        }
-    }
-};
-
 } // namespace
 
 /* Rank 1's transport fails under the rule `fault()` gives, set after it
@@ -412,11 +399,7 @@ int main(int argc, char **argv)
     world = p2p_comm_world(ctx);
     rank  = p2p_comm_rank(world);
     size  = p2p_comm_size(world);
-    if (rank != 0) {
-        auto &l = ::testing::UnitTest::GetInstance()->listeners();
-        delete l.Release(l.default_result_printer());
-        l.Append(new RankFailures);
-    }
+    p2p_test_report_at_rank0(rank);
     int rc = RUN_ALL_TESTS();
     double t0 = now();
     p2p_finalize(ctx);

@@ -241,10 +241,7 @@ int main(int argc, char **argv)
     world = p2p_comm_world(ctx);
     rank  = p2p_comm_rank(world);
     size  = p2p_comm_size(world);
-    if (rank != 0) {
-        auto &l = ::testing::UnitTest::GetInstance()->listeners();
-        delete l.Release(l.default_result_printer());
-    }
+    p2p_test_report_at_rank0(rank);
     int rc = RUN_ALL_TESTS();
     double t0 = now();
     p2p_finalize(ctx);

@@ -39,47 +39,9 @@
 #include <unistd.h>
 
 using namespace p2ptest;
+using namespace p2pfix;
 
 namespace {
-
-p2p_context_t *ctx;
-p2p_comm_t    *world;
-int           rank, size;
-
-double wait_limit()
-{
-    const char *e = getenv("P2PTEST_WAIT_LIMIT");
-    return (e != nullptr) ? atof(e) : 60.0;
-}
-
-/* A blocking call that does not return fails the process, not hangs it. */
-std::atomic<const char*> in_call{nullptr};
-std::atomic<double>      call_deadline{0};
-
-void start_watchdog()
-{
-    std::thread([] {
-        for (;;) {
-            usleep(100000);
-            const char *what = in_call.load();
-            if ((what != nullptr) && (now() > call_deadline.load())) {
-                fprintf(stderr, "[rank %d] %s did not return within %.0f s\n",
-                        rank, what, wait_limit());
-                fflush(stdout);
-                _exit(3);
-            }
-        }
-    }).detach();
-}
-
-struct Blocking {
-    explicit Blocking(const char *what)
-    {
-        call_deadline = now() + wait_limit();
-        in_call       = what;
-    }
-    ~Blocking() { in_call = nullptr; }
-};
 
 /* the two live ranks tell each other an int (on the world) */
 int exchange(int mine, int tag)
@@ -496,27 +458,5 @@ int main(int argc, char **argv)
                 "cutoff\n");
         return 2;
     }
-    p2p_init_params_t params;
-    memset(&params, 0, sizeof(params));
-    if (getenv("P2PTEST_MT") != nullptr) {
-        params.flags = P2P_INIT_F_THREAD_MULTIPLE;
-    }
-    if (p2p_init(&params, &ctx) != P2P_OK) {
-        fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
-        return 2;
-    }
-    world = p2p_comm_world(ctx);
-    rank  = p2p_comm_rank(world);
-    size  = p2p_comm_size(world);
-    if (rank != 0) {
-        auto &l = ::testing::UnitTest::GetInstance()->listeners();
-        delete l.Release(l.default_result_printer());
-    }
-    start_watchdog();
-    int rc = RUN_ALL_TESTS();
-    {
-        Blocking b("p2p_finalize");
-        p2p_finalize(ctx);
-    }
-    return rc;
+    return init_and_run_all();
 }

@@ -9,6 +9,9 @@
  *   LateCommitBytesAreTakenInTheCreation -np 3, rank 1 raw (mode lag),
  *                                   (over shm the order it needs is
  *                                   certain)
+ *   SentinelNoticeLeavesWorldAlone  -np 3, rank 2 raw (mode sentinel)
+ *   NoticesOfManyParentsAreKept     -np 3, rank 2 raw (mode parents)
+ *   NoticeAheadOfMessagesIsLookedAtAgain -np 3, rank 2 raw (mode ahead)
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -19,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <p2p.h>
+#include <p2p_embed.h>
 #include <p2p_fault.h>
 #include <p2p_ucp.h>
 #include <p2p_wire.h>
@@ -33,47 +37,9 @@
 #include <unistd.h>
 
 using namespace p2ptest;
+using namespace p2pfix;
 
 namespace {
-
-p2p_context_t *ctx;
-p2p_comm_t    *world;
-int           rank, size;
-
-double wait_limit()
-{
-    const char *e = getenv("P2PTEST_WAIT_LIMIT");
-    return (e != nullptr) ? atof(e) : 60.0;
-}
-
-/* A blocking call that does not return fails the process, not hangs it. */
-std::atomic<const char*> in_call{nullptr};
-std::atomic<double>      call_deadline{0};
-
-void start_watchdog()
-{
-    std::thread([] {
-        for (;;) {
-            usleep(100000);
-            const char *what = in_call.load();
-            if ((what != nullptr) && (now() > call_deadline.load())) {
-                fprintf(stderr, "[rank %d] %s did not return within %.0f s\n",
-                        rank, what, wait_limit());
-                fflush(stdout);
-                _exit(3);
-            }
-        }
-    }).detach();
-}
-
-struct Blocking {
-    explicit Blocking(const char *what)
-    {
-        call_deadline = now() + wait_limit();
-        in_call       = what;
-    }
-    ~Blocking() { in_call = nullptr; }
-};
 
 p2p_wire_cid_offer_t raw_offer()
 {
@@ -331,6 +297,155 @@ int raw_lag(RawPeer &raw)
 
 }
 
+/* A forged ABORT naming the origin of "made by no creation" (cid
+ * UINT32_MAX, epoch 0, creation 0) names no creation: it must not make
+ * its sender absent from the world (it did, and from every communicator
+ * made by p2p_comm_create_from_ranks). -np 3, P2PTEST_RAW_RANK=2,
+ * P2PTEST_RAW_MODE=sentinel */
+TEST(P2PReview4, SentinelNoticeLeavesWorldAlone)
+{
+    {
+        Blocking b("rank 2's word after its notice");
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, 61, world, nullptr));
+    }
+    if (rank == 0) {
+        ucp_ep_h ep;
+        p2p_stats_t st;
+        p2p_get_stats(ctx, &st);
+        printf("world failure count %d, p2p_ucp_ep(world, 2) = %d, "
+               "rx_stale_comm %llu\n", p2p_comm_failure_count(world),
+               p2p_ucp_ep(world, 2, &ep),
+               (unsigned long long)st.rx_stale_comm);
+        EXPECT_EQ(0, p2p_comm_failure_count(world));
+        EXPECT_EQ(P2P_OK, p2p_ucp_ep(world, 2, &ep));
+    }
+}
+
+namespace {
+int raw_sentinel(RawPeer &raw)
+{
+    for (int d = 0; d < 2; ++d) {
+        if (d == 0) {
+            raw_abort(raw, d, UINT32_MAX, 0, 0, 0);
+        }
+        raw.eager(d, 61, nullptr, 0);
+    }
+    raw.barrier();                      /* finalize */
+    return 0;
+}
+}
+
+/*
+ * The bound on notes goes by parent: a member may have two notes (the
+ * creation under way and the next) for each parent it is a member of,
+ * however many parents there are. Rank 0 makes 1100 communicators with
+ * rank 2 (a raw peer; p2p_comm_create_from_ranks, no traffic), and rank 2
+ * sends a notice for the next creation on each. Every one is kept. Before,
+ * 1024 notes for the whole context was the bound: the last 76 were refused
+ * (rx_abort_dropped) and a member that went on to keep one of those
+ * communicators could have waited for rank 2 for ever. One parent of more
+ * than 1025 members is the case in a large job; a parent per notice is
+ * how three processes reach the same bound.
+ */
+TEST(P2PReview4, NoticesOfManyParentsAreKept)
+{
+    ASSERT_EQ(3, size) << "run with -np 3, P2PTEST_RAW_RANK=2, "
+                          "P2PTEST_RAW_MODE=parents";
+    const uint32_t           two[2] = { 0, 2 };
+    std::vector<p2p_comm_t*> comms(1100, nullptr);
+    p2p_stats_t              s0, s1;
+
+    if (rank == 0) {
+        for (uint32_t i = 0; i < comms.size(); ++i) {
+            ASSERT_EQ(P2P_OK, p2p_comm_create_from_ranks(ctx, 1000 + i, 100,
+                                                         2, two, &comms[i]))
+                << p2p_last_error(ctx);
+        }
+        p2p_get_stats(ctx, &s0);
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 2, 60, world));
+    }
+    {
+        Blocking b("rank 2's word after its notices");
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, 61, world, nullptr));
+    }
+    if (rank == 0) {
+        p2p_get_stats(ctx, &s1);
+        EXPECT_EQ(s0.rx_abort_dropped, s1.rx_abort_dropped);
+        EXPECT_EQ(s0.rx_stale_comm, s1.rx_stale_comm);
+        EXPECT_EQ(s0.rx_unauthenticated, s1.rx_unauthenticated);
+        for (p2p_comm_t *&c : comms) {
+            EXPECT_EQ(P2P_OK, p2p_comm_free(&c));
+        }
+    }
+}
+
+namespace {
+/* Rank 2, parents: once rank 0 has made its communicators, a notice for
+ * the first creation on each, then a word to both. */
+int raw_parents(RawPeer &raw)
+{
+    raw.wait_tag(0, 60, "rank 0 made its communicators");
+    for (uint32_t i = 0; i < 1100; ++i) {
+        raw_abort(raw, 0, 1000 + i, 100, 0, 0);
+    }
+    for (int d = 0; d < 2; ++d) {
+        raw.eager(d, 61, nullptr, 0);
+    }
+    raw.barrier();                      /* finalize */
+    return 0;
+}
+}
+
+/*
+ * A notice that comes ahead of some of its sender's messages is looked at
+ * again when they come. Rank 2 (a raw peer) tells rank 0 that the world's
+ * next creation failed at it, with one message still to come; once rank
+ * 0's receive of rank 2's offer is posted (rank 0 posts it before sending
+ * its own offer to rank 2), that message comes: a user message, not the
+ * offer. Rank 0 must stop waiting for rank 2 then. Before, nothing looked
+ * at the notice again: rank 0 waited for the offer for ever. (Over one
+ * lane UCP keeps a notice behind its sender's earlier messages; a raw peer
+ * can send them in any order, which is what another lane could do.) Rank
+ * 1 gets an ordinary notice.
+ */
+TEST(P2PReview4, NoticeAheadOfMessagesIsLookedAtAgain)
+{
+    ASSERT_EQ(3, size) << "run with -np 3, P2PTEST_RAW_RANK=2, "
+                          "P2PTEST_RAW_MODE=ahead";
+    p2p_comm_t *n = nullptr;
+    int        e;
+
+    {
+        Blocking b("p2p_comm_dup with rank 2 gone from it");
+        e = p2p_comm_dup(world, &n);
+    }
+    EXPECT_EQ(P2P_ERR_COMM_ABORTED, e) << p2p_last_error(ctx);
+    EXPECT_EQ(nullptr, n);
+    {
+        Blocking b("rank 2's user message");
+        EXPECT_EQ(P2P_OK, p2p_recv(nullptr, 0, 2, 61, world, nullptr));
+    }
+}
+
+namespace {
+/* Rank 2, ahead: a notice to rank 0 counting a message not sent yet, an
+ * ordinary one to rank 1; the message once rank 0 waits for the offer. */
+int raw_ahead(RawPeer &raw)
+{
+    raw_abort(raw, 1, 0, 0, 0, raw.next_seq(1));
+    raw_abort(raw, 0, 0, 0, 0, raw.next_seq(0) + 1);
+    raw.wait_tag(0, P2P_WIRE_TAG_ALLGATHER, "rank 0's offer");
+    raw.eager(0, 61, nullptr, 0);
+    raw.eager(1, 61, nullptr, 0);
+    /* the failed creation's commit round still sends rank 2 a byte from
+     * each; taken here so that finalize's barrier reads its own */
+    raw.wait_tag(0, P2P_WIRE_TAG_BARRIER, "rank 0's commit-round byte");
+    raw.wait_tag(1, P2P_WIRE_TAG_BARRIER, "rank 1's commit-round byte");
+    raw.barrier();                      /* finalize */
+    return 0;
+}
+}
+
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
@@ -349,31 +464,20 @@ int main(int argc, char **argv)
             rc = raw_freed(peer);
         } else if (m == "flood") {
             rc = raw_flood(peer);
+        } else if (m == "sentinel") {
+            rc = raw_sentinel(peer);
         } else if (m == "lag") {
             rc = raw_lag(peer);
+        } else if (m == "parents") {
+            rc = raw_parents(peer);
+        } else if (m == "ahead") {
+            rc = raw_ahead(peer);
         } else {
-            fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood or "
-                    "lag\n");
+            fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood, "
+                    "sentinel, lag, parents or ahead\n");
         }
         peer.finalize();
         return rc;
     }
-    if (p2p_init(nullptr, &ctx) != P2P_OK) {
-        fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
-        return 2;
-    }
-    world = p2p_comm_world(ctx);
-    rank  = p2p_comm_rank(world);
-    size  = p2p_comm_size(world);
-    if (rank != 0) {
-        auto &l = ::testing::UnitTest::GetInstance()->listeners();
-        delete l.Release(l.default_result_printer());
-    }
-    start_watchdog();
-    int rc = RUN_ALL_TESTS();
-    {
-        Blocking b("p2p_finalize");
-        p2p_finalize(ctx);
-    }
-    return rc;
+    return init_and_run_all();
 }

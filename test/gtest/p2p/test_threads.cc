@@ -407,6 +407,108 @@ TEST(P2PThreads, FailureAckWhileWildcardsArePosted)
     EXPECT_EQ(P2P_OK, p2p_comm_free(&self));
 }
 
+/*
+ * p2p_buffer_detach while other threads ibsend into the buffer and take
+ * the messages (rendezvous sizes to itself: each stays in the buffer
+ * until its receive has read it). Two threads detach at once: one gets
+ * the buffer, only after every message in it has been read -- the buffer
+ * is scribbled over and freed the moment detach returns, and every
+ * message must still arrive whole -- the other P2P_ERR_INVALID. The
+ * sender's ibsends end with P2P_ERR_BUFFER ("no buffer attached"), and
+ * every one that returned P2P_OK arrives, in order.
+ */
+TEST(P2PThreads, DetachWhileIbsending)
+{
+    p2p_comm_t *self;
+    ASSERT_EQ(P2P_OK, p2p_comm_split(world, rank, 0, &self));
+    Watchdog     wd("detach next to ibsends");
+    p2p_stats_t  s;
+    p2p_get_stats(ctx, &s);
+    const size_t len   = std::max<size_t>(s.rndv_thresh, 65536);
+    const size_t bytes = 4 * (len + P2P_BSEND_OVERHEAD);
+    char         *mem  = (char*)malloc(bytes);
+    ASSERT_NE(nullptr, mem);
+    ASSERT_EQ(P2P_OK, p2p_buffer_attach(ctx, mem, bytes));
+
+    std::atomic<int>  sent(0), unexpected_err(0);
+    std::thread tx([&] {
+        std::vector<char> buf(len);
+        for (int i = 0;;) {
+            memset(buf.data(), (char)(i & 0xff), len);
+            p2p_request_t *r = nullptr;
+            int ret = p2p_ibsend(buf.data(), len, 0, 11, self, &r);
+            if (ret == P2P_OK) {
+                if (p2p_wait(&r, nullptr) != P2P_OK) {
+                    ++unexpected_err;
+                }
+                sent = ++i;
+            } else if ((ret == P2P_ERR_BUFFER) &&
+                       (strstr(p2p_last_error(ctx), "no buffer attached") !=
+                        nullptr)) {
+                break;          /* detached */
+            } else if ((ret != P2P_ERR_BUFFER) ||
+                       (strstr(p2p_last_error(ctx), "no room") == nullptr)) {
+                ++unexpected_err;
+                break;
+            } else {
+                std::this_thread::yield();  /* full: the receiver frees */
+            }
+        }
+        /* the end: a standard send, after every buffered one */
+        if (p2p_send(nullptr, 0, 0, 11, self) != P2P_OK) {
+            ++unexpected_err;
+        }
+    });
+    std::atomic<int> received(0), corrupt(0);
+    std::thread rx([&] {
+        std::vector<char> buf(len);
+        for (int i = 0;; ++i) {
+            p2p_status_t st;
+            if (p2p_recv(buf.data(), len, 0, 11, self, &st) != P2P_OK) {
+                ++unexpected_err;
+                return;
+            }
+            if (st.count == 0) {
+                return;
+            }
+            if ((st.count != len) ||
+                (std::count(buf.begin(), buf.end(), (char)(i & 0xff)) !=
+                 (long)len)) {
+                ++corrupt;
+            }
+            received = i + 1;
+        }
+    });
+    while (sent < 20) {
+        std::this_thread::yield();
+    }
+    int    ret[2];
+    void   *back[2]      = { nullptr, nullptr };
+    size_t back_size[2]  = { 0, 0 };
+    std::thread d2([&] {
+        ret[1] = p2p_buffer_detach(ctx, &back[1], &back_size[1]);
+    });
+    ret[0] = p2p_buffer_detach(ctx, &back[0], &back_size[0]);
+    d2.join();
+    int won = (ret[0] == P2P_OK) ? 0 : 1;
+    EXPECT_EQ(P2P_OK, ret[won]);
+    EXPECT_EQ(P2P_ERR_INVALID, ret[1 - won]);
+    EXPECT_EQ(mem, back[won]);
+    EXPECT_EQ(bytes, back_size[won]);
+    EXPECT_EQ(nullptr, back[1 - won]);
+    /* the buffer is the caller's again: anything still read from it
+     * would now be garbage (or, under a sanitizer, a use after free) */
+    memset(mem, 0xee, bytes);
+    free(mem);
+    tx.join();
+    rx.join();
+    EXPECT_EQ(0, unexpected_err.load());
+    EXPECT_EQ(0, corrupt.load());
+    EXPECT_EQ(sent.load(), received.load());
+    EXPECT_GE(sent.load(), 20);
+    EXPECT_EQ(P2P_OK, p2p_comm_free(&self));
+}
+
 /* Ranks other than 0 print only their failures, prefixed (rank 0's
  * report is the one the suite reads; a failure elsewhere fails the run
  * by its exit code). */

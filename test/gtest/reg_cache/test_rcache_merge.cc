@@ -6,33 +6,12 @@
  * bytes twice: a pool that grows by adjacent chunks and holds them all
  * would register about the square of what it holds.
  */
-#include "rcache_mock.h"
+#include "rcache_arena.h"
 
 #include <sys/mman.h>
 #include <vector>
 
-class RcacheMerge : public RcacheTestBase {
-protected:
-    static constexpr size_t kArenaPages = 256;
-    char *arena = nullptr;
-
-    void SetUp() override
-    {
-        RcacheTestBase::SetUp();
-        arena = (char*)mmap(nullptr, kArenaPages * page,
-                            PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        ASSERT_NE(MAP_FAILED, (void*)arena);
-    }
-
-    void TearDown() override
-    {
-        RcacheTestBase::TearDown();
-        munmap(arena, kArenaPages * page);
-    }
-
-    char *pg(size_t n) { return arena + n * page; }
-};
+class RcacheMerge : public RcacheArenaTest<256> {};
 
 TEST_F(RcacheMerge, AdjacentRegionsInUseAreRegisteredOnce)
 {

@@ -3,7 +3,7 @@
  * hits, misses, merging, access flags, alignment, limits and LRU eviction,
  * backend failures, leave-pinned off, explicit invalidation, threads.
  */
-#include "rcache_mock.h"
+#include "rcache_arena.h"
 
 #include <atomic>
 #include <random>
@@ -12,28 +12,7 @@
 #include <thread>
 #include <vector>
 
-class RcacheUnit : public RcacheTestBase {
-protected:
-    static constexpr size_t kArenaPages = 4096;
-    char *arena = nullptr;
-
-    void SetUp() override
-    {
-        RcacheTestBase::SetUp();
-        arena = (char*)mmap(nullptr, kArenaPages * page,
-                            PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        ASSERT_NE(MAP_FAILED, (void*)arena);
-    }
-
-    void TearDown() override
-    {
-        RcacheTestBase::TearDown();
-        munmap(arena, kArenaPages * page);
-    }
-
-    char *pg(size_t n) { return arena + n * page; }
-};
+class RcacheUnit : public RcacheArenaTest<4096> {};
 
 TEST_F(RcacheUnit, HitReusesRegistration)
 {

@@ -177,6 +177,74 @@ TEST(Fabric, SubnetPrefixPerPort)
     EXPECT_EQ(rc, 0);
 }
 
+/* Each port counts the payload of the RC requests that leave it and reach
+ * it (a READ's data leaves the responder's port): a WRITE and a SEND from
+ * port 1 to port 2, a READ by port 1 from port 2, each of its own size,
+ * move exactly those counters; a port that does not exist is ENOENT. */
+TEST(Fabric, PortCountersCountEachPort)
+{
+    int rc = run_child_env({ "SOFTVERBS_SHM=" + seg_name("portbytes"),
+                             "SOFTVERBS_DEVICES=pc0:ib:2" }, [] {
+        Dev x(0);
+        SV_CHILD_CHECK(x.ok(), 10);
+        ibv_port_attr x1, x2;
+        SV_CHILD_CHECK(ibv_query_port(x.ctx, 1, &x1) == 0 &&
+                       ibv_query_port(x.ctx, 2, &x2) == 0, 11);
+        ibv_cq *cq = make_cq(x.ctx);
+        ibv_qp *q1 = make_qp(x, IBV_QPT_RC, cq, cq);
+        ibv_qp *q2 = make_qp(x, IBV_QPT_RC, cq, cq);
+        SV_CHILD_CHECK(cq && q1 && q2, 12);
+        SV_CHILD_CHECK(connect_rc(q1, q2->qp_num, x2.lid, 1) == 0 &&
+                       connect_rc(q2, q1->qp_num, x1.lid, 2) == 0, 13);
+        Buf b1(x.pd, 16384), b2(x.pd, 16384);
+        uint64_t t[2][2], u[2][2];   /* [port - 1][xmit, rcv] */
+        auto counters = [](uint64_t (*c)[2]) {
+            return softverbs_port_bytes("pc0", 1, &c[0][0], &c[0][1]) == 0 &&
+                   softverbs_port_bytes("pc0", 2, &c[1][0], &c[1][1]) == 0;
+        };
+        ibv_wc wc;
+
+        SV_CHILD_CHECK(counters(t), 14);
+        /* WRITE, 3000 bytes, port 1 to port 2 */
+        memset(b1.p, 'w', 3000);
+        SV_CHILD_CHECK(post_send(q1, IBV_WR_RDMA_WRITE, b1.p, 3000, b1.lkey(),
+                                 1, IBV_SEND_SIGNALED, b2.addr(),
+                                 b2.rkey()) == 0 &&
+                       poll_wc(cq, &wc) && wc.status == IBV_WC_SUCCESS, 15);
+        SV_CHILD_CHECK(counters(u), 16);
+        SV_CHILD_CHECK(u[0][0] - t[0][0] == 3000 && u[1][1] - t[1][1] ==
+                       3000 && u[0][1] == t[0][1] && u[1][0] == t[1][0], 17);
+        /* READ, 5000 bytes: they leave port 2 and reach port 1 */
+        SV_CHILD_CHECK(post_send(q1, IBV_WR_RDMA_READ, b1.p, 5000, b1.lkey(),
+                                 2, IBV_SEND_SIGNALED, b2.addr(),
+                                 b2.rkey()) == 0 &&
+                       poll_wc(cq, &wc) && wc.status == IBV_WC_SUCCESS, 18);
+        SV_CHILD_CHECK(counters(t), 19);
+        SV_CHILD_CHECK(t[1][0] - u[1][0] == 5000 && t[0][1] - u[0][1] ==
+                       5000 && t[0][0] == u[0][0] && t[1][1] == u[1][1], 20);
+        /* SEND, 700 bytes, port 1 to port 2 */
+        SV_CHILD_CHECK(post_recv(q2, b2.p, 1024, b2.lkey(), 3) == 0 &&
+                       post_send(q1, IBV_WR_SEND, b1.p, 700, b1.lkey(), 4) ==
+                       0, 21);
+        SV_CHILD_CHECK(poll_wc(cq, &wc) && wc.status == IBV_WC_SUCCESS &&
+                       poll_wc(cq, &wc) && wc.status == IBV_WC_SUCCESS, 22);
+        SV_CHILD_CHECK(counters(u), 23);
+        SV_CHILD_CHECK(u[0][0] - t[0][0] == 700 && u[1][1] - t[1][1] == 700 &&
+                       u[0][1] == t[0][1] && u[1][0] == t[1][0], 24);
+        uint64_t v;
+        SV_CHILD_CHECK(softverbs_port_bytes("pc0", 3, &v, &v) == ENOENT &&
+                       softverbs_port_bytes("pc0", 0, &v, &v) == ENOENT &&
+                       softverbs_port_bytes("nosuch", 1, &v, &v) == ENOENT &&
+                       softverbs_port_bytes("pc0", 1, nullptr, nullptr) == 0,
+                       25);
+        ibv_destroy_qp(q1);
+        ibv_destroy_qp(q2);
+        ibv_destroy_cq(cq);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
 /* What is wrong in the fabric options is said. */
 TEST(Fabric, OptionErrorsAreReported)
 {

@@ -96,6 +96,11 @@ TEST(FaultGrammar, ErrorsNameWhatIsWrong)
         { "post_recv/after", "'after' is not KEY=VALUE" },
         { "post_recv/after=1/after=2", "key 'after' is given twice" },
         { "reg_mr;post_send/count=0", "item 2 ('post_send/count=0')" },
+        /* empty items count: the number is the item's place */
+        { "reg_mr;;post_send/count=0", "item 3 ('post_send/count=0')" },
+        { ";post_send/count=0", "item 2 ('post_send/count=0')" },
+        { "delay/time=4611686018427387904ns",
+          "time=4611686018427387904ns is too long: it must be below 2^62 ns" },
         { "seed=x", "seed=x" },
     };
     for (auto &c : cases) {

@@ -181,19 +181,6 @@ inline ucs_status_t stream_send(uct_ep_h ep, uint32_t k, uint32_t i,
     }, progress);
 }
 
-/* The errors reported for ep (through the interface's error handler). */
-inline std::vector<ucs_status_t> errors_of(const Entity &e, uct_ep_h ep)
-{
-    std::vector<ucs_status_t> v;
-
-    for (const auto &x : e.errors) {
-        if (x.first == ep) {
-            v.push_back(x.second);
-        }
-    }
-    return v;
-}
-
 } // namespace ib2t
 
 #endif

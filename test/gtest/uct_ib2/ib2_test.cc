@@ -301,7 +301,7 @@ Entity::Entity(const EntityParams &p) : rx_headroom(p.rx_headroom)
     if (status_ != UCS_OK) {
         return;
     }
-    status_ = ucs_async_context_create(UCS_ASYNC_MODE_POLL, &async);
+    status_ = ucs_async_context_create(p.async_mode, &async);
     if (status_ != UCS_OK) {
         async = nullptr;
         return;
@@ -398,7 +398,12 @@ ucs_status_t Entity::am_handler(void *arg, void *data, size_t length,
 
 ucs_status_t Entity::err_handler(void *arg, uct_ep_h ep, ucs_status_t status)
 {
-    static_cast<Entity *>(arg)->errors.emplace_back(ep, status);
+    Entity *e = static_cast<Entity *>(arg);
+
+    e->errors.emplace_back(ep, status);
+    if (e->on_error) {
+        e->on_error(ep, status);
+    }
     return UCS_OK;
 }
 

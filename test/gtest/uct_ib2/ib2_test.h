@@ -107,6 +107,8 @@ struct EntityParams {
     Env::Vars   env;              /* UCX_IB2_* etc. while reading configs */
     size_t      rx_headroom = 0;
     bool        err_handler = true;
+    /* the worker's async context; THREAD_SPINLOCK as UCP's workers have */
+    ucs_async_mode_t async_mode = UCS_ASYNC_MODE_POLL;
     std::string dev = kDev;
     std::string md  = kMd;        /* the memory domain (device) */
 };
@@ -165,6 +167,9 @@ public:
 
     /* Endpoint errors reported through the interface's error handler. */
     std::vector<std::pair<uct_ep_h, ucs_status_t>> errors;
+    /* If set, called from the error handler after recording (a user that
+     * acts on the error there, e.g. destroys endpoints). */
+    std::function<void(uct_ep_h, ucs_status_t)> on_error;
 
 private:
     static ucs_status_t am_handler(void *arg, void *data, size_t length,
@@ -236,6 +241,19 @@ struct Comp {
 };
 
 /* Deterministic payload bytes. */
+/* The errors reported for ep (through the interface's error handler). */
+inline std::vector<ucs_status_t> errors_of(const Entity &e, uct_ep_h ep)
+{
+    std::vector<ucs_status_t> v;
+
+    for (const auto &x : e.errors) {
+        if (x.first == ep) {
+            v.push_back(x.second);
+        }
+    }
+    return v;
+}
+
 void fill(void *p, size_t n, uint32_t seed);
 bool check(const void *p, size_t n, uint32_t seed, std::string *why = nullptr);
 

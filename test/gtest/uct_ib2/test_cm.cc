@@ -11,10 +11,7 @@
  *
  * Each case runs in a child on a segment of its own (in_child).
  */
-#include "ib2_data.h"
-#include "ib2_regress.h"
-
-#include <ib2_counters.h>
+#include "ib2_cm_test.h"
 
 #include <chrono>
 #include <map>
@@ -25,181 +22,6 @@
 using namespace ib2t;
 
 namespace {
-
-#define CM_CHECK(cond, why)                                                 \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            std::ostringstream os_;                                         \
-            os_ << why;                                                     \
-            return os_.str() + " (" #cond ")";                              \
-        }                                                                   \
-    } while (0)
-
-constexpr const char *kDevices = "iw0:iwarp:1,roce0:eth:1,ib0:ib:1";
-
-struct Fabric {
-    const char *name, *dev;
-    Env::Vars  env;
-};
-
-std::ostream &operator<<(std::ostream &os, const Fabric &f)
-{
-    return os << f.name;
-}
-
-const Fabric kFabrics[] = {
-    {"iwarp", "iw0:1", {}},
-    {"roce", "roce0:1", {{"UCX_IB2_CM", "rdmacm"}}},
-};
-
-EntityParams on(const Fabric &f, const Env::Vars &more = {})
-{
-    EntityParams p;
-
-    p.dev = f.dev;
-    p.md  = p.dev.substr(0, p.dev.find(':'));
-    p.env = f.env;
-    p.env.insert(p.env.end(), more.begin(), more.end());
-    return p;
-}
-
-ib2_iface_counters_t counters(const Entity &e)
-{
-    ib2_iface_counters_t c{};
-
-    EXPECT_EQ(ib2_iface_get_counters(e.iface, &c), UCS_OK);
-    return c;
-}
-
-/* The initiator of a pair, by the rule of ib2_cm_wire.h: the lower
- * (address, port, endpoint id) of the endpoint addresses. */
-bool initiates(const std::vector<char> &mine, const std::vector<char> &peer)
-{
-    struct Key {
-        uint8_t  ip[16];
-        uint16_t port;
-        uint64_t id;
-    };
-    auto key = [](const std::vector<char> &a) {
-        Key k;
-        memcpy(k.ip, a.data() + 8, 16);
-        memcpy(&k.port, a.data() + 6, 2);
-        memcpy(&k.id, a.data() + 24, 8);
-        return k;
-    };
-    Key a = key(mine), b = key(peer);
-    int c = memcmp(a.ip, b.ip, 16);
-
-    return (c < 0) || ((c == 0) && ((a.port < b.port) ||
-                                    ((a.port == b.port) && (a.id < b.id))));
-}
-
-ucs_status_t connect_to(Entity &e, uct_ep_h ep, const std::vector<char> &dev,
-                        const std::vector<char> &addr)
-{
-    return uct_ep_connect_to_ep(ep, (const uct_device_addr_t *)dev.data(),
-                                (const uct_ep_addr_t *)addr.data());
-}
-
-/* a connects first, then b. */
-std::string pair_connect(Entity &a, uct_ep_h ab, Entity &b, uct_ep_h ba)
-{
-    CM_CHECK(ab && ba, "endpoints");
-    CM_CHECK(connect_to(a, ab, b.dev_addr(), b.ep_addr(ba)) == UCS_OK,
-             "first connect_to_ep");
-    CM_CHECK(connect_to(b, ba, a.dev_addr(), a.ep_addr(ab)) == UCS_OK,
-             "second connect_to_ep");
-    return "";
-}
-
-std::vector<ucs_status_t> errors_on(const Entity &e, uct_ep_h ep)
-{
-    std::vector<ucs_status_t> v;
-
-    for (const auto &x : e.errors) {
-        if (x.first == ep) {
-            v.push_back(x.second);
-        }
-    }
-    return v;
-}
-
-/* An AM with a 64-bit value each way, a put, a get (zcopy and bcopy). */
-std::string traffic(Entity &a, uct_ep_h ab, Entity &b, uct_ep_h ba)
-{
-    auto prog = [&] {
-        a.progress();
-        b.progress();
-    };
-    for (uint64_t i = 0; i < 10; ++i) {
-        CM_CHECK(retry([&] {
-            return uct_ep_am_short(ab, 1, i, &i, sizeof(i));
-        }, prog) == UCS_OK, "am " << i);
-        CM_CHECK(retry([&] {
-            return uct_ep_am_short(ba, 2, i, &i, sizeof(i));
-        }, prog) == UCS_OK, "reply " << i);
-    }
-    CM_CHECK(wait_for([&] { return b.rx.size() >= 10 && a.rx.size() >= 10; },
-                      prog),
-             "messages missing: " << b.rx.size() << ", " << a.rx.size());
-    for (uint64_t i = 0; i < 10; ++i) {
-        uint64_t v;
-        CM_CHECK(b.rx[i].data.size() == 16, "size " << b.rx[i].data.size());
-        memcpy(&v, b.rx[i].data.data(), 8);
-        CM_CHECK(v == i && b.rx[i].id == 1, "order: " << v << " at " << i);
-    }
-    Mem *la = a.alloc(65536), *rb = b.alloc(65536);
-    CM_CHECK(la && rb && la->memh && rb->memh, "registration failed");
-    fill(la->p, 32768, 9);
-    fill(rb->p + 32768, 32768, 10);
-    std::vector<uct_iov_t> put = make_iov(la, 0, 32768, 1);
-    std::vector<uct_iov_t> get = make_iov(la, 32768, 32768, 1);
-    Comp cp, cg;
-    ucs_status_t sp = retry([&] {
-        return uct_ep_put_zcopy(ab, put.data(), 1, rb->addr(), rb->rkey.rkey,
-                                &cp.c);
-    }, prog);
-    ucs_status_t sg = retry([&] {
-        return uct_ep_get_zcopy(ab, get.data(), 1, rb->addr() + 32768,
-                                rb->rkey.rkey, &cg.c);
-    }, prog);
-    CM_CHECK((sp == UCS_OK || sp == UCS_INPROGRESS) &&
-             (sg == UCS_OK || sg == UCS_INPROGRESS),
-             "put " << ucs_status_string(sp) << ", get "
-                    << ucs_status_string(sg));
-    CM_CHECK(wait_for([&] {
-        return (sp == UCS_OK || cp.calls) && (sg == UCS_OK || cg.calls);
-    }, prog), "put or get did not complete");
-    CM_CHECK(cp.status == UCS_OK && cg.status == UCS_OK, "RMA failed");
-    CM_CHECK(check(rb->p, 32768, 9), "put data");
-    CM_CHECK(check(la->p + 32768, 32768, 10), "get_zcopy data");
-
-    std::vector<char> got(4096);
-    Comp cb;
-    auto unpack = [](void *arg, const void *data, size_t len) {
-        memcpy(arg, data, len);
-    };
-    ucs_status_t s = retry([&] {
-        return uct_ep_get_bcopy(ab, unpack, got.data(), 4096,
-                                rb->addr() + 32768, rb->rkey.rkey, &cb.c);
-    }, prog);
-    CM_CHECK(s == UCS_OK || s == UCS_INPROGRESS, "get_bcopy "
-             << ucs_status_string(s));
-    CM_CHECK(wait_for([&] { return s == UCS_OK || cb.calls; }, prog),
-             "get_bcopy did not complete");
-    CM_CHECK(check(got.data(), 4096, 10), "get_bcopy data");
-    CM_CHECK(a.errors.empty() && b.errors.empty(), "endpoint errors");
-    return "";
-}
-
-std::string in_cm_child(const std::string &tag, const ChildBody &body,
-                        const Env::Vars &more = {})
-{
-    Env::Vars vars = {{"SOFTVERBS_DEVICES", kDevices},
-                      {"SOFTVERBS_CM_TIMEOUT_MS", "3000"}};
-    vars.insert(vars.end(), more.begin(), more.end());
-    return in_child(tag, vars, body, 90000);
-}
 
 class Cm : public ::testing::TestWithParam<Fabric> {};
 
@@ -247,15 +69,10 @@ TEST_P(Cm, RequestHeldUntilConnect)
         CM_CHECK(a.ok() && b.ok(), "interfaces");
         uct_ep_h ab = a.ep_create(), ba = b.ep_create();
         CM_CHECK(ab && ba, "endpoints");
-        std::vector<char> aa = a.ep_addr(ab), bb = b.ep_addr(ba);
-        Entity &ini = initiates(aa, bb) ? a : b;
-        Entity &pas = initiates(aa, bb) ? b : a;
-        uct_ep_h iep = initiates(aa, bb) ? ab : ba;
-        uct_ep_h pep = initiates(aa, bb) ? ba : ab;
-        auto prog = [&] {
-            a.progress();
-            b.progress();
-        };
+        Sides s      = sides(a, ab, b, ba);
+        Entity &ini  = *s.ini, &pas = *s.pas;
+        uct_ep_h iep = s.iep, pep = s.pep;
+        auto prog    = both(a, b);
         CM_CHECK(connect_to(ini, iep, pas.dev_addr(), pas.ep_addr(pep)) ==
                  UCS_OK, "initiator's connect_to_ep");
         CM_CHECK(wait_for([&] { return counters(pas).cm_held == 2; }, prog),
@@ -283,18 +100,13 @@ TEST_P(Cm, HeldRequestTimesOut)
         Entity a(on(f, to)), b(on(f, to));
         CM_CHECK(a.ok() && b.ok(), "interfaces");
         uct_ep_h ab = a.ep_create(), ba = b.ep_create();
-        std::vector<char> aa = a.ep_addr(ab), bb = b.ep_addr(ba);
-        Entity &ini = initiates(aa, bb) ? a : b;
-        Entity &pas = initiates(aa, bb) ? b : a;
-        uct_ep_h iep = initiates(aa, bb) ? ab : ba;
-        uct_ep_h pep = initiates(aa, bb) ? ba : ab;
-        auto prog = [&] {
-            a.progress();
-            b.progress();
-        };
+        Sides s      = sides(a, ab, b, ba);
+        Entity &ini  = *s.ini, &pas = *s.pas;
+        uct_ep_h iep = s.iep, pep = s.pep;
+        auto prog    = both(a, b);
         CM_CHECK(connect_to(ini, iep, pas.dev_addr(), pas.ep_addr(pep)) ==
                  UCS_OK, "connect_to_ep");
-        CM_CHECK(wait_for([&] { return !errors_on(ini, iep).empty(); }, prog),
+        CM_CHECK(wait_for([&] { return !errors_of(ini, iep).empty(); }, prog),
                  "the initiator's endpoint did not fail");
         /* the held requests end at their own deadline, whichever of
          * the two deadlines comes first */
@@ -305,9 +117,9 @@ TEST_P(Cm, HeldRequestTimesOut)
                  << counters(pas).cm_rejected);
         CM_CHECK(pas.errors.empty(), "the unconnected endpoint failed");
         uint64_t v = 1;
-        ucs_status_t s = uct_ep_am_short(iep, 1, 0, &v, 8);
-        CM_CHECK(s != UCS_OK && s != UCS_ERR_NO_RESOURCE,
-                 "a failed endpoint sends: " << ucs_status_string(s));
+        ucs_status_t st = uct_ep_am_short(iep, 1, 0, &v, 8);
+        CM_CHECK(st != UCS_OK && st != UCS_ERR_NO_RESOURCE,
+                 "a failed endpoint sends: " << ucs_status_string(st));
         return std::string();
     }), "");
 }
@@ -477,10 +289,7 @@ TEST_P(Cm, SixtyFourEndpointsAtOnce)
     }), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Fabrics, Cm, ::testing::ValuesIn(kFabrics),
-                         [](const ::testing::TestParamInfo<Fabric> &i) {
-                             return std::string(i.param.name);
-                         });
+CM_ON_FABRICS(Cm);
 
 /* What the settings and the device allow, each refused with a message. */
 TEST(CmConfig, RefusedAndFitted)
@@ -495,6 +304,10 @@ TEST(CmConfig, RefusedAndFitted)
             {"iw0:1", "UCX_IB2_CM_TIMEOUT", "0s", "give 10ms to 1h"},
             {"iw0:1", "UCX_IB2_CM_ADDR", "10.9.9.9", "rdma_bind_addr"},
             {"iw0:1", "UCX_IB2_CM_ADDR", "not-an-ip", "not an IPv4 or IPv6"},
+            {"iw0:1", "UCX_IB2_CM_BACKLOG", "0", "give 1 to 65535"},
+            {"iw0:1", "UCX_IB2_CM_BACKLOG", "65536", "give 1 to 65535"},
+            {"iw0:1", "UCX_IB2_CM_MAX_HELD", "0", "give 1 to 65536"},
+            {"iw0:1", "UCX_IB2_CM_MAX_HELD", "65537", "give 1 to 65536"},
         };
         for (const Bad &b : bad) {
             EntityParams p;
@@ -587,10 +400,7 @@ TEST(CmPerf, ConnectTimePerEndpoint)
                 ba.push_back(b.ep_create());
                 CM_CHECK(ab.back() && ba.back(), "endpoints");
             }
-            auto prog = [&] {
-                a.progress();
-                b.progress();
-            };
+            auto prog = both(a, b);
             auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < n; ++i) {
                 std::string r = pair_connect(a, ab[i], b, ba[i]);

@@ -12,6 +12,7 @@
  * (in_child); the child reports what was wrong, or "".
  */
 #include "ib2_faults.h"
+#include "ib2_port.h"
 #include "ib2_qp_log.h"
 #include "ib2_raw_receiver.h"
 
@@ -25,23 +26,11 @@ using namespace ib2t;
 
 namespace {
 
-#define FAB_CHECK(cond, why)                                                \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            std::ostringstream os_;                                         \
-            os_ << why;                                                     \
-            return os_.str() + " (" #cond ")";                              \
-        }                                                                   \
-    } while (0)
+#define FAB_CHECK IB2_PORT_CHECK
 
 EntityParams on(const std::string &dev, const Env::Vars &vars = {})
 {
-    EntityParams p = with_env(kFaultEnv());
-
-    p.dev = dev;
-    p.md  = dev.substr(0, dev.find(':'));
-    p.env.insert(p.env.end(), vars.begin(), vars.end());
-    return p;
+    return on_port(dev, kFaultEnv(), vars);
 }
 
 std::string gid_str(const uint8_t *g)
@@ -93,31 +82,8 @@ std::string exchange(Entity &a, Entity &b)
     FAB_CHECK(stream_rx(b.rx, 1).is_prefix(20), stream_rx(b.rx, 1));
     FAB_CHECK(stream_rx(a.rx, 2).is_prefix(20), stream_rx(a.rx, 2));
 
-    Mem *la = a.alloc(65536), *rb = b.alloc(65536);
-    FAB_CHECK(la && rb && la->memh && rb->memh, "registration failed");
-    fill(la->p, 32768, 9);
-    fill(rb->p + 32768, 32768, 10);
-    std::vector<uct_iov_t> put = make_iov(la, 0, 32768, 1);
-    std::vector<uct_iov_t> get = make_iov(la, 32768, 32768, 1);
-    Comp cp, cg;
-    ucs_status_t sp = retry([&] {
-        return uct_ep_put_zcopy(ab, put.data(), 1, rb->addr(), rb->rkey.rkey,
-                                &cp.c);
-    }, prog);
-    ucs_status_t sg = retry([&] {
-        return uct_ep_get_zcopy(ab, get.data(), 1, rb->addr() + 32768,
-                                rb->rkey.rkey, &cg.c);
-    }, prog);
-    FAB_CHECK((sp == UCS_OK || sp == UCS_INPROGRESS) &&
-              (sg == UCS_OK || sg == UCS_INPROGRESS),
-              "put " << ucs_status_string(sp) << ", get "
-                     << ucs_status_string(sg));
-    FAB_CHECK(wait_for([&] {
-        return (sp == UCS_OK || cp.calls) && (sg == UCS_OK || cg.calls);
-    }, prog), "put or get did not complete");
-    FAB_CHECK(cp.status == UCS_OK && cg.status == UCS_OK, "RMA failed");
-    FAB_CHECK(check(rb->p, 32768, 9), "put data");
-    FAB_CHECK(check(la->p + 32768, 32768, 10), "get data");
+    std::string r = put_get_zcopy(a, ab, b, prog);
+    FAB_CHECK(r.empty(), r);
     FAB_CHECK(errors_of(a, ab).empty() && errors_of(b, ba).empty(),
               "endpoint errors");
     return "";

@@ -20,6 +20,7 @@
  * arrive, with no error logged.
  */
 #include "../common/leavepin_bufs.h"
+#include "ucp_pair.h"
 
 #include <ucp/api/ucp.h>
 #include <ucs/debug/log_def.h>
@@ -29,7 +30,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <dirent.h>
+#include <malloc.h>
 #include <map>
 #include <sys/ioctl.h>
 #include <string>
@@ -43,200 +46,12 @@ namespace {
 
 constexpr size_t   kLen    = 256 << 10;   /* well above UCP's rndv threshold */
 constexpr int      kRounds = 4;           /* renewals per method */
-constexpr double   kWaitS  = 30;
 constexpr uint8_t  kUnset  = 0x5a;        /* receive buffers before data */
 
-double now()
-{
-    struct timespec ts;
+using ib2test::UcpPair;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-struct Side {
-    ucp_context_h ctx    = nullptr;
-    ucp_worker_h  worker = nullptr;
-    ucp_ep_h      ep     = nullptr;   /* to the other side */
-};
-
-class UcpPair : public ::testing::Test {
+class LeavePinnedUcp : public UcpPair {
 protected:
-    Side a, b;
-
-    void SetUp() override
-    {
-        open(a);
-        open(b);
-        ASSERT_FALSE(HasFatalFailure());
-        connect(a, b);
-        connect(b, a);
-        ASSERT_FALSE(HasFatalFailure());
-        /* UCP must really have chosen rc_ib2 for both messages and reads,
-         * else the test proves nothing about its cache */
-        std::string info = ep_info(a.ep);
-        ASSERT_TRUE(lane_has(info, "rc_ib2/", " am ") &&
-                    lane_has(info, "rc_ib2/", " rma_bw"))
-            << "rc_ib2 does not carry both the messages (am) and the "
-               "rendezvous reads (rma_bw):\n" << info;
-    }
-
-    /* Everything the fixture opened goes: endpoints, workers and the
-     * contexts (their memory domains, registration caches, memory hooks
-     * and descriptors), or each test would leak two contexts. */
-    void TearDown() override
-    {
-        close(a);
-        close(b);
-        destroy(a);
-        destroy(b);
-    }
-
-    static void destroy(Side &s)
-    {
-        if (s.worker != nullptr) {
-            ucp_worker_destroy(s.worker);
-            s.worker = nullptr;
-        }
-        if (s.ctx != nullptr) {
-            ucp_cleanup(s.ctx);
-            s.ctx = nullptr;
-        }
-    }
-
-    void open(Side &s)
-    {
-        ucp_config_t *cfg;
-        ucp_params_t params;
-
-        ASSERT_EQ(UCS_OK, ucp_config_read(nullptr, nullptr, &cfg));
-        if (getenv("UCX_TLS") == nullptr) {
-            ASSERT_EQ(UCS_OK, ucp_config_modify(cfg, "TLS",
-                                                "rc_ib2,ud_verbs:aux"));
-        }
-        memset(&params, 0, sizeof(params));
-        params.field_mask = UCP_PARAM_FIELD_FEATURES;
-        params.features   = UCP_FEATURE_TAG;
-        ucs_status_t st   = ucp_init(&params, cfg, &s.ctx);
-        ucp_config_release(cfg);
-        ASSERT_EQ(UCS_OK, st) << "ucp_init: " << ucs_status_string(st)
-            << " (is rc_ib2 loaded, and a device there, e.g. under "
-               "softverbs-run?)";
-
-        ucp_worker_params_t wp;
-        memset(&wp, 0, sizeof(wp));
-        wp.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-        wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-        ASSERT_EQ(UCS_OK, ucp_worker_create(s.ctx, &wp, &s.worker));
-    }
-
-    void connect(Side &from, Side &to)
-    {
-        ucp_address_t *addr;
-        size_t len;
-
-        ASSERT_EQ(UCS_OK, ucp_worker_get_address(to.worker, &addr, &len));
-        ucp_ep_params_t ep;
-        memset(&ep, 0, sizeof(ep));
-        ep.field_mask      = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-        ep.address         = addr;
-        ucs_status_t st    = ucp_ep_create(from.worker, &ep, &from.ep);
-        ucp_worker_release_address(to.worker, addr);
-        ASSERT_EQ(UCS_OK, st);
-    }
-
-    void close(Side &s)
-    {
-        if (s.ep != nullptr) {
-            ucp_request_param_t p;
-            memset(&p, 0, sizeof(p));
-            p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-            p.flags        = UCP_EP_CLOSE_FLAG_FORCE;
-            wait(ucp_ep_close_nbx(s.ep, &p), "endpoint close");
-            s.ep = nullptr;
-        }
-    }
-
-    /* Does a lane line of ucp_ep_print_info name both? */
-    static bool lane_has(const std::string &info, const char *tl,
-                         const char *use)
-    {
-        size_t pos = 0, end;
-
-        for (; pos < info.size(); pos = end + 1) {
-            end = info.find('\n', pos);
-            if (end == std::string::npos) {
-                end = info.size();
-            }
-            std::string line = info.substr(pos, end - pos) + " ";
-            if (line.find("lane[") != std::string::npos &&
-                line.find(tl) != std::string::npos &&
-                line.find(use) != std::string::npos) {
-                return true;
-            }
-        }
-        return false;
-    }
-
-    static std::string ep_info(ucp_ep_h ep)
-    {
-        char *buf  = nullptr;
-        size_t len = 0;
-        FILE *f    = open_memstream(&buf, &len);
-
-        ucp_ep_print_info(ep, f);
-        fclose(f);
-        std::string s(buf, len);
-        free(buf);
-        return s;
-    }
-
-    void progress()
-    {
-        if (a.worker != nullptr) {
-            ucp_worker_progress(a.worker);
-        }
-        if (b.worker != nullptr) {
-            ucp_worker_progress(b.worker);
-        }
-    }
-
-    /* Wait for a request of either side; its final status. */
-    ucs_status_t wait(ucs_status_ptr_t req, const char *what)
-    {
-        double end = now() + kWaitS;
-        ucs_status_t st;
-
-        if (!UCS_PTR_IS_PTR(req)) {
-            return UCS_PTR_STATUS(req);
-        }
-        while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
-            if (now() > end) {
-                ADD_FAILURE() << "timeout after " << kWaitS << " s: " << what;
-                return UCS_ERR_TIMED_OUT;   /* the request is leaked */
-            }
-            progress();
-        }
-        ucp_request_free(req);
-        return st;
-    }
-
-    ucs_status_ptr_t send(Side &s, const void *buf, size_t len, uint64_t tag)
-    {
-        ucp_request_param_t p;
-
-        memset(&p, 0, sizeof(p));
-        return ucp_tag_send_nbx(s.ep, buf, len, tag, &p);
-    }
-
-    ucs_status_ptr_t recv(Side &s, void *buf, size_t len, uint64_t tag)
-    {
-        ucp_request_param_t p;
-
-        memset(&p, 0, sizeof(p));
-        return ucp_tag_recv_nbx(s.worker, buf, len, tag, ~0ull, &p);
-    }
-
     /* A's buf[0] to B's buf[3], B's buf[2] to A's buf[1], at once. */
     void exchange(const Buffers &bufs)
     {
@@ -253,9 +68,9 @@ protected:
         }
     }
 
-    void stress(Method m)
+    void stress(Method m, size_t len = kLen)
     {
-        Buffers bufs(m, kLen, 4);
+        Buffers bufs(m, len, 4);
         long long stale0 = leavepin::stale_accesses();
 
         ASSERT_EQ("", bufs.error()) << leavepin::method_name(m);
@@ -265,22 +80,22 @@ protected:
             }
             uint64_t sa = 1000 * (uint64_t)m + 2 * round + 1;
             uint64_t sb = sa + 1;
-            leavepin::fill(bufs[0], kLen, sa);
-            leavepin::fill(bufs[2], kLen, sb);
-            memset(bufs[1], kUnset, kLen);
-            memset(bufs[3], kUnset, kLen);
+            leavepin::fill(bufs[0], len, sa);
+            leavepin::fill(bufs[2], len, sb);
+            memset(bufs[1], kUnset, len);
+            memset(bufs[3], kUnset, len);
             exchange(bufs);
             ASSERT_FALSE(HasFatalFailure());
             const char *when = (round == 0) ? "before any renewal"
                                             : "after renewal";
-            EXPECT_EQ(-1, leavepin::check(bufs[3], kLen, sa))
+            EXPECT_EQ(-1, leavepin::check(bufs[3], len, sa))
                 << leavepin::method_name(m) << ", round " << round << " ("
                 << when << "), A to B: "
-                << leavepin::describe_wrong(bufs[3], kLen, sa, kUnset);
-            EXPECT_EQ(-1, leavepin::check(bufs[1], kLen, sb))
+                << leavepin::describe_wrong(bufs[3], len, sa, kUnset);
+            EXPECT_EQ(-1, leavepin::check(bufs[1], len, sb))
                 << leavepin::method_name(m) << ", round " << round << " ("
                 << when << "), B to A: "
-                << leavepin::describe_wrong(bufs[1], kLen, sb, kUnset);
+                << leavepin::describe_wrong(bufs[1], len, sb, kUnset);
         }
         if (stale0 >= 0) {
             EXPECT_EQ(stale0, leavepin::stale_accesses())
@@ -289,9 +104,24 @@ protected:
     }
 };
 
-class LeavePinnedUcp : public UcpPair {};
+/* free() gives a block back to the kernel only if malloc took it with
+ * mmap, and malloc does that only when nothing free in the heap fits:
+ * whatever ran before in this process (the brk test pads the heap by
+ * 16 MiB, UCX frees its own blocks) may have left enough. The blocks here
+ * are larger than all the free memory of every arena together, plus
+ * room for what UCX frees while the test runs, so that each one, first
+ * and renewed, is a mapping of its own; Buffers checks that every free()
+ * unmapped its block. */
+TEST_F(LeavePinnedUcp, MallocFree)
+{
+    constexpr size_t kMargin = 4 << 20;
+    struct mallinfo2 mi      = mallinfo2();
+    size_t len               = std::max(kLen, mi.fordblks + kMargin);
 
-TEST_F(LeavePinnedUcp, MallocFree)       { stress(Method::Malloc); }
+    len = (len + kMargin - 1) / kMargin * kMargin;
+    stress(Method::Malloc, len);
+}
+
 TEST_F(LeavePinnedUcp, MmapMunmap)       { stress(Method::Mmap); }
 TEST_F(LeavePinnedUcp, Mremap)           { stress(Method::Mremap); }
 TEST_F(LeavePinnedUcp, BrkShrink)        { stress(Method::Brk); }

@@ -1,0 +1,208 @@
+/*
+ * The module: p2p's context, procs and communicators, error codes.
+ */
+#include "pml_ib2.h"
+
+#include "ompi/proc/proc.h"
+#include "ompi/group/group.h"
+
+#include <stdlib.h>
+
+static int pml_ib2_add_procs(struct ompi_proc_t **procs, size_t nprocs);
+static int pml_ib2_del_procs(struct ompi_proc_t **procs, size_t nprocs);
+static int pml_ib2_enable(bool enable);
+static int pml_ib2_add_comm(ompi_communicator_t *comm);
+static int pml_ib2_del_comm(ompi_communicator_t *comm);
+static int pml_ib2_dump(ompi_communicator_t *comm, int verbose);
+
+pml_ib2_module_t ompi_pml_ib2 = {
+    .super = {
+        .pml_add_procs     = pml_ib2_add_procs,
+        .pml_del_procs     = pml_ib2_del_procs,
+        .pml_enable        = pml_ib2_enable,
+        .pml_progress      = NULL,   /* registered with opal_progress */
+        .pml_add_comm      = pml_ib2_add_comm,
+        .pml_del_comm      = pml_ib2_del_comm,
+        .pml_irecv_init    = pml_ib2_irecv_init,
+        .pml_irecv         = pml_ib2_irecv,
+        .pml_recv          = pml_ib2_recv,
+        .pml_isend_init    = pml_ib2_isend_init,
+        .pml_isend         = pml_ib2_isend,
+        .pml_send          = pml_ib2_send,
+        .pml_iprobe        = pml_ib2_iprobe,
+        .pml_probe         = pml_ib2_probe,
+        .pml_start         = pml_ib2_start,
+        .pml_improbe       = pml_ib2_improbe,
+        .pml_mprobe        = pml_ib2_mprobe,
+        .pml_imrecv        = pml_ib2_imrecv,
+        .pml_mrecv         = pml_ib2_mrecv,
+        .pml_dump          = pml_ib2_dump,
+        .pml_ft_event      = NULL,
+        /* two p2p ids per context id (pml_ib2_add_comm) */
+        .pml_max_contextid = (P2P_EMBED_ID_MAX - 2) / 2,
+        .pml_max_tag       = P2P_TAG_UB,
+        .pml_flags         = 0,
+    },
+};
+
+int pml_ib2_open_context(bool threads)
+{
+    p2p_init_params_t params = {
+        .flags = threads ? P2P_INIT_F_THREAD_MULTIPLE : 0
+    };
+    int ret = p2p_init(&params, &ompi_pml_ib2.ctx);
+
+    if (ret != P2P_OK) {
+        PML_IB2_ERROR("p2p_init failed: %s (%s)", p2p_strerror(ret),
+                      p2p_last_error(NULL));
+        ompi_pml_ib2.ctx = NULL;
+        return OMPI_ERROR;
+    }
+    OBJ_CONSTRUCT(&ompi_pml_ib2.reqs, opal_free_list_t);
+    ret = opal_free_list_init(&ompi_pml_ib2.reqs, sizeof(pml_ib2_req_t),
+                              opal_cache_line_size, OBJ_CLASS(pml_ib2_req_t),
+                              0, opal_cache_line_size, 64, -1, 64, NULL, 0,
+                              NULL, NULL, NULL);
+    if (ret != OPAL_SUCCESS) {
+        PML_IB2_ERROR("no memory for the request list");
+        OBJ_DESTRUCT(&ompi_pml_ib2.reqs);
+        p2p_finalize(ompi_pml_ib2.ctx);
+        ompi_pml_ib2.ctx = NULL;
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    return OMPI_SUCCESS;
+}
+
+void pml_ib2_close_context(void)
+{
+    if (ompi_pml_ib2.ctx != NULL) {
+        p2p_finalize(ompi_pml_ib2.ctx);
+        ompi_pml_ib2.ctx = NULL;
+        OBJ_DESTRUCT(&ompi_pml_ib2.reqs);
+    }
+    pml_ib2_req_table_free();
+}
+
+int pml_ib2_err(int p2p_err)
+{
+    switch (p2p_err) {
+    case P2P_OK:            return MPI_SUCCESS;
+    case P2P_ERR_TRUNCATE:  return MPI_ERR_TRUNCATE;
+    case P2P_ERR_NO_MEMORY: return MPI_ERR_NO_MEM;
+    case P2P_ERR_BUFFER:    return MPI_ERR_BUFFER;
+    case P2P_ERR_INVALID:   return MPI_ERR_ARG;
+    default:                return MPI_ERR_OTHER;
+    }
+}
+
+/* p2p reaches a peer by its world rank (PMIx rank = MPI_COMM_WORLD rank):
+ * processes of another job (spawn, connect) are not reachable. */
+static int pml_ib2_add_procs(struct ompi_proc_t **procs, size_t nprocs)
+{
+    size_t i;
+
+    for (i = 0; i < nprocs; ++i) {
+        if (procs[i]->super.proc_name.jobid !=
+            OMPI_PROC_MY_NAME->jobid) {
+            PML_IB2_ERROR("a process of another job (dynamic processes) "
+                          "cannot be reached: p2p knows its own job only");
+            return OMPI_ERR_NOT_SUPPORTED;
+        }
+    }
+    return OMPI_SUCCESS;
+}
+
+static int pml_ib2_del_procs(struct ompi_proc_t **procs, size_t nprocs)
+{
+    return OMPI_SUCCESS;
+}
+
+static int pml_ib2_enable(bool enable)
+{
+    return OMPI_SUCCESS;
+}
+
+static int pml_ib2_add_comm(ompi_communicator_t *comm)
+{
+    int            size = ompi_comm_size(comm);
+    uint32_t       id   = 2 * comm->c_contextid + 1;
+    pml_ib2_comm_t *c;
+    uint32_t       *ranks;
+    int            i, ret;
+
+    if (OMPI_COMM_IS_INTER(comm)) {
+        PML_IB2_ERROR("communicator %s: intercommunicators are not "
+                      "supported yet", comm->c_name);
+        return OMPI_ERR_NOT_SUPPORTED;
+    }
+    c     = calloc(1, sizeof(*c));
+    ranks = malloc(size * sizeof(*ranks));
+    if ((c == NULL) || (ranks == NULL)) {
+        free(c);
+        free(ranks);
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    for (i = 0; i < size; ++i) {
+        opal_process_name_t n = ompi_group_get_proc_name(comm->c_local_group,
+                                                         i);
+        if (n.jobid != OMPI_PROC_MY_NAME->jobid) {
+            PML_IB2_ERROR("communicator %s: member %d is of another job",
+                          comm->c_name, i);
+            free(c);
+            free(ranks);
+            return OMPI_ERR_NOT_SUPPORTED;
+        }
+        ranks[i] = n.vpid;
+    }
+    /* epoch 1: the PML never creates communicators through p2p itself */
+    ret = p2p_comm_create_from_ranks(ompi_pml_ib2.ctx, id, 1, size, ranks,
+                                     &c->user);
+    if (ret == P2P_OK) {
+        ret = p2p_comm_create_from_ranks(ompi_pml_ib2.ctx, id + 1, 1, size,
+                                         ranks, &c->coll);
+        if (ret != P2P_OK) {
+            p2p_comm_free(&c->user);
+        }
+    }
+    free(ranks);
+    if (ret != P2P_OK) {
+        PML_IB2_ERROR("communicator %s (context id %u): %s",
+                      comm->c_name, comm->c_contextid,
+                      p2p_last_error(ompi_pml_ib2.ctx));
+        free(c);
+        return OMPI_ERROR;
+    }
+    comm->c_pml_comm = (struct mca_pml_comm_t*)c;
+    PML_IB2_VERBOSE(1, "communicator %s: context id %u, %d members, rank %d",
+                    comm->c_name, comm->c_contextid, size,
+                    p2p_comm_rank(c->user));
+    return OMPI_SUCCESS;
+}
+
+static int pml_ib2_del_comm(ompi_communicator_t *comm)
+{
+    pml_ib2_comm_t *c = pml_ib2_comm(comm);
+
+    if (c == NULL) {
+        return OMPI_SUCCESS;
+    }
+    p2p_comm_free(&c->user);
+    p2p_comm_free(&c->coll);
+    free(c);
+    comm->c_pml_comm = NULL;
+    return OMPI_SUCCESS;
+}
+
+static int pml_ib2_dump(ompi_communicator_t *comm, int verbose)
+{
+    pml_ib2_comm_t *c = pml_ib2_comm(comm);
+
+    opal_output(0, "pml ib2: communicator %s: context id %u, rank %d of %d",
+                comm->c_name, comm->c_contextid,
+                (c != NULL) ? p2p_comm_rank(c->user) : -1,
+                ompi_comm_size(comm));
+    if (verbose && (ompi_pml_ib2.ctx != NULL)) {
+        p2p_print_stats(ompi_pml_ib2.ctx, stderr);
+    }
+    return OMPI_SUCCESS;
+}

@@ -1,0 +1,117 @@
+/*
+ * Receives, and starting persistent requests. A non-contiguous datatype
+ * is received into a packed buffer and unpacked at completion.
+ */
+#include "pml_ib2.h"
+
+#include <stdlib.h>
+
+int pml_ib2_recv_start(pml_ib2_req_t *r)
+{
+    int        tag = r->tag;
+    p2p_comm_t *pc = pml_ib2_route(r->comm, &tag);
+    void       *ptr;
+    size_t     len;
+    int        ret;
+
+    r->ompi.req_state = OMPI_REQUEST_ACTIVE;
+    if (!pml_ib2_dt_contig(r->buf, r->count, r->dt, &ptr, &len)) {
+        r->tmp = malloc(len);
+        if (r->tmp == NULL) {
+            return MPI_ERR_NO_MEM;
+        }
+        r->tmp_len = len;
+        ptr        = r->tmp;
+    }
+    ret = p2p_irecv(ptr, len, r->peer, tag, pc, &r->p2p);
+    if (ret != P2P_OK) {
+        free(r->tmp);
+        r->tmp = NULL;
+        return pml_ib2_err(ret);
+    }
+    pml_ib2_req_track(r);
+    return MPI_SUCCESS;
+}
+
+static pml_ib2_req_t *pml_ib2_recv_req(void *buf, size_t count,
+                                       ompi_datatype_t *dt, int src, int tag,
+                                       ompi_communicator_t *comm,
+                                       bool persistent)
+{
+    pml_ib2_req_t *r = pml_ib2_req_new(PML_IB2_REQ_RECV, persistent, comm);
+
+    if (r == NULL) {
+        return NULL;
+    }
+    r->buf   = buf;
+    r->count = count;
+    r->dt    = dt;
+    OBJ_RETAIN(dt);
+    r->peer  = src;
+    r->tag   = tag;
+    return r;
+}
+
+int pml_ib2_irecv_init(void *buf, size_t count, ompi_datatype_t *dt,
+                       int src, int tag, ompi_communicator_t *comm,
+                       ompi_request_t **req)
+{
+    pml_ib2_req_t *r = pml_ib2_recv_req(buf, count, dt, src, tag, comm,
+                                        true);
+
+    if (r == NULL) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    *req = &r->ompi;
+    return OMPI_SUCCESS;
+}
+
+int pml_ib2_irecv(void *buf, size_t count, ompi_datatype_t *dt, int src,
+                  int tag, ompi_communicator_t *comm, ompi_request_t **req)
+{
+    return pml_ib2_req_post(pml_ib2_recv_req(buf, count, dt, src, tag, comm,
+                                             false),
+                            pml_ib2_recv_start, req);
+}
+
+int pml_ib2_recv(void *buf, size_t count, ompi_datatype_t *dt, int src,
+                 int tag, ompi_communicator_t *comm,
+                 ompi_status_public_t *status)
+{
+    ompi_request_t *req;
+    int            ret = pml_ib2_irecv(buf, count, dt, src, tag, comm, &req);
+
+    if (ret != OMPI_SUCCESS) {
+        return ret;
+    }
+    return pml_ib2_req_wait_free(req, status);
+}
+
+/* MPI_Start/MPI_Startall on persistent requests made by *_init */
+int pml_ib2_start(size_t count, ompi_request_t **requests)
+{
+    size_t i;
+    int    ret;
+
+    for (i = 0; i < count; ++i) {
+        pml_ib2_req_t *r = (pml_ib2_req_t*)requests[i];
+
+        if ((r == NULL) || (r->ompi.req_type != OMPI_REQUEST_PML)) {
+            continue;
+        }
+        if (!r->done) {
+            /* MPI forbids starting an active request */
+            return MPI_ERR_REQUEST;
+        }
+        r->ompi.req_complete = REQUEST_PENDING;
+        r->ompi.req_status._cancelled = 0;
+        ret = (r->kind == PML_IB2_REQ_SEND) ? pml_ib2_send_start(r) :
+                                              pml_ib2_recv_start(r);
+        if (ret != MPI_SUCCESS) {
+            r->ompi.req_complete = REQUEST_COMPLETED;
+            r->ompi.req_state    = OMPI_REQUEST_INACTIVE;
+            return ret;
+        }
+    }
+    return OMPI_SUCCESS;
+}

@@ -1,0 +1,217 @@
+/*
+ * rc_ib2's connection manager, what the interface's progress does: the
+ * event channel read (when the async handler of ib2_cm.c said it has
+ * events, or, with a polled async context, on its own), each event handed
+ * to the listener's request path or to its endpoint's connection
+ * (ib2_cm_conn.c), requests refused with a reason, and the deadlines of
+ * held requests, of connections and of queues waiting to try again.
+ */
+#include "ib2_cm.h"
+
+#include <ucs/arch/cpu.h>
+#include <ucs/time/time.h>
+
+/* ---- requests ------------------------------------------------------------ */
+
+/* Tell the other end why, on an id that stays ours. */
+void ib2_cm_send_reject(struct rdma_cm_id *id, uint8_t reason)
+{
+    ib2_cm_rej_t rej = {
+        .magic   = IB2_CM_MAGIC,
+        .version = IB2_CM_VERSION,
+        .length  = sizeof(rej),
+        .reason  = reason
+    };
+
+    if (rdma_reject(id, &rej, sizeof(rej)) != 0) {
+        ucs_debug("rdma_reject failed: %m");
+    }
+}
+
+void ib2_cm_reject(ib2_cm_t *cm, struct rdma_cm_id *id, uint8_t reason)
+{
+    ib2_cm_send_reject(id, reason);
+    rdma_destroy_id(id);
+}
+
+void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason)
+{
+    ucs_assert(cm->nheld > 0);
+    ucs_assert(held->cep->nheld > 0);
+    ucs_list_del(&held->list);
+    ucs_list_del(&held->ep_list);
+    --cm->nheld;
+    --held->cep->nheld;
+    ++cm->iface->counters.cm_rejected;
+    ib2_cm_reject(cm, held->id, reason);
+    ucs_free(held);
+}
+
+/* A connect request on the listener: checked, then given to its endpoint
+ * (ib2_cm_conn.c), which may hold it. */
+static void ib2_cm_on_request(ib2_cm_t *cm, struct rdma_cm_event *event)
+{
+    ib2_cm_req_t req;
+
+    if (ib2_cm_req_parse(cm, event->param.conn.private_data,
+                         event->param.conn.private_data_len, &req) != 0) {
+        ib2_cm_reject(cm, event->id, IB2_CM_REJ_MALFORMED);
+        return;
+    }
+    /* Our reads against its responder resources and the reverse. */
+    ib2_cm_request(cm, event->id, &req,
+                   event->param.conn.responder_resources,
+                   event->param.conn.initiator_depth);
+}
+
+static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
+{
+    ib2_iface_t *iface = cm->iface;
+
+    ucs_trace("%s:%u: rdmacm event %s status %d id %p", iface->md->name,
+              iface->port, rdma_event_str(event->event), event->status,
+              event->id);
+    if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        ib2_cm_on_request(cm, event);
+    } else if (event->id == cm->listen_id) {
+        /* The listener itself: the device went away. Endpoints connecting
+         * to us then time out at the peer; ours fail as their QPs do. */
+        ucs_error("%s:%u: rdmacm listener: %s (status %d): no more "
+                  "connections are accepted", iface->md->name, iface->port,
+                  rdma_event_str(event->event), event->status);
+    } else if (event->id->context != NULL) {
+        ib2_cm_conn_event(cm, event);
+    }
+}
+
+/*
+ * Deadlines: held requests and whole connections that ran out. Both lists
+ * are in deadline order (each entry gets now + the same timeout when it is
+ * added at the tail), so a scan stops at the first entry still in time.
+ * The endpoints that ran out are moved to a list of their own before any is
+ * reported: an error handler may destroy endpoints, which takes them off
+ * whatever list they are on, and a walk of cm->connecting would then step
+ * onto freed memory.
+ */
+static void ib2_cm_check_deadlines(ib2_cm_t *cm)
+{
+    ucs_time_t now = ucs_get_time();
+    ib2_cm_held_t *held;
+    ib2_cm_ep_t *cep;
+    UCS_LIST_HEAD(expired);
+
+    while (!ucs_list_is_empty(&cm->held)) {
+        held = ucs_list_head(&cm->held, ib2_cm_held_t, list);
+        if ((int64_t)(now - held->deadline) < 0) {
+            break;
+        }
+        ucs_debug("rdmacm request for endpoint 0x%" PRIx64 " timed out "
+                  "waiting for it", held->req.dst_ep_id);
+        ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
+    }
+    while (!ucs_list_is_empty(&cm->connecting)) {
+        cep = ucs_list_head(&cm->connecting, ib2_cm_ep_t, list);
+        if ((int64_t)(now - cep->deadline) < 0) {
+            break;
+        }
+        ucs_list_del(&cep->list);
+        ucs_list_add_tail(&expired, &cep->list);
+    }
+    /* Queues whose peer was busy start again; one that cannot fails its
+     * endpoint, whose handler may destroy others (they leave cm->retry). */
+    while (!ucs_list_is_empty(&cm->retry)) {
+        ib2_cm_qconn_t *qc = ucs_list_head(&cm->retry, ib2_cm_qconn_t, retry);
+
+        if ((int64_t)(now - qc->retry_at) < 0) {
+            break;
+        }
+        ucs_list_del(&qc->retry);
+        qc->state = IB2_CMQ_IDLE;
+        if (ib2_cm_q_start(qc) != UCS_OK) {
+            ib2_cm_ep_fail(qc->cep, UCS_ERR_UNREACHABLE,
+                           "cannot start a connection again");
+        }
+    }
+    while (!ucs_list_is_empty(&expired)) {
+        cep = ucs_list_head(&expired, ib2_cm_ep_t, list);
+        ucs_list_del(&cep->list);
+        ucs_list_head_init(&cep->list);
+        ib2_cm_ep_fail(cep, UCS_ERR_TIMED_OUT,
+                       "connection not made within UCX_IB2_CM_TIMEOUT");
+    }
+}
+
+/* Every endpoint still connecting fails (the channel broke). As in the
+ * deadline scan, they leave cm->connecting before any is reported. */
+static void ib2_cm_fail_connecting(ib2_cm_t *cm)
+{
+    ib2_cm_ep_t *cep;
+    UCS_LIST_HEAD(failing);
+
+    ucs_list_splice_tail(&failing, &cm->connecting);
+    ucs_list_head_init(&cm->connecting);
+    while (!ucs_list_is_empty(&failing)) {
+        cep = ucs_list_head(&failing, ib2_cm_ep_t, list);
+        ucs_list_del(&cep->list);
+        ucs_list_head_init(&cep->list);
+        ib2_cm_ep_fail(cep, UCS_ERR_IO_ERROR,
+                       "the rdma_cm event channel failed");
+    }
+}
+
+unsigned ib2_cm_progress_events(ib2_iface_t *iface)
+{
+    ib2_cm_t *cm = iface->cm;
+    struct rdma_cm_event *event;
+    unsigned count = 0;
+    struct rdma_cm_event copy;
+    uint8_t data[256];
+
+    /* Cleared before the channel is read: events that arrive during the
+     * read raise it again. */
+    if (!cm->watched) {
+        cm->events_ready = 1;
+        cm->next_poll    = ucs_get_time() +
+                           ucs_time_from_msec(IB2_CM_IDLE_POLL_MS);
+    }
+    if (cm->events_ready && !cm->broken) {
+        cm->events_ready = 0;
+        ucs_memory_cpu_fence();
+        /* Acknowledged before it is handled: handling may destroy the id,
+         * which waits for its events' acknowledgements. */
+        while ((count < 16) &&
+               (rdma_get_cm_event(cm->channel, &event) == 0)) {
+            copy = *event;
+            copy.param.conn.private_data_len = (uint8_t)ucs_min(
+                    (event->param.conn.private_data != NULL) ?
+                    (size_t)event->param.conn.private_data_len : 0,
+                    sizeof(data));
+            if (copy.param.conn.private_data_len != 0) {
+                memcpy(data, event->param.conn.private_data,
+                       copy.param.conn.private_data_len);
+            }
+            copy.param.conn.private_data = data;
+            rdma_ack_cm_event(event);
+            ib2_cm_event(cm, &copy);
+            ++count;
+        }
+        if (count == 16) {
+            cm->events_ready = 1;   /* more may wait: the next call */
+        } else if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+            ++iface->counters.cm_empty_reads;
+        } else {
+            /* A broken channel (or a forked child's) stays broken: said
+             * once, and what waits for it fails instead of timing out. */
+            ucs_error("%s:%u: rdma_get_cm_event failed: %m; no more "
+                      "rdmacm connections through this interface",
+                      iface->md->name, iface->port);
+            cm->broken = 1;
+            ib2_cm_fail_connecting(cm);
+        }
+    }
+    if (!ucs_list_is_empty(&cm->connecting) || (cm->nheld != 0) ||
+        !ucs_list_is_empty(&cm->retry)) {
+        ib2_cm_check_deadlines(cm);
+    }
+    return count;
+}
