@@ -262,6 +262,8 @@ typedef struct ib2_iface {
     unsigned               num_srqs;
     struct ibv_xrcd        *xrcd;          /* X queues (ib2_xrc.c) */
     struct ib2_xcm         *xcm;           /* X: UD connection channel */
+    struct ib2_xshare      *xs;            /* X: per-node INI QPs, TGT QPs
+                                              held (ib2_xnode.h) */
     uint32_t               xcm_qpn;        /* its QP number, 0: none */
     const char             *xrc_domain;    /* its file, UCX_IB2_XRC_DOMAIN
                                               (during iface init only) */
@@ -413,7 +415,10 @@ enum {
                                  behind them (except from their dispatch) */
     IB2_EP_BLOCK_IFACE_FENCE = 8, /* an interface fence waits for other
                                     endpoints */
-    IB2_EP_BLOCK_CONNECTING = 16 /* rdmacm connections not all up yet */
+    IB2_EP_BLOCK_CONNECTING = 16, /* rdmacm connections not all up yet;
+                                     X: not (again) on its node's INI QP */
+    IB2_EP_BLOCK_XRC     = 32  /* X: every send asks its node (the slow
+                                  path), never cleared */
 };
 
 /* What an endpoint's pending requests wait for (ib2_pending.c). */
@@ -437,28 +442,46 @@ typedef struct ib2_rx_hold {
     unsigned      length;
 } ib2_rx_hold_t;
 
-/* X queues: an endpoint's side of the UD connection exchange
- * (ib2_xcm.c). */
+/* X queues: an endpoint's side of its node's INI QP and of the UD
+ * exchange that sets it up (ib2_xnode.c, ib2_xcm.c). */
 typedef enum {
     IB2_XCM_IDLE,           /* no connect_to_ep yet */
-    IB2_XCM_REQUESTING,     /* our CONNECT sent, no REPLY yet */
-    IB2_XCM_UP              /* our INI QP reaches the peer's TGT QP */
+    IB2_XCM_WAITING,        /* connected; its node's INI QP is being
+                               replaced, it asks for the next one */
+    IB2_XCM_REQUESTING,     /* CONNECT or XJOIN sent, no REPLY yet */
+    IB2_XCM_UP              /* the peer takes our node's INI QP's
+                               messages (for it) */
 } ib2_xcm_state_t;
 
 typedef struct ib2_xcm_ep {
     uint32_t          id;               /* ours, in our address (never 0) */
     uint32_t          peer_id;          /* the peer endpoint's */
     uint32_t          peer_ud;          /* the peer interface's UD QP */
-    uint32_t          peer_ini;         /* the INI QP our TGT QP serves */
+    uint64_t          peer_node;        /* the peer's node (its address) */
     uint32_t          imm;              /* peer_id, network order: the
                                            immediate of our sends */
     struct ibv_ah     *ah;              /* to the peer's port */
     ib2_dev_addr_t    peer;             /* its device address */
-    ucs_time_t        next;             /* CONNECT again at */
+    ucs_time_t        next;             /* ask again at */
     unsigned          tries;
     uint8_t           state;            /* ib2_xcm_state_t */
+    uint8_t           request;          /* IB2_XCM_CONNECT or _XJOIN */
     uint8_t           waiting;          /* on xcm->waiting */
+    uint8_t           drop_pending;     /* failed: its held requests go
+                                           once those on the QP are done */
     ucs_list_link_t   list;             /* xcm->waiting */
+    /* sending: the node's INI QP (ib2_xnode.h) */
+    struct ib2_xnode  *node;
+    ucs_list_link_t   node_list;        /* node->eps */
+    uint32_t          last_sn;          /* node's number of our last
+                                           request on it */
+    unsigned          held;             /* our requests held from a
+                                           failed INI QP */
+    /* receiving: the TGT QP the peer's node's INI QP reaches us through */
+    struct ib2_xtgt   *tgt;
+    uint32_t          tgt_qpn;          /* its number; 0: none */
+    uint32_t          peer_ini;         /* the INI QP it serves */
+    uint32_t          peer_gen;         /* of the peer node's INI QP */
 } ib2_xcm_ep_t;
 
 typedef struct ib2_ep {
@@ -494,8 +517,8 @@ typedef struct ib2_ep {
      * INI QP all queues share; entry q keeps queue q's credits. */
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
-    struct ibv_qp     *tgt;             /* X: the peer's INI QP lands here */
-    ib2_xcm_ep_t      x;                /* X: connection state (ib2_xcm.c) */
+    ib2_xcm_ep_t      x;                /* X: node and TGT QP (ib2_xnode.h,
+                                           ib2_xtgt.c) */
     uint32_t          x_srqn[IB2_MAX_QUEUES]; /* X: the peer's SRQs; 0
                                            elsewhere (ignored by RC QPs) */
     struct ib2_cm_ep  *cm;              /* rdmacm state (ib2_cm.h) */
@@ -632,6 +655,8 @@ ucs_status_t ib2_iface_flush(uct_iface_h tl_iface, unsigned flags,
 void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status);
 void ib2_ep_cancel(ib2_ep_t *ep);
 void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status);
+void ib2_txq_retire(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, uint32_t sn,
+                    uint32_t am_sn, ucs_status_t status);
 
 /* QP transitions (ib2_qp.c). */
 ucs_status_t ib2_qp_probe_caps(ib2_iface_t *iface);
@@ -652,9 +677,9 @@ ucs_status_t ib2_xrc_open(ib2_iface_t *iface);
 void ib2_xrc_close(ib2_iface_t *iface);
 struct ibv_srq *ib2_xrc_srq_create(ib2_iface_t *iface, unsigned queue);
 ucs_status_t ib2_xrc_ep_create(ib2_ep_t *ep);
-ucs_status_t ib2_xrc_tgt_create(ib2_ep_t *ep);
+struct ibv_qp *ib2_xrc_qp_create(ib2_iface_t *iface, int tgt);
+struct ibv_qp *ib2_xrc_ini_create(ib2_iface_t *iface);
 void ib2_xrc_ep_release(ib2_ep_t *ep);
-void ib2_xrc_ep_to_error(ib2_ep_t *ep);
 size_t ib2_xrc_ep_addr_len(const ib2_iface_t *iface);
 void ib2_xrc_ep_pack(ib2_ep_t *ep, void *addr);
 ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
@@ -666,13 +691,36 @@ ucs_status_t ib2_xcm_init(ib2_iface_t *iface);
 void ib2_xcm_cleanup(ib2_iface_t *iface);
 ucs_status_t ib2_xcm_ep_init(ib2_ep_t *ep);
 ucs_status_t ib2_xcm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
-                                uint32_t peer_ud, uint32_t peer_id);
+                                uint32_t peer_ud, uint32_t peer_id,
+                                uint64_t peer_node);
 void ib2_xcm_ep_stop(ib2_ep_t *ep);
 void ib2_xcm_ep_cleanup(ib2_ep_t *ep);
+void ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn, uint32_t tgt,
+                  uint32_t gen);
+void ib2_xcm_wait(ib2_ep_t *ep, ucs_time_t now);
+void ib2_xcm_unwait(ib2_ep_t *ep);
 void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc);
 void ib2_xcm_progress(ib2_iface_t *iface);
 int ib2_xcm_busy(ib2_iface_t *iface);
 ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc);
+
+/* X queues' TGT QPs held for peers (ib2_xtgt.c). */
+ucs_status_t ib2_xtgt_on_connect(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
+                                 uint32_t *tgt_qpn);
+ucs_status_t ib2_xtgt_on_xjoin(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
+                               uint32_t tgt_qpn);
+void ib2_xtgt_release(ib2_ep_t *ep);
+
+/* X queues' per-node INI QPs, what the send path asks of them
+ * (ib2_xnode_tx.c, ib2_xnode.c). */
+ucs_status_t ib2_xnode_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                            struct ibv_send_wr *wr, unsigned flags,
+                            int signal, int am);
+unsigned ib2_xnode_tx_progress(ib2_iface_t *iface);
+int32_t ib2_xnode_room(ib2_ep_t *ep);
+int ib2_xnode_tail_signaled(ib2_ep_t *ep);
+ucs_status_t ib2_xnode_signal(ib2_ep_t *ep);
+void ib2_xnode_ep_failed(ib2_ep_t *ep);
 
 /* What the device allows (ib2_devfit.c): queues without SRQs, atomics,
  * READ scatter lists. */

@@ -277,7 +277,8 @@ static void ib2_ep_zombie_signal_tails(ib2_ep_t *ep)
     unsigned q;
 
     for (q = 0; q < ep->nq; ++q) {
-        if ((ep->txq[q].qp != NULL) && (ep->txq[q].acked != ep->txq[q].sn)) {
+        if (((ep->txq[q].qp != NULL) || (ep->x.node != NULL)) &&
+            (ep->txq[q].acked != ep->txq[q].sn)) {
             (void)ib2_ep_signal_tail(ep->iface, ep, q);
         }
     }

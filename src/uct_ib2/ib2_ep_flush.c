@@ -73,12 +73,13 @@ static ucs_status_t ib2_ep_post_empty_write(ib2_iface_t *iface, ib2_ep_t *ep,
 /* Make sure queue q will report completion of everything posted on it. */
 ucs_status_t ib2_ep_signal_tail(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
 {
-    ib2_ep_txq_t *txq = &ep->txq[q];
-
-    if (txq->signaled_sn == txq->sn) {
+    if (ib2_ep_tail_signaled(ep, q)) {
         return UCS_OK;
     }
-    if (!ib2_txq_ready(iface, txq)) {
+    if (ucs_unlikely(iface->xs != NULL) && ep->failed) {
+        return ib2_xnode_signal(ep);
+    }
+    if (!ib2_ep_txq_ready(iface, ep, q)) {
         return UCS_ERR_NO_RESOURCE;
     }
     return ib2_ep_post_empty_write(iface, ep, q);
@@ -194,7 +195,6 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
 {
     ib2_iface_t *iface = ep->iface;
     unsigned t         = q & iface->config.txq_mask;
-    ib2_ep_txq_t *txq  = &ep->txq[t];
 
     if (ep->blocked & IB2_EP_BLOCK_FAILED) {
         return ep->failed;
@@ -215,7 +215,8 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
         ib2_ep_signal_am_tails(ep);
         return UCS_ERR_NO_RESOURCE;
     }
-    if (!ib2_txq_ready(iface, txq) || (am && (ep->txq[q].credits <= 0))) {
+    if (!ib2_ep_txq_ready(iface, ep, t) ||
+        (am && (ep->txq[q].credits <= 0))) {
         return UCS_ERR_NO_RESOURCE;
     }
     if (iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation) {
@@ -317,8 +318,8 @@ ucs_status_t ib2_ep_flush(uct_ep_h tl_ep, unsigned flags,
         if (txq->acked == txq->sn) {
             continue;
         }
-        if (txq->signaled_sn != txq->sn) {
-            if (txq->sq_avail <= 0) {
+        if (!ib2_ep_tail_signaled(ep, q)) {
+            if (ib2_ep_sq_avail(ep, q) <= 0) {
                 goto no_resource;
             }
             ++tails;
@@ -403,7 +404,7 @@ ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
     ib2_iface_t *iface = ep->iface;
 
     UCT_EP_KEEPALIVE_CHECK_PARAM(flags, comp);
-    if (ep->failed || !ep->connected || !ib2_txq_ready(iface, &ep->txq[0])) {
+    if (ep->failed || !ep->connected || !ib2_ep_txq_ready(iface, ep, 0)) {
         return UCS_OK; /* failed: reported already; busy: proves liveness */
     }
     /* If the peer is gone the write fails after the retries and the
@@ -434,7 +435,7 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
     if (txq->acked != txq->sn) {
         return;
     }
-    if (!ib2_txq_ready(iface, txq) ||
+    if (!ib2_ep_txq_ready(iface, ep, q) ||
         (ib2_ep_post_empty_write(iface, ep, q) != UCS_OK)) {
         ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
     }
@@ -465,7 +466,7 @@ void ib2_ep_probe(ib2_ep_t *ep)
             return;
         }
     }
-    if (!ep->probed && ib2_txq_ready(iface, &ep->txq[0]) &&
+    if (!ep->probed && ib2_ep_txq_ready(iface, ep, 0) &&
         (ib2_ep_post_empty_write(iface, ep, 0) == UCS_OK)) {
         ep->probed = 1;
         ++iface->counters.probes;

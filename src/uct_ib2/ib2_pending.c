@@ -48,7 +48,7 @@ ib2_tx_state_t ib2_ep_tx_state(ib2_ep_t *ep)
     /* Every queue's credit, and the WQEs of its send queue (with X
      * queues: the one QP's). */
     for (q = 0; q < iface->rq.count; ++q) {
-        if ((ep->txq[q & iface->config.txq_mask].sq_avail <= 0) ||
+        if ((ib2_ep_sq_avail(ep, q & iface->config.txq_mask) <= 0) ||
             (ep->txq[q].credits <= 0)) {
             return IB2_TX_WAIT_EP;
         }

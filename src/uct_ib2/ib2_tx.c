@@ -74,13 +74,12 @@ static void ib2_ep_ams_completed(ib2_iface_t *iface, ib2_ep_t *ep)
     ep->seq_limit = (uint16_t)(oldest + iface->config.seq_window);
 }
 
-/* Queue q completed its sends up to the one of wr_id (or they were
- * flushed). */
-static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
-                              uint64_t wr_id, ucs_status_t status)
+/* Queue q completed its sends up to send sn, which had am_sn active
+ * messages before it and with it (or they were flushed). */
+void ib2_txq_retire(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, uint32_t sn,
+                    uint32_t am_sn, ucs_status_t status)
 {
     ib2_ep_txq_t *txq = &ep->txq[q];
-    uint32_t sn       = ib2_wrid_sn(wr_id);
     int32_t count     = (int32_t)(sn - txq->acked);
     uint32_t ams;
     ib2_op_t *op;
@@ -92,9 +91,11 @@ static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
                 "ep %p q %u: %d sends completed, queue holds %u", ep, q,
                 count, iface->config.tx_qp_len);
     txq->acked          = sn;
-    txq->sq_avail      += count;
     iface->tx_cq_avail += count;
-    ams = ib2_wrid_am(wr_id) - txq->am_acked;
+    if (ucs_likely(iface->xs == NULL)) {
+        txq->sq_avail  += count;    /* X: the node's (ib2_xnode_tx.c) */
+    }
+    ams = am_sn - txq->am_acked;
     ucs_assertv(ams <= (uint32_t)count, "ep %p q %u: %u AMs in %d sends", ep,
                 q, ams, count);
     txq->am_acked += ams;
@@ -120,6 +121,14 @@ static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     if (ucs_unlikely(ep->blocked & IB2_EP_BLOCK_FENCE)) {
         ib2_ep_fence_done(ep);
     }
+}
+
+static UCS_F_ALWAYS_INLINE void
+ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                  uint64_t wr_id, ucs_status_t status)
+{
+    ib2_txq_retire(iface, ep, q, ib2_wrid_sn(wr_id), ib2_wrid_am(wr_id),
+                   status);
 }
 
 void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status)
@@ -164,6 +173,9 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
     ib2_ep_t *ep;
     int i, n;
 
+    if (ucs_unlikely(iface->xs != NULL)) {
+        return ib2_xnode_tx_progress(iface);   /* X: per-node INI QPs */
+    }
     n = ibv_poll_cq(iface->send_cq, 16, wc);
     if (n <= 0) {
         if (ucs_unlikely(n < 0)) {
@@ -226,8 +238,13 @@ static void ib2_ep_qps_to_error(ib2_ep_t *ep)
             ucs_debug("QP 0x%x to ERR failed: %m", ep->txq[q].qp->qp_num);
         }
     }
-    if (ep->tgt != NULL) {
-        ib2_xrc_ep_to_error(ep);
+    /* X: the node's INI QP and the TGT QP are shared with other endpoints
+     * (ib2_xnode.h): what this one has on them completes with its
+     * failure, what it holds is dropped */
+    if (ep->x.node != NULL) {
+        ib2_xnode_ep_failed(ep);
+    } else if (ep->iface->xcm != NULL) {
+        ib2_xcm_unwait(ep);
     }
 }
 

@@ -25,15 +25,35 @@ IB2_INTERNAL ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q,
                                              int am, int ret);
 IB2_INTERNAL ucs_status_t ib2_ep_am_id_invalid(uint8_t id);
 
-static UCS_F_ALWAYS_INLINE int ib2_txq_ready(ib2_iface_t *iface,
-                                             ib2_ep_txq_t *txq)
+/* Send WQEs free for the sends of send queue t: its QP's, or with X
+ * queues those of the node's INI QP while the endpoint may send on it
+ * (ib2_xnode_tx.c). */
+static UCS_F_ALWAYS_INLINE int32_t ib2_ep_sq_avail(ib2_ep_t *ep, unsigned t)
 {
-    return (txq->sq_avail > 0) & (iface->tx_cq_avail > 0);
+    if (ucs_unlikely(ep->iface->xs != NULL)) {
+        return ib2_xnode_room(ep);
+    }
+    return ep->txq[t].sq_avail;
+}
+
+static UCS_F_ALWAYS_INLINE int ib2_ep_txq_ready(ib2_iface_t *iface,
+                                                ib2_ep_t *ep, unsigned t)
+{
+    return (ib2_ep_sq_avail(ep, t) > 0) & (iface->tx_cq_avail > 0);
+}
+
+/* Will send queue t report completion of everything posted on it? With X
+ * queues also when another endpoint's signaled request followed. */
+static UCS_F_ALWAYS_INLINE int ib2_ep_tail_signaled(ib2_ep_t *ep, unsigned t)
+{
+    return (ep->txq[t].signaled_sn == ep->txq[t].sn) ||
+           (ucs_unlikely(ep->iface->xs != NULL) &&
+            ib2_xnode_tail_signaled(ep));
 }
 
 /* Everything an operation on queue q needs is there (the fast path): the
- * send queue's WQE (with X queues, of the endpoint's one QP) and the
- * queue's credit. The
+ * send queue's WQE and the queue's credit (X queues always take the slow
+ * path: IB2_EP_BLOCK_XRC). The
  * fast path wants more CQ budget than a moderation window: below that the
  * slow path lets sends go signaled, so that budget held by unsignaled
  * sends comes back to an endpoint waiting for it. */
@@ -84,11 +104,10 @@ ib2_ep_post_flags(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     uint32_t sn       = txq->sn + 1;
     int ret;
 
-    /* X queues: the peer's SRQ of queue q, and (sends with immediate)
-     * the peer endpoint's id; RC QPs and plain sends ignore both. */
-    wr->qp_type.xrc.remote_srqn = ep->x_srqn[q];
-    wr->imm_data                = ep->x.imm;
-
+    if (ucs_unlikely(iface->xs != NULL)) {
+        /* X queues: on the node's shared INI QP, kept until done */
+        return ib2_xnode_post(iface, ep, q, wr, flags, signal, am);
+    }
     /* Branches, not selects: most sends are not signaled. */
     if (ucs_unlikely(signal) ||
         ((sn - txq->signaled_sn) >= iface->config.tx_moderation)) {

@@ -1,23 +1,24 @@
 /*
- * X queues' connection exchange: one UD QP per interface, on which an
- * endpoint asks its peer for a TGT QP (CONNECT, with its INI QP's number)
- * and gets the TGT QP's number back (REPLY). The TGT QP is made by the
- * process that receives through it, when asked, so that it can be one of
- * the node's shared XRC domain connected to whichever INI QP asks (the
- * first step towards per-node INI QPs: docs/uct_ib2.md, "Per-node INI
- * QPs"). UCT's address exchange cannot carry it: an endpoint's address is
- * taken before it knows its peer.
+ * X queues' connection exchange: one UD QP per interface, on which the
+ * endpoints agree on the INI and TGT QPs of their nodes (ib2_xnode.c).
+ * CONNECT asks the peer's process for a TGT QP, in its node's shared XRC
+ * domain, connected to our node's INI QP; XJOIN asks it to open the TGT
+ * QP another process of its node made for that INI QP; REPLY says which
+ * TGT QP the peer endpoint now takes our messages through, NOTGT that it
+ * could not open the one named. UCT's address exchange cannot carry this:
+ * an endpoint's address is taken before it knows its peer, and which of a
+ * node's processes makes the TGT QP depends on the order of connections.
  *
- * UD is unreliable: a CONNECT is sent again until its REPLY comes, with a
- * growing interval, and the endpoint fails when none comes in time. A
- * CONNECT for an endpoint that has not had its own connect_to_ep yet is
- * dropped (the peer sends it again); a repeated one is answered again,
- * with the TGT QP made the first time. Messages go through a small
- * registered region (receives: GRH + message; sends: a ring of slots),
- * and complete on the interface's receive CQ, whose poll hands them here
- * by QP number (ib2_rx.c), so that event-driven progress sees them too.
+ * UD is unreliable: a request is sent again until its answer comes, with
+ * a growing interval, and the endpoint fails when none comes in time. A
+ * request for an endpoint that has not had its own connect_to_ep yet is
+ * dropped (the peer sends it again); a repeated one is answered from the
+ * endpoint's state. Messages go through a small registered region
+ * (receives: GRH + message; sends: a ring of slots), and complete on the
+ * interface's receive CQ, whose poll hands them here by QP number
+ * (ib2_rx.c), so that event-driven progress sees them too.
  */
-#include "ib2.h"
+#include "ib2_xnode.h"
 
 #include <arpa/inet.h>
 #include <ucs/debug/memtrack_int.h>
@@ -234,7 +235,7 @@ ucs_status_t ib2_xcm_ep_init(ib2_ep_t *ep)
     return UCS_OK;
 }
 
-static void ib2_xcm_unwait(ib2_ep_t *ep)
+void ib2_xcm_unwait(ib2_ep_t *ep)
 {
     if (ep->x.waiting) {
         ucs_list_del(&ep->x.list);
@@ -269,7 +270,8 @@ void ib2_xcm_ep_cleanup(ib2_ep_t *ep)
     ep->x.ah = NULL;
 }
 
-static void ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn)
+void ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn, uint32_t tgt,
+                  uint32_t gen)
 {
     ib2_iface_t *iface = ep->iface;
     ib2_xcm_t *xcm     = iface->xcm;
@@ -282,18 +284,20 @@ static void ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn)
         ++iface->counters.xcm_tx_busy; /* resent or asked again later */
         return;
     }
-    slot          = xcm->send_next;
+    slot           = xcm->send_next;
     xcm->send_next = (slot + 1) % IB2_XCM_SENDS;
-    msg           = ib2_xcm_tx_slot(xcm, slot);
+    msg            = ib2_xcm_tx_slot(xcm, slot);
     memset(msg, 0, sizeof(*msg));
-    msg->type     = type;
-    msg->rq_hash  = iface->rq_hash;
-    msg->dst      = ep->x.peer_id;
-    msg->src      = ep->x.id;
-    msg->qpn      = qpn;
-    sge.addr      = (uintptr_t)msg;
-    sge.length    = sizeof(*msg);
-    sge.lkey      = xcm->mr->lkey;
+    msg->type      = type;
+    msg->rq_hash   = iface->rq_hash;
+    msg->dst       = ep->x.peer_id;
+    msg->src       = ep->x.id;
+    msg->qpn       = qpn;
+    msg->tgt       = tgt;
+    msg->gen       = gen;
+    sge.addr       = (uintptr_t)msg;
+    sge.length     = sizeof(*msg);
+    sge.lkey       = xcm->mr->lkey;
     memset(&wr, 0, sizeof(wr));
     wr.wr_id             = IB2_XCM_WR_SEND | slot;
     wr.sg_list           = &sge;
@@ -312,7 +316,7 @@ static void ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn)
     ++xcm->sends_out;
 }
 
-static void ib2_xcm_wait(ib2_ep_t *ep, ucs_time_t now)
+void ib2_xcm_wait(ib2_ep_t *ep, ucs_time_t now)
 {
     ib2_xcm_t *xcm      = ep->iface->xcm;
     ucs_time_t interval = xcm->first_interval;
@@ -330,10 +334,12 @@ static void ib2_xcm_wait(ib2_ep_t *ep, ucs_time_t now)
 }
 
 ucs_status_t ib2_xcm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
-                                uint32_t peer_ud, uint32_t peer_id)
+                                uint32_t peer_ud, uint32_t peer_id,
+                                uint64_t peer_node)
 {
     ib2_iface_t *iface = ep->iface;
     struct ibv_ah_attr ah;
+    ucs_status_t status;
 
     if (ep->x.state != IB2_XCM_IDLE) {
         ucs_error("%s:%u: rc_ib2 endpoint %p is connected already",
@@ -357,65 +363,38 @@ ucs_status_t ib2_xcm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
                   "%m", iface->md->name, iface->port, remote->lid);
         return UCS_ERR_UNREACHABLE;
     }
-    ep->x.peer     = *remote;
-    ep->x.peer_ud  = peer_ud;
-    ep->x.peer_id  = peer_id;
-    ep->x.imm      = htonl(peer_id);
-    ep->x.state    = IB2_XCM_REQUESTING;
-    ep->x.tries    = 1;
-    ep->connected  = 0;
-    ep->blocked   |= IB2_EP_BLOCK_CONNECTING;
-    ib2_xcm_send(ep, IB2_XCM_CONNECT, ep->txq[0].qp->qp_num);
-    ib2_xcm_wait(ep, ucs_get_time());
-    return UCS_OK;
-}
-
-/* The peer asks for a TGT QP for its INI QP `ini`: made (once) and
- * connected, and its number sent back. */
-static void ib2_xcm_on_connect(ib2_ep_t *ep, uint32_t ini)
-{
-    ib2_iface_t *iface = ep->iface;
-    ucs_status_t status;
-
-    if (ep->tgt == NULL) {
-        status = ib2_xrc_tgt_create(ep);
-        if (status == UCS_OK) {
-            status = ib2_qp_connect(iface, ep->tgt, 0, &ep->x.peer, ini);
-        }
-        if (status != UCS_OK) {
-            ib2_ep_set_failed(ep, status);
-            return;
-        }
-        ep->x.peer_ini = ini;
-    } else if (ep->x.peer_ini != ini) {
-        ++iface->counters.xcm_rx_bad;
-        ucs_debug("%s:%u: CONNECT for INI QP 0x%x to endpoint %p, whose "
-                  "TGT QP serves 0x%x: dropped", iface->md->name,
-                  iface->port, ini, ep, ep->x.peer_ini);
-        return;
-    }
-    ib2_xcm_send(ep, IB2_XCM_REPLY, ep->tgt->qp_num);
-}
-
-/* The peer's TGT QP for our INI QP: ours goes to RTS, and what waited
- * for the connection may go. */
-static void ib2_xcm_on_reply(ib2_ep_t *ep, uint32_t tgt)
-{
-    ucs_status_t status;
-
-    if (ep->x.state != IB2_XCM_REQUESTING) {
-        return; /* a repeated REPLY */
-    }
-    ib2_xcm_unwait(ep);
-    status = ib2_qp_connect(ep->iface, ep->txq[0].qp, 0, &ep->x.peer, tgt);
+    ep->x.peer      = *remote;
+    ep->x.peer_ud   = peer_ud;
+    ep->x.peer_id   = peer_id;
+    ep->x.peer_node = peer_node;
+    ep->x.imm       = htonl(peer_id);
+    status = ib2_xnode_join(ep);
     if (status != UCS_OK) {
-        ib2_ep_set_failed(ep, status);
-        return;
+        ibv_destroy_ah(ep->x.ah);
+        ep->x.ah    = NULL;
+        ep->x.state = IB2_XCM_IDLE;
     }
-    ep->x.state    = IB2_XCM_UP;
-    ep->connected  = 1;
-    ep->blocked   &= ~IB2_EP_BLOCK_CONNECTING;
-    ib2_ep_resources_back(ep);
+    return status;
+}
+
+/* A peer's request for our endpoint's side: a TGT QP made or opened. */
+static void ib2_xcm_on_request(ib2_ep_t *ep, const ib2_xcm_msg_t *msg)
+{
+    uint32_t tgt = msg->tgt;
+    ucs_status_t status;
+
+    if (msg->type == IB2_XCM_CONNECT) {
+        status = ib2_xtgt_on_connect(ep, msg->qpn, msg->gen, &tgt);
+    } else {
+        status = ib2_xtgt_on_xjoin(ep, msg->qpn, msg->gen, tgt);
+    }
+    if (status == UCS_OK) {
+        ib2_xcm_send(ep, IB2_XCM_REPLY, msg->qpn, tgt, msg->gen);
+    } else if (status == UCS_ERR_NO_ELEM) {
+        ib2_xcm_send(ep, IB2_XCM_NOTGT, msg->qpn, tgt, msg->gen);
+    } else if (status != UCS_ERR_CANCELED) {   /* not a stale request */
+        ib2_ep_set_failed(ep, status);
+    }
 }
 
 static void ib2_xcm_on_recv(ib2_iface_t *iface, const struct ibv_wc *wc,
@@ -427,8 +406,9 @@ static void ib2_xcm_on_recv(ib2_iface_t *iface, const struct ibv_wc *wc,
 
     if ((wc->byte_len < IB2_XCM_GRH + sizeof(*msg)) ||
         (msg->rq_hash != iface->rq_hash) || (msg->qpn == 0) ||
-        (msg->qpn > 0xffffff) ||
-        ((msg->type != IB2_XCM_CONNECT) && (msg->type != IB2_XCM_REPLY))) {
+        (msg->qpn > 0xffffff) || (msg->tgt > 0xffffff) ||
+        (msg->type < IB2_XCM_CONNECT) || (msg->type > IB2_XCM_NOTGT) ||
+        ((msg->type != IB2_XCM_CONNECT) && (msg->tgt == 0))) {
         ++iface->counters.xcm_rx_bad;
         return;
     }
@@ -451,10 +431,17 @@ static void ib2_xcm_on_recv(ib2_iface_t *iface, const struct ibv_wc *wc,
     if (ep->failed || ep->destroyed) {
         return;
     }
-    if (msg->type == IB2_XCM_CONNECT) {
-        ib2_xcm_on_connect(ep, msg->qpn);
-    } else {
-        ib2_xcm_on_reply(ep, msg->qpn);
+    switch (msg->type) {
+    case IB2_XCM_CONNECT:
+    case IB2_XCM_XJOIN:
+        ib2_xcm_on_request(ep, msg);
+        break;
+    case IB2_XCM_REPLY:
+        ib2_xnode_on_reply(ep, msg->qpn, msg->gen, msg->tgt);
+        break;
+    default:
+        ib2_xnode_on_notgt(ep, msg->qpn, msg->gen, msg->tgt);
+        break;
     }
 }
 
@@ -489,19 +476,23 @@ void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
     (void)ib2_xcm_post_recv(iface, slot);
 }
 
-/* Endpoints wait for a REPLY: progress must keep running, to resend. */
+/* Endpoints wait for answers (their requests are resent), or a failed
+ * INI QP for the CQ budget its marker needs: progress must keep running. */
 int ib2_xcm_busy(ib2_iface_t *iface)
 {
-    return !ucs_list_is_empty(&iface->xcm->waiting);
+    return !ucs_list_is_empty(&iface->xcm->waiting) ||
+           (iface->xs->unmarked != 0);
 }
 
-/* CONNECTs whose REPLY is late go again; an endpoint out of tries fails. */
+/* Requests whose answer is late go again; an endpoint out of tries
+ * fails. */
 void ib2_xcm_progress(ib2_iface_t *iface)
 {
     ib2_xcm_t *xcm = iface->xcm;
     ucs_time_t now;
     ib2_ep_t *ep, *tmp;
 
+    ib2_xnode_progress(iface);
     if (ucs_list_is_empty(&xcm->waiting)) {
         return;
     }
@@ -521,14 +512,16 @@ void ib2_xcm_progress(ib2_iface_t *iface)
         }
         ++ep->x.tries;
         ++iface->counters.xcm_resent;
-        ib2_xcm_send(ep, IB2_XCM_CONNECT, ep->txq[0].qp->qp_num);
+        ib2_xnode_resend(ep);
         ib2_xcm_wait(ep, now);
     }
 }
 
 /* The endpoint a message into an X queue is for: the immediate names it,
- * and it must have come through that endpoint's TGT QP (so a peer reaches
- * only the endpoints connected to it); NULL otherwise. */
+ * and it must have come through the TGT QP its peer's INI QP reaches us
+ * through (so a process reaches only the endpoints connected to it; the
+ * TGT QP carries the messages of every endpoint of the peer's interface to
+ * this node); NULL otherwise. */
 ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc)
 {
     ib2_xcm_t *xcm = iface->xcm;
@@ -543,7 +536,7 @@ ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc)
         return NULL;
     }
     ep = kh_val(&xcm->eps, it);
-    if ((ep->tgt == NULL) || (ep->tgt->qp_num != wc->qp_num)) {
+    if (ep->x.tgt_qpn != wc->qp_num) {
         return NULL;
     }
     return ep;

@@ -1,30 +1,32 @@
 /*
  * X (XRC) receive queues: one XRC SRQ per X queue per interface, in the
- * XRC domain the user's processes of the node share through one file, and
- * per endpoint one INI QP (which sends
- * every operation of the endpoint, naming the peer's SRQ of the message's
- * queue in each request) and one TGT QP (where the peer's INI QP lands;
- * it delivers into any of our SRQs).
+ * XRC domain the user's processes of the node share through one file;
+ * the node's identity, which tells the endpoints that may share an INI QP
+ * (ib2_xnode.c); the endpoint's address; and the TGT QPs this process
+ * holds for its peers' INI QPs, made when a peer asks (CONNECT) or opened
+ * when another process of this node made it (XJOIN).
  *
- * The endpoint's send bookkeeping is that of one queue (txq[0]: the INI
- * QP), so everything the endpoint sends is ordered by that QP; the credits
- * stay per queue as on S queues (max_pending active messages in flight),
- * kept in txq[q].credits and given back by the completions, each active
- * message to the queue it named (am_queues, a ring beside am_seqs).
- *
- * Receive completions of an XRC SRQ carry the TGT QP's number, which the
- * QP table maps to the endpoint, as it maps an RC QP's. Why the INI QP is
- * per endpoint and not per remote node: docs/uct_ib2.md, "X queues".
+ * The endpoint's send bookkeeping is that of one queue (txq[0]), on its
+ * node's INI QP; the credits stay per queue as on S queues (max_pending
+ * active messages in flight), kept in txq[q].credits and given back by the
+ * completions, each active message to the queue it named (am_queues, a
+ * ring beside am_seqs).
  */
+#include "ib2_xnode.h"
 #include "ib2_tx.h"
 
 #include <ucs/sys/string.h>
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* FNV-1a, 64 bits */
+#define IB2_FNV_OFFSET 0xcbf29ce484222325ull
+#define IB2_FNV_PRIME  0x100000001b3ull
 
 /*
  * Open the file of the node's XRC domain (UCX_IB2_XRC_DOMAIN, by default
@@ -72,11 +74,56 @@ static int ib2_xrc_file_open(ib2_iface_t *iface, char *path, size_t max)
     return fd;
 }
 
+static uint64_t ib2_fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+
+    while (n-- != 0) {
+        h = (h ^ *b++) * IB2_FNV_PRIME;
+    }
+    return h;
+}
+
+/*
+ * The node's identity, which says whose endpoints may share an INI QP:
+ * processes that reach each other's SRQs through one TGT QP, i.e. that
+ * share an XRC domain. That is the adapter (its system image GUID: the
+ * ports of one adapter are one node), the host (its boot id: virtual
+ * functions of one adapter in several hosts report the same GUID) and the
+ * domain's file (another user's, or another UCX_IB2_XRC_DOMAIN, is
+ * another domain).
+ */
+static uint64_t ib2_xrc_node_key(ib2_iface_t *iface, const struct stat *st)
+{
+    uint64_t h = IB2_FNV_OFFSET;
+    char host[256];
+    ssize_t n = -1;
+    int fd;
+
+    h  = ib2_fnv(h, &iface->md->dev_attr.sys_image_guid,
+                 sizeof(iface->md->dev_attr.sys_image_guid));
+    fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, host, sizeof(host));
+        close(fd);
+    }
+    if (n <= 0) {
+        /* no boot id: the host's name must do */
+        n = (gethostname(host, sizeof(host)) == 0) ?
+            (ssize_t)strnlen(host, sizeof(host)) : 0;
+    }
+    h = ib2_fnv(h, host, (size_t)n);
+    h = ib2_fnv(h, &st->st_dev, sizeof(st->st_dev));
+    h = ib2_fnv(h, &st->st_ino, sizeof(st->st_ino));
+    return (h == 0) ? 1 : h;   /* 0 is never a node */
+}
+
 ucs_status_t ib2_xrc_open(ib2_iface_t *iface)
 {
     struct ibv_xrcd_init_attr attr;
     char path[PATH_MAX];
     ucs_status_t status;
+    struct stat st;
 
     if (!(iface->md->dev_attr.device_cap_flags & IBV_DEVICE_XRC)) {
         ucs_error("%s: the device has no XRC, which X receive queues need: "
@@ -91,6 +138,12 @@ ucs_status_t ib2_xrc_open(ib2_iface_t *iface)
     if (attr.fd < 0) {
         return UCS_ERR_INVALID_PARAM;
     }
+    if (fstat(attr.fd, &st) != 0) {
+        ucs_error("%s: XRC domain file %s: fstat failed: %m",
+                  iface->md->name, path);
+        close(attr.fd);
+        return UCS_ERR_IO_ERROR;
+    }
     iface->xrcd = ibv_open_xrcd(iface->md->ctx, &attr);
     close(attr.fd);
     if (iface->xrcd == NULL) {
@@ -99,7 +152,11 @@ ucs_status_t ib2_xrc_open(ib2_iface_t *iface)
                   "(UCX_IB2_RECEIVE_QUEUES)", iface->md->name, path);
         return UCS_ERR_IO_ERROR;
     }
-    status = ib2_xcm_init(iface);
+    status = ib2_xnode_init(iface);
+    if (status == UCS_OK) {
+        iface->xs->node = ib2_xrc_node_key(iface, &st);
+        status          = ib2_xcm_init(iface);
+    }
     if (status != UCS_OK) {
         ib2_xrc_close(iface);
     }
@@ -109,6 +166,7 @@ ucs_status_t ib2_xrc_open(ib2_iface_t *iface)
 void ib2_xrc_close(ib2_iface_t *iface)
 {
     ib2_xcm_cleanup(iface);
+    ib2_xnode_cleanup(iface);   /* the TGT QPs still held */
     if ((iface->xrcd != NULL) && (ibv_close_xrcd(iface->xrcd) != 0)) {
         ucs_warn("%s: ibv_close_xrcd failed: %m", iface->md->name);
     }
@@ -147,7 +205,7 @@ struct ibv_srq *ib2_xrc_srq_create(ib2_iface_t *iface, unsigned queue)
     return srq;
 }
 
-static struct ibv_qp *ib2_xrc_qp_create(ib2_iface_t *iface, int tgt)
+struct ibv_qp *ib2_xrc_qp_create(ib2_iface_t *iface, int tgt)
 {
     struct ibv_qp_init_attr_ex init;
     struct ibv_qp *qp;
@@ -163,7 +221,9 @@ static struct ibv_qp *ib2_xrc_qp_create(ib2_iface_t *iface, int tgt)
         init.pd                  = iface->md->pd;
         init.send_cq             = iface->send_cq;
         init.recv_cq             = iface->send_cq; /* not used */
-        init.cap.max_send_wr     = iface->config.tx_qp_len;
+        /* one more than the node's requests: the marker after a failure
+         * (ib2_xnode_tx.c) */
+        init.cap.max_send_wr     = iface->config.tx_qp_len + 1;
         init.cap.max_send_sge    = iface->config.max_send_sge;
         init.cap.max_inline_data = iface->config.max_inline;
     }
@@ -182,29 +242,21 @@ static struct ibv_qp *ib2_xrc_qp_create(ib2_iface_t *iface, int tgt)
     return qp;
 }
 
-static ucs_status_t ib2_xrc_qp_map(ib2_ep_t *ep, struct ibv_qp *qp)
+struct ibv_qp *ib2_xrc_ini_create(ib2_iface_t *iface)
 {
-    khiter_t it;
-    int ret;
-
-    it = kh_put(ib2_qp_ep, ep->iface->qp_ep, qp->qp_num, &ret);
-    if (ret < 0) {
-        return UCS_ERR_NO_MEMORY;
-    }
-    kh_val(ep->iface->qp_ep, it) = ib2_qp_ep_make(ep, 0);
-    return UCS_OK;
+    return ib2_xrc_qp_create(iface, 0);
 }
 
 /*
- * The endpoint's QPs and send state; called with ep->nq 1 and the ring of
- * sequence numbers allocated. On failure the caller releases what was
- * made (ib2_ep_release_qps, ib2_xrc_ep_release).
+ * The endpoint's send state; called with ep->nq 1 and the ring of
+ * sequence numbers allocated. It sends on its node's INI QP once
+ * connected (ib2_xnode.c), and always through the slow path's checks
+ * (IB2_EP_BLOCK_XRC): whether it may send depends on the node.
  */
 ucs_status_t ib2_xrc_ep_create(ib2_ep_t *ep)
 {
     ib2_iface_t *iface = ep->iface;
     ib2_ep_txq_t *txq  = &ep->txq[0];
-    ucs_status_t status;
     unsigned q;
 
     ucs_assert(ep->nq == 1);
@@ -213,67 +265,31 @@ ucs_status_t ib2_xrc_ep_create(ib2_ep_t *ep)
         return UCS_ERR_NO_MEMORY;
     }
     ucs_queue_head_init(&txq->ops);
-    txq->sq_avail = (int32_t)iface->config.tx_qp_len;
+    txq->sq_avail = (int32_t)iface->config.tx_qp_len; /* the node's count */
     for (q = 0; q < iface->rq.count; ++q) {
         ucs_assert(iface->rq.q[q].type == IB2_RQ_XRC);
         ep->txq[q].credits = (int32_t)iface->rq.q[q].max_pending;
     }
-    txq->qp = ib2_xrc_qp_create(iface, 0);
-    if (txq->qp == NULL) {
-        return UCS_ERR_IO_ERROR;
-    }
-    status = ib2_xrc_qp_map(ep, txq->qp);
-    if (status != UCS_OK) {
-        return status;
-    }
-    /* The TGT QP comes when the peer asks for it (ib2_xcm.c). */
+    ep->blocked |= IB2_EP_BLOCK_XRC | IB2_EP_BLOCK_CONNECTING;
     return ib2_xcm_ep_init(ep);
 }
 
-/* The TGT QP the peer's INI QP is to reach us through, in INIT. */
-ucs_status_t ib2_xrc_tgt_create(ib2_ep_t *ep)
-{
-    ucs_assert(ep->tgt == NULL);
-    ep->tgt = ib2_xrc_qp_create(ep->iface, 1);
-    if (ep->tgt == NULL) {
-        return UCS_ERR_IO_ERROR;
-    }
-    return ib2_xrc_qp_map(ep, ep->tgt);
-}
-
-/* The TGT QP, the connection state and the ring of queues (the INI QP
- * goes with the others). */
+/* The node's INI QP (its last endpoint leaving), the TGT QP held for the
+ * peer, the connection state and the ring of queues. */
 void ib2_xrc_ep_release(ib2_ep_t *ep)
 {
     ib2_iface_t *iface = ep->iface;
-    khiter_t it;
 
-    ib2_xcm_ep_cleanup(ep);
-    if (ep->tgt != NULL) {
-        it = kh_get(ib2_qp_ep, iface->qp_ep, ep->tgt->qp_num);
-        if (it != kh_end(iface->qp_ep)) {
-            kh_del(ib2_qp_ep, iface->qp_ep, it);
-        }
-        if (ibv_destroy_qp(ep->tgt) != 0) {
-            ucs_warn("ibv_destroy_qp(TGT 0x%x) failed: %m",
-                     ep->tgt->qp_num);
-        }
-        ep->tgt = NULL;
+    if (iface->xs != NULL) {
+        /* sends the device never gave back (the interface closes) */
+        iface->tx_cq_avail += (int32_t)(ep->txq[0].sn - ep->txq[0].acked);
+        ep->txq[0].acked    = ep->txq[0].sn;
     }
+    ib2_xnode_leave(ep);
+    ib2_xcm_ep_cleanup(ep);
+    ib2_xtgt_release(ep);
     ucs_free(ep->txq[0].am_queues);
     ep->txq[0].am_queues = NULL;
-}
-
-/* The peer's INI QP finds ours gone: its sends fail, as on RC. */
-void ib2_xrc_ep_to_error(ib2_ep_t *ep)
-{
-    struct ibv_qp_attr attr;
-
-    memset(&attr, 0, sizeof(attr));
-    attr.qp_state = IBV_QPS_ERR;
-    if (ibv_modify_qp(ep->tgt, &attr, IBV_QP_STATE) != 0) {
-        ucs_debug("TGT QP 0x%x to ERR failed: %m", ep->tgt->qp_num);
-    }
 }
 
 size_t ib2_xrc_ep_addr_len(const ib2_iface_t *iface)
@@ -290,14 +306,15 @@ void ib2_xrc_ep_pack(ib2_ep_t *ep, void *addr)
     out->rq_hash = iface->rq_hash;
     ib2_wire_put24(out->ud_qpn, iface->xcm_qpn);
     out->ep_id   = ep->x.id;
+    out->node    = iface->xs->node;
     for (q = 0; q < iface->rq.count; ++q) {
         ib2_wire_put24(out->srqn[q], iface->rxq[q].srqn);
     }
 }
 
-/* Every number checked first (0 is never a QP, SRQ or endpoint number);
- * then the peer is asked for the TGT QP our INI QP is to reach
- * (ib2_xcm.c): the endpoint sends once the answer is there. */
+/* Every number checked first (0 is never a QP, SRQ, endpoint or node);
+ * then the endpoint joins its peer's node's INI QP (ib2_xnode.c): it
+ * sends once its peer has answered. */
 ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
                                 const void *addr)
 {
@@ -307,10 +324,11 @@ ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
     uint32_t srqn[IB2_MAX_QUEUES];
     unsigned q;
 
-    if ((ud == 0) || (in->ep_id == 0)) {
+    if ((ud == 0) || (in->ep_id == 0) || (in->node == 0)) {
         ucs_error("%s:%u: malformed X queue endpoint address from the peer "
-                  "(UD QP 0x%x, endpoint %u): not connected",
-                  iface->md->name, iface->port, ud, in->ep_id);
+                  "(UD QP 0x%x, endpoint %u, node %" PRIx64 "): not "
+                  "connected", iface->md->name, iface->port, ud, in->ep_id,
+                  in->node);
         return UCS_ERR_INVALID_ADDR;
     }
     for (q = 0; q < iface->rq.count; ++q) {
@@ -323,7 +341,7 @@ ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
         }
     }
     memcpy(ep->x_srqn, srqn, iface->rq.count * sizeof(*srqn));
-    return ib2_xcm_ep_connect(ep, remote, ud, in->ep_id);
+    return ib2_xcm_ep_connect(ep, remote, ud, in->ep_id, in->node);
 }
 
 /* `count` active messages from the first completed: each gives its queue

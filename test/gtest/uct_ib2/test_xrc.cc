@@ -1,45 +1,28 @@
 /*
- * X queues across processes: one process has endpoints to three others
- * (all on one softverbs device, one "node"), each through its own XRC INI
- * QP into the peer's XRC SRQs; messages go both ways and RDMA reaches each
+ * X queues across processes. XrcPeers: one process has endpoints to three
+ * others, all on one softverbs device (one "node"): they share one XRC INI
+ * QP into the peers' XRC SRQs; messages go both ways and RDMA reaches each
  * peer's memory. Then one of the three is killed: only the endpoint to it
- * fails, and the other two carry on (docs/uct_ib2.md, "X queues").
- * XrcNodes does the same across two "nodes" (two softverbs devices of one
- * segment, IB2_TEST_DEVICES=softverbs0:ib:1,softverbs1:ib:1): two processes
- * on the remote node, one killed, the other's endpoint still delivers.
+ * fails, and the other two carry on over a new INI QP (docs/uct_ib2.md,
+ * "Per-node INI QPs"). XrcNodes does the same across two "nodes" (two
+ * softverbs devices of one segment, IB2_TEST_DEVICES=softverbs0:ib:1,
+ * softverbs1:ib:1): two processes on the remote node, one INI QP to them
+ * and one TGT QP on their node, one killed while messages to the other
+ * are in flight; the other's endpoint still delivers every message, once
+ * and in order.
  */
-#include "ib2_data.h"
+#include "ib2_xrc_test.h"
 
 #include "softverbs.h"
 
 #include "../../../src/uct_ib2/ib2_counters.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace ib2t;
 
 namespace {
-
-constexpr const char *kXSpec  = "X,256,256,128,32:X,8256,64,32,16";
-constexpr unsigned kXQueues   = 2;
-constexpr unsigned kPeers     = 3;
-constexpr size_t kXMem        = 1 << 16;
-constexpr uint8_t kXAmBase    = 10;      /* peer i's messages: id 10 + i */
-
-EntityParams xrc_params(const std::string &dev = kDev)
-{
-    /* a dead peer is found within a few 20 ms retries */
-    EntityParams p = with_env({{"UCX_IB2_RECEIVE_QUEUES", kXSpec},
-                               {"UCX_IB2_TIMEOUT", "20ms"},
-                               {"UCX_IB2_RETRY_COUNT", "2"}});
-
-    p.dev = dev;
-    p.md  = dev.substr(0, dev.find(':'));
-    return p;
-}
 
 struct XCard {
     std::vector<char> dev, ep, rkey;
@@ -118,18 +101,31 @@ int xrc_peer(Chan &ch, unsigned index, const std::string &dev)
     return 30;
 }
 
-bool own_stats(softverbs_proc_stats *out)
+bool stats_of(pid_t pid, softverbs_proc_stats *out)
 {
     std::vector<softverbs_proc_stats> all(64);
     int n = softverbs_stats(all.data(), (int)all.size());
 
     for (int i = 0; i < std::min(n, (int)all.size()); ++i) {
-        if (all[i].pid == getpid()) {
+        if (all[i].pid == pid) {
             *out = all[i];
             return true;
         }
     }
     return false;
+}
+
+bool own_stats(softverbs_proc_stats *out)
+{
+    return stats_of(getpid(), out);
+}
+
+ib2_iface_counters_t counters_of(Entity &e)
+{
+    ib2_iface_counters_t c;
+
+    EXPECT_EQ(ib2_iface_get_counters(e.iface, &c), UCS_OK);
+    return c;
 }
 
 class XrcPeers : public ::testing::Test {
@@ -184,6 +180,21 @@ protected:
         size_t n = 0;
         for (const Msg &m : e_->rx) {
             n += (m.id == kXAmBase + i);
+        }
+        return n;
+    }
+
+    /* The TGT QPs the peers' processes own (their node's, when they are
+     * the processes of a node). */
+    unsigned peers_tgt()
+    {
+        softverbs_proc_stats st;
+        unsigned n = 0;
+
+        for (unsigned i = 0; i < npeers(); ++i) {
+            if (stats_of(kids_[i]->pid(), &st)) {
+                n += st.qp_xrc_tgt;
+            }
         }
         return n;
     }
@@ -300,21 +311,26 @@ protected:
 
 TEST_F(XrcPeers, KilledPeerFailsOnlyItsEndpoint)
 {
-    /* QPs: one INI (send) and one TGT (receive) QP per endpoint, no RC
-     * QP; one XRC SRQ per X queue; the UD QP of connection requests. A
-     * TGT QP is made when the peer asks for it (ib2_xcm.c): wait for the
-     * three requests. */
+    /* QPs: the three peers are processes of this node, so one INI QP
+     * sends to all three; each peer's own INI QP to this node gets a TGT
+     * QP here (made when the peer asks for it, ib2_xcm.c: wait for the
+     * three requests); no RC QP; one XRC SRQ per X queue; the UD QP of
+     * connection requests. */
     softverbs_proc_stats st;
     ASSERT_TRUE(wait_for([&] {
         return own_stats(&st) && (st.qp_xrc_tgt == kPeers);
     }, [&] { progress(); })) << st.qp_xrc_tgt << " TGT QPs";
     EXPECT_EQ(st.qp_rc, 0u);
     EXPECT_EQ(st.qp_ud, 1u);
-    EXPECT_EQ(st.qp_xrc_ini, kPeers);
+    EXPECT_EQ(st.qp_xrc_ini, 1u);
     EXPECT_EQ(st.qp_xrc_tgt, kPeers);
     EXPECT_EQ(st.srq_xrc, kXQueues);
 
     kill_one_check_others(1);
+    /* the survivors are on a new INI QP, still one */
+    ASSERT_TRUE(own_stats(&st));
+    EXPECT_EQ(st.qp_xrc_ini, 1u);
+    EXPECT_GE(counters_of(*e_).xnode_failed, 1u);
 }
 
 /* Two processes on the remote node (softverbs1), this one on softverbs0. */
@@ -337,145 +353,112 @@ protected:
 
 TEST_F(XrcNodes, KilledProcessFailsOnlyItsEndpointNotItsNeighbour)
 {
-    /* one XRC SRQ per queue here; the INI and TGT QP counts are suite
-     * 31's to check against the model */
+    /* One INI QP here for both processes of the remote node, and one TGT
+     * QP there for it (one of them made it, the other opened it: the
+     * other's own, if it made one when asked, is gone once it joined);
+     * here a TGT QP for each of their INI QPs. */
     softverbs_proc_stats st;
-    ASSERT_TRUE(own_stats(&st));
+    ASSERT_TRUE(wait_for([&] {
+        return own_stats(&st) && (st.qp_xrc_tgt == 2) && (peers_tgt() == 1);
+    }, [&] { progress(); })) << st.qp_xrc_tgt << " TGT QPs here, "
+                             << peers_tgt() << " on the remote node";
     EXPECT_EQ(st.qp_rc, 0u);
+    EXPECT_EQ(st.qp_xrc_ini, 1u);
     EXPECT_EQ(st.srq_xrc, kXQueues);
     kill_one_check_others(0);
+    ASSERT_TRUE(own_stats(&st));
+    EXPECT_EQ(st.qp_xrc_ini, 1u);
+    EXPECT_GE(counters_of(*e_).xnode_failed, 1u);
 }
 
-TEST(Xrc, MalformedAddressRefused)
+/* Messages to the neighbour in flight when the other process dies: the
+ * request naming the dead process's SRQ is refused and the shared INI QP
+ * fails with the neighbour's requests queued behind it; they are posted
+ * again on the next INI QP. Every numbered message to the neighbour
+ * arrives once (a duplicate would fail its endpoint: it exits with an
+ * error) and in order (it echoes them in the order it got them), gets
+ * from its memory return its bytes, and only the dead one's endpoint
+ * fails. */
+TEST_F(XrcNodes, SendsInFlightToTheNeighbourSurviveTheKill)
 {
-    /* an X endpoint address with a zero UD QP, endpoint id or SRQ number
-     * connects nothing; the intact one then connects and carries a
-     * message */
-    Entity e(xrc_params());
-    ASSERT_TRUE(e.ok());
-    uct_ep_h a = e.ep_create(), b = e.ep_create();
-    ASSERT_TRUE(a && b);
-    std::vector<char> dev = e.dev_addr(), good = e.ep_addr(b);
-    ASSERT_EQ(good.size(), 4u + 3u + 4u + 3u * kXQueues);
-    /* UD QP (3 bytes), endpoint id (4), the last queue's SRQ (3) */
-    for (auto f : {std::make_pair((size_t)4, (size_t)3),
-                   std::make_pair((size_t)7, (size_t)4),
-                   std::make_pair(good.size() - 3, (size_t)3)}) {
-        size_t off = f.first;
-        std::vector<char> bad = good;
-        memset(&bad[off], 0, f.second);
-        EXPECT_EQ(uct_ep_connect_to_ep(a, (const uct_device_addr_t *)
-                                       dev.data(),
-                                       (const uct_ep_addr_t *)bad.data()),
-                  UCS_ERR_INVALID_ADDR) << "zero 24 bits at " << off;
-    }
-    connect_pair(e, a, e, b);
-    ASSERT_EQ(retry([&] { return uct_ep_am_short(a, 3, 42, nullptr, 0); },
-                    [&] { e.progress(); }), UCS_OK);
-    EXPECT_TRUE(wait_for([&] { return !e.rx.empty(); },
-                         [&] { e.progress(); }));
-    EXPECT_TRUE(e.errors.empty());
-}
+    const unsigned victim = 0, peer = 1;
+    const uint8_t id      = kXAmBase + peer;
+    uint32_t sent         = 0;
 
-TEST(Xrc, PeerWithOtherQueuesRefused)
-{
-    /* an S peer's address (another queue hash) is refused by an X end */
-    Entity x(xrc_params());
-    Entity s(with_env({{"UCX_IB2_RECEIVE_QUEUES",
-                        "S,256,256,128,32:S,8256,64,32,16"}}));
-    ASSERT_TRUE(x.ok() && s.ok());
-    uct_ep_h xe = x.ep_create(), se = s.ep_create();
-    std::vector<char> dev = s.dev_addr(), addr = s.ep_addr(se);
-    EXPECT_EQ(uct_ep_connect_to_ep(xe, (const uct_device_addr_t *)dev.data(),
-                                   (const uct_ep_addr_t *)addr.data()),
-              UCS_ERR_UNREACHABLE);
-}
+    /* message k: its number, then the pattern of seed k */
+    auto payload = [](uint32_t k) {
+        std::vector<uint8_t> m((k % 3) ? 100 : 5000);
+        fill(m.data(), m.size(), k);
+        memcpy(m.data(), &k, sizeof(k));
+        return m;
+    };
+    auto numbered = [&](uint32_t k) {
+        std::vector<uint8_t> m = payload(k);
+        Bytes b = {m.data(), m.size()};
+        return uct_ep_am_bcopy(eps_[peer], id, pack_bytes, &b, 0);
+    };
 
-/* The XRC domain's file (UCX_IB2_XRC_DOMAIN): a link, a directory or a
- * file others may write is refused with a message naming the file; a
- * path that does not exist yet is created, mode 0600, and two interfaces
- * that open their domain through it carry messages both ways. */
-TEST(Xrc, DomainFileChecked)
-{
-    char dir[] = "/tmp/ib2-xrcd-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    std::string d = dir, file = d + "/domain", link = d + "/link",
-                open_ = d + "/open";
-    ASSERT_EQ(symlink(file.c_str(), link.c_str()), 0);
-    int fd = open(open_.c_str(), O_CREAT | O_WRONLY, 0600);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(fchmod(fd, 0622), 0);
-    close(fd);
-
-    for (const std::string &bad : {link, d, open_}) {
-        LogCapture log;
-        EntityParams p = xrc_params();
-        p.env.push_back({"UCX_IB2_XRC_DOMAIN", bad.c_str()});
-        Entity e(p);
-        EXPECT_NE(e.status(), UCS_OK) << bad << " was accepted";
-        EXPECT_TRUE(log.contains("XRC domain file " + bad))
-            << bad << ":\n" << log.text();
-    }
-
-    EntityParams p = xrc_params();
-    p.env.push_back({"UCX_IB2_XRC_DOMAIN", file.c_str()});
-    Entity a(p), b(p);
-    ASSERT_TRUE(a.ok() && b.ok());
-    struct stat st;
-    ASSERT_EQ(stat(file.c_str(), &st), 0);
-    EXPECT_TRUE(S_ISREG(st.st_mode));
-    EXPECT_EQ(st.st_mode & 0777, 0600u);
-    uct_ep_h ea = a.ep_create(), eb = b.ep_create();
-    ASSERT_TRUE(ea && eb);
-    connect_pair(a, ea, b, eb);
-    ASSERT_EQ(retry([&] { return uct_ep_am_short(ea, 3, 42, nullptr, 0); },
-                    [&] { a.progress(); b.progress(); }), UCS_OK);
-    ASSERT_EQ(retry([&] { return uct_ep_am_short(eb, 3, 43, nullptr, 0); },
-                    [&] { a.progress(); b.progress(); }), UCS_OK);
-    EXPECT_TRUE(wait_for([&] { return !a.rx.empty() && !b.rx.empty(); },
-                         [&] { a.progress(); b.progress(); }));
-    EXPECT_TRUE(a.errors.empty() && b.errors.empty());
-    unlink(link.c_str());
-    unlink(open_.c_str());
-    unlink(file.c_str());
-    rmdir(dir);
-}
-
-/* The TGT QP is asked for over UD (ib2_xcm.c): an endpoint whose peer
- * connects late keeps asking and waits (sends: NO_RESOURCE), the peer
- * drops the requests that come before its own connect_to_ep, and once it
- * connects both endpoints carry messages; nothing fails meanwhile. */
-TEST(Xrc, PeerConnectsLater)
-{
-    Entity a(xrc_params()), b(xrc_params());
-    ASSERT_TRUE(a.ok() && b.ok());
-    uct_ep_h ea = a.ep_create(), eb = b.ep_create();
-    ASSERT_TRUE(ea && eb);
-    std::vector<char> a_dev = a.dev_addr(), b_dev = b.dev_addr();
-    std::vector<char> a_addr = a.ep_addr(ea), b_addr = b.ep_addr(eb);
-
-    ASSERT_EQ(uct_ep_connect_to_ep(ea, (uct_device_addr_t *)b_dev.data(),
-                                   (uct_ep_addr_t *)b_addr.data()), UCS_OK);
-    ib2_iface_counters_t ca, cb;
+    ASSERT_EQ(send_msgs(victim, 20), UCS_OK);
+    ASSERT_EQ(send_msgs(peer, 20), UCS_OK);
     ASSERT_TRUE(wait_for([&] {
-        return (ib2_iface_get_counters(a.iface, &ca) == UCS_OK) &&
-               (ib2_iface_get_counters(b.iface, &cb) == UCS_OK) &&
-               (ca.xcm_resent >= 2) && (cb.xcm_rx_early >= 2);
-    }, [&] { a.progress(); b.progress(); }))
-        << "resent " << ca.xcm_resent << ", dropped early "
-        << cb.xcm_rx_early;
-    EXPECT_EQ(uct_ep_am_short(ea, 3, 1, nullptr, 0), UCS_ERR_NO_RESOURCE);
-    EXPECT_TRUE(a.errors.empty());
+        return (echoes(victim) == 20) && (echoes(peer) == 20);
+    }, [&] { progress(); }));
+    e_->rx.clear();
+    ib2_iface_counters_t before = counters_of(*e_);
 
-    ASSERT_EQ(uct_ep_connect_to_ep(eb, (uct_device_addr_t *)a_dev.data(),
-                                   (uct_ep_addr_t *)a_addr.data()), UCS_OK);
-    ASSERT_EQ(retry([&] { return uct_ep_am_short(ea, 3, 42, nullptr, 0); },
-                    [&] { a.progress(); b.progress(); }), UCS_OK);
-    ASSERT_EQ(retry([&] { return uct_ep_am_short(eb, 3, 43, nullptr, 0); },
-                    [&] { a.progress(); b.progress(); }), UCS_OK);
-    EXPECT_TRUE(wait_for([&] { return !a.rx.empty() && !b.rx.empty(); },
-                         [&] { a.progress(); b.progress(); }));
-    EXPECT_TRUE(a.errors.empty() && b.errors.empty());
-    ASSERT_EQ(ib2_iface_get_counters(b.iface, &cb), UCS_OK);
-    EXPECT_EQ(cb.xcm_rx_bad, 0u);
+    /* one message to the victim, then several to the neighbour, queued on
+     * the QP behind it, until the victim's endpoint is reported */
+    kids_[victim]->kill9();
+    Deadline d(5000);
+    while (e_->errors.empty() && !d.expired()) {
+        std::vector<uint8_t> m(64, 1);
+        Bytes b = {m.data(), m.size()};
+        uct_ep_am_bcopy(eps_[victim], 1, pack_bytes, &b, 0);
+        for (int j = 0; (j < 4) && (numbered(sent) > 0); ++j) {
+            ++sent;
+        }
+        progress();
+    }
+    ASSERT_EQ(e_->errors.size(), 1u) << "no failure within 5 s of SIGKILL";
+    EXPECT_EQ(e_->errors[0].first, eps_[victim]);
+    EXPECT_GT(counters_of(*e_).xnode_failed, before.xnode_failed);
+    EXPECT_GT(sent, 0u);
+
+    /* and more once the neighbour's endpoint is on the new INI QP */
+    for (unsigned k = 0; k < 60; ++k) {
+        ssize_t r;
+        Deadline w;
+        while (((r = numbered(sent)) == UCS_ERR_NO_RESOURCE) &&
+               !w.expired()) {
+            progress();
+        }
+        ASSERT_GT(r, 0) << "message " << sent << " to the neighbour";
+        ++sent;
+    }
+    /* the neighbour's endpoint sent again what was on the failed QP
+     * before it sent any of these */
+    EXPECT_GT(counters_of(*e_).xnode_reposted, before.xnode_reposted)
+        << "no message to the neighbour was on the QP when it failed";
+    check_get(peer);
+    ASSERT_TRUE(wait_for([&] { return echoes(peer) >= sent; },
+                         [&] { progress(); }))
+        << echoes(peer) << " of " << sent << " echoes";
+    uint32_t k = 0;
+    for (const Msg &m : e_->rx) {
+        if (m.id != id) {
+            continue;
+        }
+        uint32_t got = UINT32_MAX;
+        if (m.data.size() >= sizeof(got)) {
+            memcpy(&got, m.data.data(), sizeof(got));
+        }
+        ASSERT_EQ(got, k) << "echoes out of order";
+        ASSERT_TRUE(m.data == payload(k)) << "echo " << k << "'s bytes";
+        ++k;
+    }
+    EXPECT_EQ(k, sent);
+    EXPECT_EQ(e_->errors.size(), 1u);
+    ASSERT_TRUE(kids_[peer]->chan().send_val('q'));
+    EXPECT_EQ(kids_[peer]->wait(), 0) << "the neighbour";
 }
+
