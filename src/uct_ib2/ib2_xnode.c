@@ -2,15 +2,17 @@
  * X queues' per-node INI QPs (ib2_xnode.h): the node table, an endpoint
  * joining its node's INI QP, and a new INI QP after the old one failed.
  *
- * An endpoint joins at connect_to_ep. The node's first endpoint asks its
- * peer's process for a TGT QP (CONNECT) and the INI QP connects to it;
- * later ones ask theirs to open that TGT QP (XJOIN). An endpoint sends
- * once its own peer has answered: the peer's receive path accepts what
- * arrives for it only through the TGT QP it was told of (ib2_xcm_rx_ep).
- * After a failure every live endpoint sends CONNECT for the new INI QP at
- * once; the first answer's TGT QP is the node's, and the others are asked
- * to XJOIN it (a process gone does not answer and its endpoint fails, so
- * no endpoint waits for another's peer).
+ * An endpoint joins at connect_to_ep. The node's first endpoint (after a
+ * failure, the first live one) asks its peer's process for a TGT QP
+ * (CONNECT) and the INI QP connects to it; the others ask theirs to open
+ * that TGT QP (XJOIN). If the CONNECT is not answered by its first resend
+ * (the peer has not connected yet, or its process is gone), every waiting
+ * endpoint asks its own peer too, the first answer's TGT QP is the node's
+ * and the others are asked to XJOIN it: a process gone does not answer
+ * and its endpoint fails, and no endpoint waits long for another's peer.
+ * An endpoint sends once its own peer has answered: the peer's receive
+ * path accepts what arrives for it only through the TGT QP it was told of
+ * (ib2_xcm_rx_ep).
  */
 #include "ib2_xnode.h"
 #include "ib2_tx.h"
@@ -163,10 +165,31 @@ static ucs_status_t ib2_xnode_new_qp(ib2_xnode_t *node)
 }
 
 /* (Re)send the endpoint's request for the node's current INI QP. */
+static void ib2_xnode_ask(ib2_ep_t *ep, uint8_t request);
+
+/* The first endpoint's CONNECT is not answered in time (its peer has not
+ * connected yet, or its process is gone): every waiting endpoint asks its
+ * own peer too, and the first answer's TGT QP is the node's. */
+static void ib2_xnode_escalate(ib2_xnode_t *node)
+{
+    ib2_ep_t *ep;
+
+    node->escalated = 1;
+    ucs_list_for_each(ep, &node->eps, x.node_list) {
+        if ((ep->x.state == IB2_XCM_WAITING) && ib2_xnode_ep_live(ep)) {
+            ib2_xnode_ask(ep, IB2_XCM_CONNECT);
+        }
+    }
+}
+
 void ib2_xnode_resend(ib2_ep_t *ep)
 {
     ib2_xnode_t *node = ep->x.node;
 
+    if ((ep->x.request == IB2_XCM_CONNECT) &&
+        (node->state == IB2_XNODE_CONNECTING) && !node->escalated) {
+        ib2_xnode_escalate(node);
+    }
     if (ep->x.request == IB2_XCM_CONNECT) {
         ib2_xcm_send(ep, IB2_XCM_CONNECT, node->qp->qp_num, 0, node->gen);
     } else {
@@ -198,7 +221,8 @@ static void ib2_xnode_fail_all(ib2_xnode_t *node, ucs_status_t status)
     }
 }
 
-/* A new INI QP, asked for by every live endpoint at once. */
+/* A new INI QP: the first live endpoint asks for its TGT QP (the others
+ * too if it is not answered in time). */
 void ib2_xnode_rebuild(ib2_xnode_t *node)
 {
     ib2_iface_t *iface = node->iface;
@@ -228,12 +252,27 @@ void ib2_xnode_rebuild(ib2_xnode_t *node)
         ib2_xnode_fail_all(node, status);
         return;
     }
-    node->state = IB2_XNODE_CONNECTING;
+    node->state     = IB2_XNODE_CONNECTING;
+    node->escalated = 0;
     ucs_list_for_each(ep, &node->eps, x.node_list) {
         if (ib2_xnode_ep_live(ep)) {
-            ib2_xnode_ask(ep, IB2_XCM_CONNECT);
+            ib2_xnode_ask(ep, IB2_XCM_CONNECT);   /* the first asks */
+            break;
         }
     }
+}
+
+/* Does an endpoint of the node wait for an answer to CONNECT? */
+static int ib2_xnode_connecting(ib2_xnode_t *node)
+{
+    ib2_ep_t *ep;
+
+    ucs_list_for_each(ep, &node->eps, x.node_list) {
+        if ((ep->x.state == IB2_XCM_REQUESTING) && ib2_xnode_ep_live(ep)) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* connect_to_ep of an X endpoint: the peer's node is known
@@ -255,8 +294,9 @@ ucs_status_t ib2_xnode_join(ib2_ep_t *ep)
             }
             return status;
         }
-        node->state    = IB2_XNODE_CONNECTING;
-        node->rebuilds = 0;
+        node->state     = IB2_XNODE_CONNECTING;
+        node->escalated = 0;
+        node->rebuilds  = 0;
     }
     ucs_list_add_tail(&node->eps, &ep->x.node_list);
     ep->x.node     = node;
@@ -264,7 +304,11 @@ ucs_status_t ib2_xnode_join(ib2_ep_t *ep)
     ep->connected  = 0;
     ep->blocked   |= IB2_EP_BLOCK_CONNECTING;
     if (node->state == IB2_XNODE_CONNECTING) {
-        ib2_xnode_ask(ep, IB2_XCM_CONNECT);
+        /* one endpoint asks for the TGT QP, the others open it once it
+         * is there (as the model counts), unless that one is slow */
+        if (node->escalated || !ib2_xnode_connecting(node)) {
+            ib2_xnode_ask(ep, IB2_XCM_CONNECT);
+        }
     } else if (node->state == IB2_XNODE_UP) {
         ib2_xnode_ask(ep, IB2_XCM_XJOIN);
     }
@@ -321,13 +365,16 @@ void ib2_xnode_ep_failed(ib2_ep_t *ep)
             ib2_xnode_drop_held(node, ep, ep->failed);
         }
     }
-    if (node->state != IB2_XNODE_CONNECTING) {
+    if ((node->state != IB2_XNODE_CONNECTING) ||
+        ib2_xnode_connecting(node)) {
         return;
     }
     ucs_list_for_each(other, &node->eps, x.node_list) {
         asking |= ib2_xnode_ep_live(other);
     }
-    if (!asking) {
+    if (asking) {
+        ib2_xnode_escalate(node);   /* the others ask now */
+    } else {
         /* nobody left to answer for this INI QP: the next join asks */
         ib2_xnode_destroy_qp(node);
         node->state = IB2_XNODE_IDLE;
@@ -366,7 +413,11 @@ void ib2_xnode_on_reply(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
     } else if (node->state != IB2_XNODE_UP) {
         return;
     } else if (tgt != node->tgt) {
-        ib2_xnode_ask(ep, IB2_XCM_XJOIN);   /* it answered our CONNECT */
+        /* an answer to its CONNECT, after another's made the node's: it
+         * is to open that one (asked already, or now) */
+        if (ep->x.request != IB2_XCM_XJOIN) {
+            ib2_xnode_ask(ep, IB2_XCM_XJOIN);
+        }
         return;
     }
     ib2_xcm_unwait(ep);

@@ -48,6 +48,7 @@ typedef struct ib2_xnode {
     uint8_t           state;        /* ib2_xnode_state_t */
     uint8_t           marker;       /* DRAINING: the marker is posted */
     uint8_t           rebuilds;     /* new INI QPs since one worked */
+    uint8_t           escalated;    /* CONNECTING: every endpoint asks */
     uint8_t           notgt;        /* a peer could not open the TGT QP:
                                        nothing is sent until the QP is
                                        idle (ib2_xnode_probe); 2: the

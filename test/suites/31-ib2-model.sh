@@ -117,11 +117,11 @@ for rq in "P,128,256,192,128:P,4096,64,48,16" \
     model_case "cache/$tag/ppn4-intra" --reg cache --ppn 4 --intra --rq "$rq"
 done
 
-# X queues, against the model's per-node accounting (an INI QP per peer
-# node, the node's TGT QPs one per INI QP ending there). rc_ib2's X queues
-# have an INI and a TGT QP per endpoint until per-node INI QPs are built
-# (docs/uct_ib2.md, "Per-node INI QPs"): the receive side matches the
-# model, the QP counts do not, and these cases fail for that.
+# X queues, against the model's per-node accounting: per process an INI
+# QP per peer node (with --intra its own node is one), shared by the
+# endpoints to that node's processes, and on each node one TGT QP per INI
+# QP ending there, made by one of its processes and opened by the others
+# (docs/uct_ib2.md, "Per-node INI QPs").
 xrq="X,128,512,256,64:X,8256,256,128,32"
 for ppn in 1 2 4; do
     for intra in "" "--intra"; do
