@@ -5,6 +5,7 @@
  */
 #include "ib2.h"
 #include "ib2_cm.h"
+#include "ib2_xnode.h"
 
 #include <ucs/arch/cpu.h>
 #include <fcntl.h>
@@ -97,7 +98,10 @@ static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
     if (recv_events) {
         ibv_ack_cq_events(iface->recv_cq, recv_events);
     }
-    if ((events & (UCT_EVENT_SEND_COMP | UCT_EVENT_RECV_SIG)) &&
+    /* X queues: a node recovering from a failure waits for send
+     * completions whatever the user waits for (ib2_xnode_settle) */
+    if (((events & (UCT_EVENT_SEND_COMP | UCT_EVENT_RECV_SIG)) ||
+         ((iface->xs != NULL) && (iface->xs->busy != 0))) &&
         ibv_req_notify_cq(iface->send_cq, 0) != 0) {
         return UCS_ERR_IO_ERROR;
     }

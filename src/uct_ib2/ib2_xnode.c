@@ -47,6 +47,9 @@ static void ib2_xnode_free(ib2_xnode_t *node)
     if ((node->state == IB2_XNODE_DRAINING) && !node->marker) {
         --xs->unmarked;
     }
+    if (node->busy) {
+        --xs->busy;
+    }
     it = kh_get(ib2_xnode, &xs->nodes, node->key);
     if (it != kh_end(&xs->nodes)) {
         kh_del(ib2_xnode, &xs->nodes, it);
@@ -426,12 +429,28 @@ void ib2_xnode_on_reply(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
     ib2_xnode_repost(ep);   /* its held requests first, then new ones */
 }
 
+/* Has a live endpoint requests on the node's QP? (A failed or destroyed
+ * one's are not sent again.) */
+static int ib2_xnode_live_in_ring(ib2_xnode_t *node)
+{
+    ib2_xwr_t *x;
+    uint32_t sn;
+
+    for (sn = node->acked + 1; !ib2_xsn_before(node->sn, sn); ++sn) {
+        x = ib2_xnode_at(node, node->ring, sn & node->mask);
+        if ((x->ep != NULL) && !x->ep->failed && !x->ep->destroyed) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /*
  * The endpoint's peer cannot open the node's TGT QP: it is gone (every
  * process holding it let go of it), or not in the peer's domain. A new
  * INI QP is asked for once what is on this one is known to be done: a QP
- * moved to error while requests are on their way would not tell which
- * of them were executed.
+ * moved to error while requests of live endpoints are on their way would
+ * not tell which of them were executed.
  */
 void ib2_xnode_on_notgt(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
                         uint32_t tgt)
@@ -444,8 +463,9 @@ void ib2_xnode_on_notgt(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
         return;
     }
     ++ep->iface->counters.xnode_notgt;
-    if (node->acked == node->sn) {
-        ib2_xnode_fail_qp(node, node->sn + 1, NULL);
+    if (!ib2_xnode_live_in_ring(node)) {
+        /* nothing of a live endpoint can be lost or doubled */
+        ib2_xnode_fail_qp(node, node->acked + 1, NULL);
     } else {
         ib2_xnode_probe(node, ep);
     }

@@ -49,6 +49,8 @@ typedef struct ib2_xnode {
     uint8_t           marker;       /* DRAINING: the marker is posted */
     uint8_t           rebuilds;     /* new INI QPs since one worked */
     uint8_t           escalated;    /* CONNECTING: every endpoint asks */
+    uint8_t           busy;         /* recovering from a failure: counted
+                                       in the interface's busy */
     uint8_t           notgt;        /* a peer could not open the TGT QP:
                                        nothing is sent until the QP is
                                        idle (ib2_xnode_probe); 2: the
@@ -92,6 +94,9 @@ typedef struct ib2_xshare {
     khash_t(ib2_xtgt)  tgts;        /* by TGT QP number */
     ucs_list_link_t    list;        /* every node, for progress */
     unsigned           unmarked;    /* DRAINING nodes without a marker */
+    unsigned           busy;        /* nodes recovering: their send
+                                       completions are awaited, so event
+                                       waits arm the send CQ as well */
 } ib2_xshare_t;
 
 /* The marker's work request id: the node's generation below. */
@@ -134,6 +139,7 @@ int ib2_xnode_post_copy(ib2_xnode_t *node, ib2_xwr_t *x, uint32_t sn);
 void ib2_xnode_retire(ib2_xnode_t *node, uint32_t sn);
 void ib2_xnode_wake(ib2_xnode_t *node);
 void ib2_xnode_progress(ib2_iface_t *iface);
+void ib2_xnode_settle(ib2_xnode_t *node);
 
 /* ib2_xnode_fail.c: failure, held requests, reposting. */
 void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit);

@@ -55,6 +55,7 @@ void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit)
     node->state  = IB2_XNODE_DRAINING;
     node->marker = 0;
     node->notgt  = 0;
+    ib2_xnode_settle(node);
     ++iface->xs->unmarked;
     ++iface->counters.xnode_failed;
     memset(&attr, 0, sizeof(attr));
@@ -176,6 +177,7 @@ void ib2_xnode_drop_held(ib2_xnode_t *node, ib2_ep_t *ep,
     }
     node->nheld = kept;
     ep->x.held  = 0;
+    ib2_xnode_settle(node);
     /* the held array is whole again before any callback runs */
     ib2_txq_retire(node->iface, ep, 0, ep_sn, ep_am, status);
 }
@@ -233,6 +235,7 @@ unsigned ib2_xnode_repost(ib2_ep_t *ep)
     }
     node->nheld              = kept;
     ep->x.held              -= moved;
+    ib2_xnode_settle(node);
     node->iface->counters.xnode_reposted += moved;
     if ((ep->x.held != 0) && (node->sq_avail > 0)) {
         ucs_error("%s:%u: posting again on INI QP 0x%x failed: %m",
@@ -291,6 +294,7 @@ void ib2_xnode_probe(ib2_xnode_t *node, ib2_ep_t *ep)
     if (node->notgt == 0) {
         node->notgt      = 1;
         node->probe_srqn = ep->x_srqn[0];
+        ib2_xnode_settle(node);
     }
     if (ib2_xnode_post_empty(node, node->probe_srqn) == UCS_OK) {
         node->notgt = 2;

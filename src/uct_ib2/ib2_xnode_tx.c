@@ -163,6 +163,19 @@ void ib2_xnode_retire(ib2_xnode_t *node, uint32_t sn)
     }
 }
 
+/* Is the node recovering from a failure (its QP drained, a probe out,
+ * requests held)? Event waits must then hear of its send completions. */
+void ib2_xnode_settle(ib2_xnode_t *node)
+{
+    uint8_t busy = (node->state == IB2_XNODE_DRAINING) || node->notgt ||
+                   (node->nheld != 0);
+
+    if (busy != node->busy) {
+        node->busy              = busy;
+        node->iface->xs->busy  += busy ? 1 : -1;
+    }
+}
+
 /* Requests and room came back: whoever waits for them may go on. */
 void ib2_xnode_wake(ib2_xnode_t *node)
 {
@@ -183,6 +196,7 @@ void ib2_xnode_wake(ib2_xnode_t *node)
             ib2_ep_resources_back(ep);
         }
     }
+    ib2_xnode_settle(node);
 }
 
 /* ---- completions ------------------------------------------------------------ */
