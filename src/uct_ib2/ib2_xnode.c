@@ -167,7 +167,6 @@ static ucs_status_t ib2_xnode_new_qp(ib2_xnode_t *node)
     return UCS_OK;
 }
 
-/* (Re)send the endpoint's request for the node's current INI QP. */
 static void ib2_xnode_ask(ib2_ep_t *ep, uint8_t request);
 
 /* The first endpoint's CONNECT is not answered in time (its peer has not
@@ -185,6 +184,7 @@ static void ib2_xnode_escalate(ib2_xnode_t *node)
     }
 }
 
+/* (Re)send the endpoint's request for the node's current INI QP. */
 void ib2_xnode_resend(ib2_ep_t *ep)
 {
     ib2_xnode_t *node = ep->x.node;

@@ -10,7 +10,6 @@
 #include "ib2_xnode.h"
 #include "ib2_tx.h"
 
-
 void ib2_xnode_post_marker(ib2_xnode_t *node)
 {
     ib2_iface_t *iface = node->iface;
@@ -131,20 +130,21 @@ void ib2_xnode_drained(ib2_xnode_t *node, int marked)
     for (i = 0; i < node->nheld; ++i) {
         ++ib2_xnode_at(node, node->held, i)->ep->x.held;
     }
-    ucs_list_for_each_safe(ep, tmp, &node->eps, x.node_list) {
-        if (status != UCS_OK) {
-            /* nothing could be kept: the endpoints with requests in the
-             * ring lose them, as on a QP of their own */
+    if (status != UCS_OK) {
+        /* nothing could be kept: the endpoints with requests in the ring
+         * lose them, as on a QP of their own */
+        ucs_list_for_each_safe(ep, tmp, &node->eps, x.node_list) {
             if (!ep->failed && (ep->txq[0].acked != ep->txq[0].sn)) {
                 ib2_ep_set_failed(ep, UCS_ERR_NO_MEMORY);
             }
-        } else if ((ep->failed || ep->destroyed) && (ep->x.held != 0)) {
+        }
+        ib2_xnode_retire(node, node->sn);
+    }
+    ucs_list_for_each_safe(ep, tmp, &node->eps, x.node_list) {
+        if ((ep->failed || ep->destroyed) && (ep->x.held != 0)) {
             ib2_xnode_drop_held(node, ep, ep->failed ? ep->failed :
                                 UCS_ERR_CANCELED);
         }
-    }
-    if (status != UCS_OK) {
-        ib2_xnode_retire(node, node->sn);
     }
     ib2_xnode_rebuild(node);
     ib2_xnode_wake(node);

@@ -220,6 +220,32 @@ protected:
         return UCS_OK;
     }
 
+    /* Peer i's 8 bytes at `offset`, read once everything before is done. */
+    uint64_t read_u64(unsigned i, size_t offset)
+    {
+        std::vector<uct_iov_t> iov = make_iov(local_, 0, sizeof(uint64_t),
+                                              1);
+        uint64_t v = 0;
+        Comp c;
+
+        EXPECT_TRUE(wait_for([&] {
+            return uct_ep_flush(eps_[i], 0, nullptr) == UCS_OK;
+        }, [&] { progress(); })) << "flush to peer " << i;
+        ucs_status_t st = retry([&] {
+            return uct_ep_get_zcopy(eps_[i], iov.data(), 1,
+                                    peers_[i].addr + offset,
+                                    remote_[i].rkey.rkey, &c.c);
+        }, [&] { progress(); });
+        if (st == UCS_INPROGRESS) {
+            EXPECT_TRUE(wait_for([&] { return c.calls > 0; },
+                                 [&] { progress(); }));
+            st = c.status;
+        }
+        EXPECT_EQ(st, UCS_OK) << "get from peer " << i;
+        memcpy(&v, local_->p, sizeof(v));
+        return v;
+    }
+
     /* Reads peer i's memory and checks its pattern. */
     void check_get(unsigned i)
     {
@@ -371,19 +397,21 @@ TEST_F(XrcNodes, KilledProcessFailsOnlyItsEndpointNotItsNeighbour)
     EXPECT_GE(counters_of(*e_).xnode_failed, 1u);
 }
 
-/* Messages to the neighbour in flight when the other process dies: the
- * request naming the dead process's SRQ is refused and the shared INI QP
- * fails with the neighbour's requests queued behind it; they are posted
- * again on the next INI QP. Every numbered message to the neighbour
- * arrives once (a duplicate would fail its endpoint: it exits with an
- * error) and in order (it echoes them in the order it got them), gets
- * from its memory return its bytes, and only the dead one's endpoint
- * fails. */
+/* Messages and atomics to the neighbour in flight when the other process
+ * dies: the request naming the dead process's SRQ is refused and the
+ * shared INI QP fails with the neighbour's requests queued behind it;
+ * they are posted again on the next INI QP. Every numbered message to the
+ * neighbour arrives once (a duplicate would fail its endpoint: it exits
+ * with an error) and in order (it echoes them in the order it got them),
+ * every atomic add is executed once, gets from its memory return its
+ * bytes, and only the dead one's endpoint fails. */
 TEST_F(XrcNodes, SendsInFlightToTheNeighbourSurviveTheKill)
 {
     const unsigned victim = 0, peer = 1;
     const uint8_t id      = kXAmBase + peer;
+    const size_t counter  = 8192;   /* outside what check_get reads */
     uint32_t sent         = 0;
+    uint64_t adds = 0, start;
 
     /* message k: its number, then the pattern of seed k */
     auto payload = [](uint32_t k) {
@@ -404,6 +432,7 @@ TEST_F(XrcNodes, SendsInFlightToTheNeighbourSurviveTheKill)
         return (echoes(victim) == 20) && (echoes(peer) == 20);
     }, [&] { progress(); }));
     e_->rx.clear();
+    start = read_u64(peer, counter);
     ib2_iface_counters_t before = counters_of(*e_);
 
     /* one message to the victim, then several to the neighbour, queued on
@@ -417,6 +446,9 @@ TEST_F(XrcNodes, SendsInFlightToTheNeighbourSurviveTheKill)
         for (int j = 0; (j < 4) && (numbered(sent) > 0); ++j) {
             ++sent;
         }
+        adds += (uct_ep_atomic64_post(eps_[peer], UCT_ATOMIC_OP_ADD, 1,
+                                      peers_[peer].addr + counter,
+                                      remote_[peer].rkey.rkey) == UCS_OK);
         progress();
     }
     ASSERT_EQ(e_->errors.size(), 1u) << "no failure within 5 s of SIGKILL";
@@ -440,6 +472,9 @@ TEST_F(XrcNodes, SendsInFlightToTheNeighbourSurviveTheKill)
     EXPECT_GT(counters_of(*e_).xnode_reposted, before.xnode_reposted)
         << "no message to the neighbour was on the QP when it failed";
     check_get(peer);
+    EXPECT_GT(adds, 0u);
+    EXPECT_EQ(read_u64(peer, counter), start + adds)
+        << adds << " atomic adds, each to be executed once";
     ASSERT_TRUE(wait_for([&] { return echoes(peer) >= sent; },
                          [&] { progress(); }))
         << echoes(peer) << " of " << sent << " echoes";
