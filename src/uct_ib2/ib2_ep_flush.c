@@ -67,7 +67,9 @@ static ucs_status_t ib2_ep_post_empty_write(ib2_iface_t *iface, ib2_ep_t *ep,
     wr.num_sge             = 0;
     wr.wr.rdma.remote_addr = 0;
     wr.wr.rdma.rkey        = 0;
-    return ib2_ep_post(iface, ep, q, &wr, 0, 1);
+    return ib2_ep_post(iface, ep, q, &wr,
+                       (ep->blocked & IB2_EP_BLOCK_XRC) ? IB2_SEND_XNODE : 0,
+                       1);
 }
 
 /* Make sure queue q will report completion of everything posted on it. */
@@ -222,6 +224,9 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
     if (iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation) {
         /* Budget runs low: this send asks for its completion. */
         *flags |= IBV_SEND_SIGNALED;
+    }
+    if (ep->blocked & IB2_EP_BLOCK_XRC) {
+        *flags |= IB2_SEND_XNODE;      /* on its node's INI QP */
     }
     if (ep->blocked & IB2_EP_BLOCK_FENCE) {
         return ib2_ep_fence_check(ep, t, flags);

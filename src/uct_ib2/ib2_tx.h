@@ -15,6 +15,11 @@
 
 #include "ib2.h"
 
+/* Not a verbs flag: the request goes on the endpoint's node's INI QP (X
+ * queues, ib2_xnode_post). Only ib2_ep_tx_slow and the slow paths set it,
+ * so the fast paths, whose flags are constants, never test it. */
+#define IB2_SEND_XNODE (1u << 30)
+
 /* Called from the operations' fast paths: hidden, so that the calls go
  * straight to them, not through the dynamic linker's table. */
 #define IB2_INTERNAL __attribute__((visibility("hidden")))
@@ -104,10 +109,12 @@ ib2_ep_post_flags(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     uint32_t sn       = txq->sn + 1;
     int ret;
 
-    if (ucs_unlikely(iface->xs != NULL)) {
+    if (ucs_unlikely(flags & IB2_SEND_XNODE)) {
         /* X queues: on the node's shared INI QP, kept until done */
-        return ib2_xnode_post(iface, ep, q, wr, flags, signal, am);
+        return ib2_xnode_post(iface, ep, q, wr, flags & ~IB2_SEND_XNODE,
+                              signal, am);
     }
+    ucs_assert(txq->qp != NULL);   /* X endpoints have none of their own */
     /* Branches, not selects: most sends are not signaled. */
     if (ucs_unlikely(signal) ||
         ((sn - txq->signaled_sn) >= iface->config.tx_moderation)) {
