@@ -358,8 +358,10 @@ static void sv_fill_device_attr(uint32_t d, struct ibv_device_attr *a)
                              IBV_DEVICE_PORT_ACTIVE_EVENT |
                              IBV_DEVICE_SYS_IMAGE_GUID |
                              IBV_DEVICE_SRQ_RESIZE |
-                             IBV_DEVICE_N_NOTIFY_CQ |
-                             IBV_DEVICE_XRC;
+                             IBV_DEVICE_N_NOTIFY_CQ;
+    if (!sv_dev_iwarp(d)) {
+        a->device_cap_flags |= IBV_DEVICE_XRC; /* iWARP adapters have none */
+    }
     a->max_sge             = (int)c->max_sge;
     a->max_sge_rd          = (int)c->max_sge;
     a->max_cq              = (int)c->max_cq;

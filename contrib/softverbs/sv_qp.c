@@ -329,6 +329,10 @@ struct ibv_qp *sv_op_create_qp_ex(struct ibv_context *c,
         errno = EOPNOTSUPP; /* TSO, RSS: not in this device */
         return NULL;
     }
+    if ((tgt || ini) && sv_dev_iwarp(ctx->dev->index)) {
+        errno = EOPNOTSUPP; /* iWARP adapters have no XRC */
+        return NULL;
+    }
     if (tgt) {
         /* a TGT QP belongs to its domain: no PD, CQs, SRQ or send queue */
         if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || a->xrcd == NULL ||

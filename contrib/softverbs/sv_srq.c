@@ -140,6 +140,11 @@ struct ibv_srq *sv_op_create_srq_ex(struct ibv_context *c,
         return NULL;
     }
     if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) &&
+        a->srq_type == IBV_SRQT_XRC && sv_dev_iwarp(sv_ctx(c)->dev->index)) {
+        errno = EOPNOTSUPP; /* iWARP adapters have no XRC */
+        return NULL;
+    }
+    if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) &&
         a->srq_type == IBV_SRQT_XRC) {
         /* an XRC SRQ needs its domain and the CQ of its receives */
         if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ||

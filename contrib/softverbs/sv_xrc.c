@@ -77,6 +77,10 @@ struct ibv_xrcd *sv_op_open_xrcd(struct ibv_context *c,
     struct stat st;
     int keyed, rc = 0;
 
+    if (sv_dev_iwarp(dev)) {
+        errno = EOPNOTSUPP; /* as a provider without XRC: iWARP has none */
+        return NULL;
+    }
     if (a->comp_mask & ~(uint32_t)(IBV_XRCD_INIT_ATTR_FD |
                                    IBV_XRCD_INIT_ATTR_OFLAGS)) {
         errno = EOPNOTSUPP;
@@ -367,6 +371,10 @@ struct ibv_qp *sv_op_open_qp(struct ibv_context *c,
     struct sv_qp *qp;
     int rc;
 
+    if (sv_dev_iwarp(ctx->dev->index)) {
+        errno = EOPNOTSUPP; /* no XRC on iWARP, so no TGT QP to open */
+        return NULL;
+    }
     if ((a->comp_mask & need) != need ||
         (a->comp_mask & ~(need | IBV_QP_OPEN_ATTR_CONTEXT)) ||
         a->qp_type != IBV_QPT_XRC_RECV || a->xrcd == NULL ||

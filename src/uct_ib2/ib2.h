@@ -168,6 +168,7 @@ typedef struct ib2_iface_config {
     unsigned                  hop_limit;
     unsigned long             gid_index;         /* UCS_ULUNITS_AUTO: auto */
     char                      *gid_addr;         /* "" or an IP address */
+    char                      *xrc_domain;       /* X: "" or a file path */
     double                    timeout;           /* seconds per retry */
     unsigned                  retry_count;
     double                    rnr_timeout;       /* S queues */
@@ -197,8 +198,9 @@ typedef struct ib2_rx_desc {
 typedef struct ib2_iface_rxq {
     ib2_rq_spec_t spec;
     ucs_mpool_t   mp;             /* receive buffers of spec.size */
-    struct ibv_srq *srq;          /* S queues */
-    unsigned      srq_posted;     /* S: buffers posted to the SRQ */
+    struct ibv_srq *srq;          /* S and X queues */
+    unsigned      srq_posted;     /* S, X: buffers posted to the SRQ */
+    uint32_t      srqn;           /* X: the number peers' requests name */
 } ib2_iface_rxq_t;
 
 /* Something to do when a send completes (or is flushed). */
@@ -258,6 +260,13 @@ typedef struct ib2_iface {
     int                    rx_cq_needed;   /* receive buffers that could
                                               complete at once */
     unsigned               num_srqs;
+    struct ibv_xrcd        *xrcd;          /* X queues (ib2_xrc.c) */
+    struct ib2_xcm         *xcm;           /* X: UD connection channel */
+    struct ib2_xshare      *xs;            /* X: per-node INI QPs, TGT QPs
+                                              held (ib2_xnode.h) */
+    uint32_t               xcm_qpn;        /* its QP number, 0: none */
+    const char             *xrc_domain;    /* its file, UCX_IB2_XRC_DOMAIN
+                                              (during iface init only) */
     int                    srq_short;      /* an SRQ got fewer buffers than
                                               asked: refill even when idle */
     khash_t(ib2_qp_ep)     *qp_ep;         /* QPN -> ep | queue */
@@ -312,6 +321,9 @@ typedef struct ib2_iface {
         uint8_t            traffic_class;
         uint8_t            hop_limit;
         unsigned           seq_window;     /* messages in flight per ep */
+        unsigned           txq_mask;       /* the send queue of receive
+                                              queue q is q & txq_mask: X
+                                              queues share one QP (0) */
         uint8_t            timeout;
         uint8_t            retry_count;
         uint8_t            rnr_timer;
@@ -323,6 +335,9 @@ typedef struct ib2_iface {
                                               max_short + 8 */
         unsigned           am_short_q0;    /* am_short (with its header)
                                               inline on queue 0 */
+        enum ibv_wr_opcode am_opcode;      /* of active messages: X queues
+                                              send with the receiver's
+                                              endpoint id as immediate */
         size_t             max_get_put;
         unsigned           max_read_sge;   /* scatter entries of a READ */
     } config;
@@ -388,6 +403,8 @@ typedef struct ib2_ep_txq {
     ucs_queue_head_t ops;       /* ib2_op_t by sn */
     uint16_t      *am_seqs;     /* endpoint seq of each active message not
                                    completed, by am_sn & am_seq_mask */
+    uint8_t       *am_queues;   /* X: the receive queue of each of them,
+                                   whose credit its completion returns */
     uint32_t      am_seq_mask;
 } ib2_ep_txq_t;
 
@@ -398,7 +415,10 @@ enum {
                                  behind them (except from their dispatch) */
     IB2_EP_BLOCK_IFACE_FENCE = 8, /* an interface fence waits for other
                                     endpoints */
-    IB2_EP_BLOCK_CONNECTING = 16 /* rdmacm connections not all up yet */
+    IB2_EP_BLOCK_CONNECTING = 16, /* rdmacm connections not all up yet;
+                                     X: not (again) on its node's INI QP */
+    IB2_EP_BLOCK_XRC     = 32  /* X: every send asks its node (the slow
+                                  path), never cleared */
 };
 
 /* What an endpoint's pending requests wait for (ib2_pending.c). */
@@ -421,6 +441,48 @@ typedef struct ib2_rx_hold {
     ib2_rx_desc_t *desc;
     unsigned      length;
 } ib2_rx_hold_t;
+
+/* X queues: an endpoint's side of its node's INI QP and of the UD
+ * exchange that sets it up (ib2_xnode.c, ib2_xcm.c). */
+typedef enum {
+    IB2_XCM_IDLE,           /* no connect_to_ep yet */
+    IB2_XCM_WAITING,        /* connected; its node's INI QP is being
+                               replaced, it asks for the next one */
+    IB2_XCM_REQUESTING,     /* CONNECT or XJOIN sent, no REPLY yet */
+    IB2_XCM_UP              /* the peer takes our node's INI QP's
+                               messages (for it) */
+} ib2_xcm_state_t;
+
+typedef struct ib2_xcm_ep {
+    uint32_t          id;               /* ours, in our address (never 0) */
+    uint32_t          peer_id;          /* the peer endpoint's */
+    uint32_t          peer_ud;          /* the peer interface's UD QP */
+    uint64_t          peer_node;        /* the peer's node (its address) */
+    uint32_t          imm;              /* peer_id, network order: the
+                                           immediate of our sends */
+    struct ibv_ah     *ah;              /* to the peer's port */
+    ib2_dev_addr_t    peer;             /* its device address */
+    ucs_time_t        next;             /* ask again at */
+    unsigned          tries;
+    uint8_t           state;            /* ib2_xcm_state_t */
+    uint8_t           request;          /* IB2_XCM_CONNECT or _XJOIN */
+    uint8_t           waiting;          /* on xcm->waiting */
+    uint8_t           drop_pending;     /* failed: its held requests go
+                                           once those on the QP are done */
+    ucs_list_link_t   list;             /* xcm->waiting */
+    /* sending: the node's INI QP (ib2_xnode.h) */
+    struct ib2_xnode  *node;
+    ucs_list_link_t   node_list;        /* node->eps */
+    uint32_t          last_sn;          /* node's number of our last
+                                           request on it */
+    unsigned          held;             /* our requests held from a
+                                           failed INI QP */
+    /* receiving: the TGT QP the peer's node's INI QP reaches us through */
+    struct ib2_xtgt   *tgt;
+    uint32_t          tgt_qpn;          /* its number; 0: none */
+    uint32_t          peer_ini;         /* the INI QP it serves */
+    uint32_t          peer_gen;         /* of the peer node's INI QP */
+} ib2_xcm_ep_t;
 
 typedef struct ib2_ep {
     uct_base_ep_t     super;
@@ -455,8 +517,14 @@ typedef struct ib2_ep {
                                            (ib2_cm_conn.c): never reported
                                            to the user */
     ucs_arbiter_group_t arb_group;      /* pending requests */
+    /* P, S: one entry per queue, each with its QP. X: entry 0 has the one
+     * INI QP all queues share; entry q keeps queue q's credits. */
     ib2_ep_txq_t      txq[IB2_MAX_QUEUES];
     ib2_ep_rxq_t      rxq[IB2_MAX_QUEUES];
+    ib2_xcm_ep_t      x;                /* X: node and TGT QP (ib2_xnode.h,
+                                           ib2_xtgt.c) */
+    uint32_t          x_srqn[IB2_MAX_QUEUES]; /* X: the peer's SRQs; 0
+                                           elsewhere (ignored by RC QPs) */
     struct ib2_cm_ep  *cm;              /* rdmacm state (ib2_cm.h) */
     struct ib2_ep     *twin_of;         /* hidden: its owner, NULL once the
                                            owner is destroyed */
@@ -509,7 +577,7 @@ void ib2_cm_defer_abort(ib2_ep_t *ep, ucs_status_t status);
 /* An rdmacm endpoint connecting after connect_to_ep: it keeps sends. */
 int ib2_cm_ep_keeps_sends(ib2_ep_t *ep);
 /* Retire every send of queue q at once with status (ib2_tx.c). */
-void ib2_txq_retire(ib2_ep_t *ep, unsigned q, ucs_status_t status);
+void ib2_txq_retire_all(ib2_ep_t *ep, unsigned q, ucs_status_t status);
 /* A hidden twin failed (ib2_cm_conn.c): its owner fails instead. */
 void ib2_cm_twin_failed(ib2_ep_t *twin, ucs_status_t status);
 void ib2_ep_zombie_progress(ib2_ep_t *ep);
@@ -601,14 +669,72 @@ ucs_status_t ib2_iface_flush(uct_iface_h tl_iface, unsigned flags,
 void ib2_ep_set_failed(ib2_ep_t *ep, ucs_status_t status);
 void ib2_ep_cancel(ib2_ep_t *ep);
 void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status);
+void ib2_txq_retire(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, uint32_t sn,
+                    uint32_t am_sn, ucs_status_t status);
 
 /* QP transitions (ib2_qp.c). */
 ucs_status_t ib2_qp_probe_caps(ib2_iface_t *iface);
 ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
                            struct ibv_qp **qp_p);
+ucs_status_t ib2_qp_init(ib2_iface_t *iface, struct ibv_qp *qp);
 ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
                             unsigned queue, const ib2_dev_addr_t *remote,
                             uint32_t remote_qpn);
+
+/* X queues: XRC domain, SRQs, INI and TGT QPs (ib2_xrc.c). */
+static UCS_F_ALWAYS_INLINE int ib2_iface_is_xrc(const ib2_iface_t *iface)
+{
+    return iface->rq.q[0].type == IB2_RQ_XRC;   /* all are X, or none */
+}
+
+ucs_status_t ib2_xrc_open(ib2_iface_t *iface);
+void ib2_xrc_close(ib2_iface_t *iface);
+struct ibv_srq *ib2_xrc_srq_create(ib2_iface_t *iface, unsigned queue);
+ucs_status_t ib2_xrc_ep_create(ib2_ep_t *ep);
+struct ibv_qp *ib2_xrc_qp_create(ib2_iface_t *iface, int tgt);
+struct ibv_qp *ib2_xrc_ini_create(ib2_iface_t *iface);
+void ib2_xrc_ep_release(ib2_ep_t *ep);
+size_t ib2_xrc_ep_addr_len(const ib2_iface_t *iface);
+void ib2_xrc_ep_pack(ib2_ep_t *ep, void *addr);
+ucs_status_t ib2_xrc_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
+                                const void *addr);
+void ib2_xrc_ams_completed(ib2_ep_t *ep, uint32_t first, uint32_t count);
+
+/* X queues' connection exchange over UD (ib2_xcm.c). */
+ucs_status_t ib2_xcm_init(ib2_iface_t *iface);
+void ib2_xcm_cleanup(ib2_iface_t *iface);
+ucs_status_t ib2_xcm_ep_init(ib2_ep_t *ep);
+ucs_status_t ib2_xcm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
+                                uint32_t peer_ud, uint32_t peer_id,
+                                uint64_t peer_node);
+void ib2_xcm_ep_stop(ib2_ep_t *ep);
+void ib2_xcm_ep_cleanup(ib2_ep_t *ep);
+void ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn, uint32_t tgt,
+                  uint32_t gen);
+void ib2_xcm_wait(ib2_ep_t *ep, ucs_time_t now);
+void ib2_xcm_unwait(ib2_ep_t *ep);
+void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc);
+void ib2_xcm_progress(ib2_iface_t *iface);
+int ib2_xcm_busy(ib2_iface_t *iface);
+ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc);
+
+/* X queues' TGT QPs held for peers (ib2_xtgt.c). */
+ucs_status_t ib2_xtgt_on_connect(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
+                                 uint32_t *tgt_qpn);
+ucs_status_t ib2_xtgt_on_xjoin(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
+                               uint32_t tgt_qpn);
+void ib2_xtgt_release(ib2_ep_t *ep);
+
+/* X queues' per-node INI QPs, what the send path asks of them
+ * (ib2_xnode_tx.c, ib2_xnode.c). */
+ucs_status_t ib2_xnode_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                            struct ibv_send_wr *wr, unsigned flags,
+                            int signal, int am);
+unsigned ib2_xnode_tx_progress(ib2_iface_t *iface);
+int32_t ib2_xnode_room(ib2_ep_t *ep);
+int ib2_xnode_tail_signaled(ib2_ep_t *ep);
+ucs_status_t ib2_xnode_signal(ib2_ep_t *ep);
+void ib2_xnode_ep_failed(ib2_ep_t *ep);
 
 /* What the device allows (ib2_devfit.c): queues without SRQs, atomics,
  * READ scatter lists. */

@@ -180,6 +180,9 @@ void ib2_iface_async_progress(ib2_iface_t *iface)
         return;
     }
     for (i = 0; i < n; ++i) {
+        /* X queues' QPs are not in the table: an INI QP's failure shows
+         * in its completions (ib2_xnode_tx.c), and a TGT QP in error is
+         * replaced by the peer's node, which sees its requests fail too */
         ep = ib2_qp_ep_find(iface, qpn[i], &q);
         if (ep != NULL) {
             ep->dev_err = 1;
@@ -190,7 +193,8 @@ void ib2_iface_async_progress(ib2_iface_t *iface)
         /* More events than were kept: look at every QP. */
         ucs_list_for_each_safe(ep, tmp, &iface->eps, list) {
             for (q = 0; q < ep->nq; ++q) {
-                if ((ibv_query_qp(ep->txq[q].qp, &attr, IBV_QP_STATE,
+                if ((ep->txq[q].qp != NULL) &&
+                    (ibv_query_qp(ep->txq[q].qp, &attr, IBV_QP_STATE,
                                   &init) == 0) &&
                     (attr.qp_state == IBV_QPS_ERR)) {
                     ib2_ep_qp_error(ep, q);

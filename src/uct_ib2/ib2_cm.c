@@ -381,6 +381,16 @@ static ucs_status_t ib2_cm_choose(ib2_iface_t *iface,
         }
         *use = 1;
     }
+    /* rdmacm connects RC QPs only, and iWARP has no XRC at all: X queues
+     * need the verbs exchange of QP and SRQ numbers. */
+    if (*use && ib2_iface_is_xrc(iface)) {
+        ucs_error("%s:%u: X (XRC) receive queues cannot be used with rdmacm "
+                  "connections (%s): give P or S queues in "
+                  "UCX_IB2_RECEIVE_QUEUES%s", name, iface->port,
+                  iwarp ? "iWARP has no XRC" : "UCX_IB2_CM=rdmacm",
+                  iwarp ? "" : ", or UCX_IB2_CM=verbs");
+        return UCS_ERR_UNSUPPORTED;
+    }
     if (*use && ((config->timeout < 0.01) || (config->timeout > 3600.0))) {
         ucs_error("UCX_IB2_CM_TIMEOUT=%gs: give 10ms to 1h", config->timeout);
         return UCS_ERR_INVALID_PARAM;

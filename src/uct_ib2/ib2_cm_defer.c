@@ -155,7 +155,7 @@ void ib2_cm_defer_abort(ib2_ep_t *ep, ucs_status_t status)
         ib2_cm_defer_free(&cep->q[q]);
         if (n != 0) {
             ucs_assert(ep->txq[q].sn - ep->txq[q].acked == n);
-            ib2_txq_retire(ep, q, status);
+            ib2_txq_retire_all(ep, q, status);
         }
     }
 }
@@ -204,7 +204,7 @@ err:
         n = cep->q[q].ndefer;
         ib2_cm_defer_free(&cep->q[q]);
         if (n != 0) {
-            ib2_txq_retire(ep, q, UCS_ERR_IO_ERROR);
+            ib2_txq_retire_all(ep, q, UCS_ERR_IO_ERROR);
         }
     }
     ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);

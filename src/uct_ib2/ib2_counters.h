@@ -38,6 +38,24 @@ typedef struct ib2_iface_counters {
     uint64_t cm_accepted;
     uint64_t cm_rejected;
     uint64_t cm_held;
+    /* X queues' connection exchange over UD (ib2_xcm.c): requests sent
+     * again; messages dropped as malformed or not from the endpoint's
+     * peer, for no endpoint of ours, or for one not connected yet; sends
+     * not made (every slot in flight, or the post failed). */
+    uint64_t xcm_resent;
+    uint64_t xcm_rx_bad;
+    uint64_t xcm_rx_no_ep;
+    uint64_t xcm_rx_early;
+    uint64_t xcm_tx_busy;
+    /* X queues' per-node INI QPs (ib2_xnode.c): an INI QP failed (a
+     * request refused or not answered: its endpoints ask for a new one);
+     * requests of the other endpoints posted again on the new one;
+     * endpoints joined to an INI QP (each time); a peer could not open the
+     * TGT QP named (gone: the INI QP is replaced). */
+    uint64_t xnode_failed;
+    uint64_t xnode_reposted;
+    uint64_t xnode_joined;
+    uint64_t xnode_notgt;
     /* rdmacm: reads of the event channel that found nothing (each a
      * system call on a real rdma_cm device). */
     uint64_t cm_empty_reads;

@@ -103,7 +103,7 @@ unsigned ib2_ep_send_ctrl(ib2_ep_t *ep)
         }
         while ((spec->type == IB2_RQ_PER_PEER) &&
                (rxq->credits_owed >= spec->window)) {
-            if ((txq->cm_credits <= 0) || !ib2_txq_ready(iface, txq) ||
+            if ((txq->cm_credits <= 0) || !ib2_ep_txq_ready(iface, ep, q) ||
                 !ep->connected || ep->failed) {
                 still = !ep->failed;
                 break;

@@ -20,7 +20,7 @@ ib2_ep_am_short_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     iface->tx_short.am_hdr.header    = header;
     iface->tx_short.am_sge[1].addr   = (uintptr_t)payload;
     iface->tx_short.am_sge[1].length = length;
-    ib2_ep_am_sent(ep, txq);
+    ib2_ep_am_sent(ep, q);
     UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, sizeof(header) + length);
     return ib2_ep_post_flags(iface, ep, q, &iface->tx_short.am_wr,
                              IBV_SEND_INLINE | flags,
@@ -136,14 +136,14 @@ ssize_t ib2_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack,
     sge.addr   = (uintptr_t)hdr;
     sge.length = sizeof(*hdr) + length;
     sge.lkey   = desc->lkey;
-    wr.opcode  = IBV_WR_SEND;
+    wr.opcode  = iface->config.am_opcode;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.next    = NULL;
     if (sge.length <= iface->config.max_inline) {
         send_flags |= IBV_SEND_INLINE;
     }
-    ib2_ep_am_sent(ep, txq);
+    ib2_ep_am_sent(ep, q);
     status = ib2_ep_post_flags(iface, ep, q, &wr, send_flags,
                                ib2_ep_am_signal(ep, txq), 1);
     if (ucs_unlikely(status != UCS_OK)) {
@@ -230,11 +230,11 @@ ucs_status_t ib2_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     sge[0].addr   = (uintptr_t)&hdr;
     sge[0].length = sizeof(hdr);
     sge[0].lkey   = 0;
-    wr.opcode     = IBV_WR_SEND;
+    wr.opcode     = iface->config.am_opcode;
     wr.sg_list    = sge;
     wr.num_sge    = (int)n;
     wr.next       = NULL;
-    ib2_ep_am_sent(ep, txq);
+    ib2_ep_am_sent(ep, q);
     UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, length);
     return ib2_ep_post_flags(iface, ep, q, &wr, IBV_SEND_INLINE | flags,
                              ib2_ep_am_signal(ep, txq), 1);
@@ -295,11 +295,11 @@ ucs_status_t ib2_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
         sge[n].lkey = ib2_memh_mr(iface->md, iov[i].memh)->lkey;
         ++n;
     }
-    wr.opcode  = IBV_WR_SEND;
+    wr.opcode  = iface->config.am_opcode;
     wr.sg_list = sge;
     wr.num_sge = (int)n;
     wr.next    = NULL;
-    ib2_ep_am_sent(ep, txq);
+    ib2_ep_am_sent(ep, q);
     status = ib2_ep_post_flags(iface, ep, q, &wr, send_flags,
                                (comp != NULL) || ib2_ep_am_signal(ep, txq),
                                1);

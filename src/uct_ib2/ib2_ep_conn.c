@@ -49,6 +49,7 @@ static void ib2_ep_release_qps(ib2_ep_t *ep)
     khiter_t it;
     unsigned q;
 
+    ib2_xrc_ep_release(ep);
     for (q = 0; q < ep->nq; ++q) {
         if (ep->txq[q].qp == NULL) {
             continue;
@@ -156,7 +157,8 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
     memset(UCS_PTR_BYTE_OFFSET(self, sizeof(self->super)), 0,
            sizeof(*self) - sizeof(self->super));
     self->iface = iface;
-    self->nq    = (uint8_t)iface->rq.count;
+    /* X queues: one QP sends for them all (ib2_xrc.c). */
+    self->nq    = ib2_iface_is_xrc(iface) ? 1 : (uint8_t)iface->rq.count;
     ucs_arbiter_group_init(&self->arb_group);
     if (iface->fence_eps != 0) {
         /* Operations of this endpoint come after the interface fence. */
@@ -180,7 +182,13 @@ UCS_CLASS_INIT_FUNC(ib2_ep_t, const uct_ep_params_t *params)
             return status;
         }
     }
-    for (q = 0; q < self->nq; ++q) {
+    if (ib2_iface_is_xrc(iface)) {
+        status = ib2_xrc_ep_create(self);
+        if (status != UCS_OK) {
+            goto err;
+        }
+    }
+    for (q = 0; !ib2_iface_is_xrc(iface) && (q < self->nq); ++q) {
         const ib2_rq_spec_t *spec = &iface->rq.q[q];
         ib2_ep_txq_t *txq         = &self->txq[q];
         khiter_t it;
@@ -269,7 +277,8 @@ static void ib2_ep_zombie_signal_tails(ib2_ep_t *ep)
     unsigned q;
 
     for (q = 0; q < ep->nq; ++q) {
-        if ((ep->txq[q].qp != NULL) && (ep->txq[q].acked != ep->txq[q].sn)) {
+        if (((ep->txq[q].qp != NULL) || (ep->x.node != NULL)) &&
+            (ep->txq[q].acked != ep->txq[q].sn)) {
             (void)ib2_ep_signal_tail(ep->iface, ep, q);
         }
     }
@@ -317,6 +326,9 @@ void ib2_ep_destroy(uct_ep_h tl_ep)
     if (ep->cm != NULL) {
         ib2_cm_ep_destroy(ep);    /* its connections end with it */
     }
+    if (ep->iface->xcm != NULL) {
+        ib2_xcm_ep_stop(ep);      /* X: no more connection messages */
+    }
     ib2_iface_fence_uncount(ep);
     if (ep->ctrl_queued) {
         ucs_list_del(&ep->ctrl_list);
@@ -351,6 +363,10 @@ ucs_status_t ib2_ep_get_address(uct_ep_h tl_ep, uct_ep_addr_t *addr)
     if (ep->iface->cm != NULL) {
         return ib2_cm_ep_get_address(ep, addr);
     }
+    if (ib2_iface_is_xrc(ep->iface)) {
+        ib2_xrc_ep_pack(ep, addr);
+        return UCS_OK;
+    }
     memset(ep_addr, 0, sizeof(*ep_addr));
     ep_addr->rq_hash = ep->iface->rq_hash;
     for (q = 0; q < ep->nq; ++q) {
@@ -384,6 +400,10 @@ ucs_status_t ib2_ep_connect_to_ep(uct_ep_h tl_ep,
                   "(and device parameter file)", iface->md->name,
                   iface->port);
         return UCS_ERR_UNREACHABLE;
+    }
+    if (ib2_iface_is_xrc(iface)) {
+        /* connected when the peer's TGT QP is known (ib2_xcm.c) */
+        return ib2_xrc_ep_connect(ep, remote, addr);
     }
     for (q = 0; q < ep->nq; ++q) {
         qpn = ep_addr->qpn[q][0] | ((uint32_t)ep_addr->qpn[q][1] << 8) |

@@ -36,15 +36,15 @@ UCS_F_NOINLINE
 ucs_status_t ib2_ep_post_failed(ib2_ep_t *ep, unsigned q, int am, int ret)
 {
     ib2_iface_t *iface = ep->iface;
+    ib2_ep_txq_t *txq  = &ep->txq[q & iface->config.txq_mask];
 
-    --ep->txq[q].sn;
-    ep->txq[q].am_sn -= (uint32_t)am;
-    ++ep->txq[q].sq_avail;
+    --txq->sn;
+    txq->am_sn -= (uint32_t)am;
+    ++txq->sq_avail;
     ++iface->tx_cq_avail;
 
     ucs_error("%s:%u: ibv_post_send on QP 0x%x failed: %s",
-              iface->md->name, iface->port, ep->txq[q].qp->qp_num,
-              strerror(ret));
+              iface->md->name, iface->port, txq->qp->qp_num, strerror(ret));
     ib2_ep_set_failed(ep, UCS_ERR_IO_ERROR);
     /* Whether the device will flush what it took is unknown: what waits
      * for it ends now. */
@@ -67,18 +67,21 @@ static ucs_status_t ib2_ep_post_empty_write(ib2_iface_t *iface, ib2_ep_t *ep,
     wr.num_sge             = 0;
     wr.wr.rdma.remote_addr = 0;
     wr.wr.rdma.rkey        = 0;
-    return ib2_ep_post(iface, ep, q, &wr, 0, 1);
+    return ib2_ep_post(iface, ep, q, &wr,
+                       (ep->blocked & IB2_EP_BLOCK_XRC) ? IB2_SEND_XNODE : 0,
+                       1);
 }
 
 /* Make sure queue q will report completion of everything posted on it. */
 ucs_status_t ib2_ep_signal_tail(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q)
 {
-    ib2_ep_txq_t *txq = &ep->txq[q];
-
-    if (txq->signaled_sn == txq->sn) {
+    if (ib2_ep_tail_signaled(ep, q)) {
         return UCS_OK;
     }
-    if (!ib2_txq_ready(iface, txq)) {
+    if (ucs_unlikely(iface->xs != NULL) && ep->failed) {
+        return ib2_xnode_signal(ep);
+    }
+    if (!ib2_ep_txq_ready(iface, ep, q)) {
         return UCS_ERR_NO_RESOURCE;
     }
     return ib2_ep_post_empty_write(iface, ep, q);
@@ -193,7 +196,7 @@ void ib2_ep_signal_am_tails(ib2_ep_t *ep)
 ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
 {
     ib2_iface_t *iface = ep->iface;
-    ib2_ep_txq_t *txq  = &ep->txq[q];
+    unsigned t         = q & iface->config.txq_mask;
 
     if (ep->blocked & IB2_EP_BLOCK_FAILED) {
         return ep->failed;
@@ -219,15 +222,19 @@ ucs_status_t ib2_ep_tx_slow(ib2_ep_t *ep, unsigned q, int am, unsigned *flags)
         ib2_ep_signal_am_tails(ep);
         return UCS_ERR_NO_RESOURCE;
     }
-    if (!ib2_txq_ready(iface, txq) || (am && (txq->credits <= 0))) {
+    if (!ib2_ep_txq_ready(iface, ep, t) ||
+        (am && (ep->txq[q].credits <= 0))) {
         return UCS_ERR_NO_RESOURCE;
     }
     if (iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation) {
         /* Budget runs low: this send asks for its completion. */
         *flags |= IBV_SEND_SIGNALED;
     }
+    if (ep->blocked & IB2_EP_BLOCK_XRC) {
+        *flags |= IB2_SEND_XNODE;      /* on its node's INI QP */
+    }
     if (ep->blocked & IB2_EP_BLOCK_FENCE) {
-        return ib2_ep_fence_check(ep, q, flags);
+        return ib2_ep_fence_check(ep, t, flags);
     }
     return UCS_OK;
 }
@@ -322,8 +329,8 @@ ucs_status_t ib2_ep_flush(uct_ep_h tl_ep, unsigned flags,
         if (txq->acked == txq->sn) {
             continue;
         }
-        if (txq->signaled_sn != txq->sn) {
-            if (txq->sq_avail <= 0) {
+        if (!ib2_ep_tail_signaled(ep, q)) {
+            if (ib2_ep_sq_avail(ep, q) <= 0) {
                 goto no_resource;
             }
             ++tails;
@@ -408,7 +415,7 @@ ucs_status_t ib2_ep_check(uct_ep_h tl_ep, unsigned flags,
     ib2_iface_t *iface = ep->iface;
 
     UCT_EP_KEEPALIVE_CHECK_PARAM(flags, comp);
-    if (ep->failed || !ep->connected || !ib2_txq_ready(iface, &ep->txq[0])) {
+    if (ep->failed || !ep->connected || !ib2_ep_txq_ready(iface, ep, 0)) {
         return UCS_OK; /* failed: reported already; busy: proves liveness */
     }
     /* If the peer is gone the write fails after the retries and the
@@ -447,7 +454,7 @@ void ib2_ep_qp_error(ib2_ep_t *ep, unsigned q)
          * waits here: found when the endpoint is next used. */
         return;
     }
-    if (!ib2_txq_ready(iface, txq) ||
+    if (!ib2_ep_txq_ready(iface, ep, q) ||
         (ib2_ep_post_empty_write(iface, ep, q) != UCS_OK)) {
         ib2_ep_set_failed(ep, ib2_ep_flushed_status(ep));
     }
@@ -478,7 +485,7 @@ void ib2_ep_probe(ib2_ep_t *ep)
             return;
         }
     }
-    if (!ep->probed && ib2_txq_ready(iface, &ep->txq[0]) &&
+    if (!ep->probed && ib2_ep_txq_ready(iface, ep, 0) &&
         (ib2_ep_post_empty_write(iface, ep, 0) == UCS_OK)) {
         ep->probed = 1;
         ++iface->counters.probes;

@@ -5,6 +5,7 @@
  */
 #include "ib2.h"
 #include "ib2_cm.h"
+#include "ib2_xnode.h"
 
 #include <ucs/arch/cpu.h>
 #include <fcntl.h>
@@ -23,6 +24,9 @@ static unsigned ib2_iface_progress(void *arg)
     count += ib2_tx_progress(iface);
     if (ucs_unlikely(iface->cm != NULL)) {
         count += ib2_cm_progress(iface);   /* rdmacm events, deadlines */
+    }
+    if (ucs_unlikely(iface->xcm != NULL)) {
+        ib2_xcm_progress(iface);           /* X: connection requests */
     }
     if (ucs_unlikely(!ucs_list_is_empty(&iface->ctrl_pending))) {
         ib2_ep_t *ep, *tmp;
@@ -94,16 +98,25 @@ static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
     if (recv_events) {
         ibv_ack_cq_events(iface->recv_cq, recv_events);
     }
-    if ((events & (UCT_EVENT_SEND_COMP | UCT_EVENT_RECV_SIG)) &&
+    /* X queues: a node recovering from a failure waits for send
+     * completions whatever the user waits for (ib2_xnode_settle) */
+    if (((events & (UCT_EVENT_SEND_COMP | UCT_EVENT_RECV_SIG)) ||
+         ((iface->xs != NULL) && (iface->xs->busy != 0))) &&
         ibv_req_notify_cq(iface->send_cq, 0) != 0) {
         return UCS_ERR_IO_ERROR;
     }
-    if ((events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG)) &&
+    /* X queues: a peer's connection request arrives on the receive CQ
+     * whatever events the user waits for (a wakeup it did not ask for is
+     * allowed; a request nobody answers is not). */
+    if (((events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG)) ||
+         (iface->xcm != NULL)) &&
         ibv_req_notify_cq(iface->recv_cq, 0) != 0) {
         return UCS_ERR_IO_ERROR;
     }
-    /* Credit messages and pending work are progress too. */
+    /* Credit messages, pending work and connection requests waiting for
+     * their answer (resent from progress) are progress too. */
     if (send_events || recv_events || ib2_cm_busy(iface) ||
+        ((iface->xcm != NULL) && ib2_xcm_busy(iface)) ||
         !ucs_list_is_empty(&iface->ctrl_pending) ||
         (!ucs_arbiter_is_empty(&iface->arbiter) &&
          (iface->tx_cq_avail > 0))) {
@@ -287,7 +300,9 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
                                                sizeof(uct_recv_desc_t*) +
                                                self->config.rx_headroom +
                                                sizeof(ib2_hdr_t), 8);
-    self->tx_short.am_wr.opcode     = IBV_WR_SEND;
+    self->config.am_opcode          = ib2_iface_is_xrc(self) ?
+                                      IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+    self->tx_short.am_wr.opcode     = self->config.am_opcode;
     self->tx_short.am_wr.sg_list    = self->tx_short.am_sge;
     self->tx_short.am_wr.num_sge    = 2;
     self->tx_short.am_wr.next       = NULL;
@@ -342,7 +357,9 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_NO_MEMORY;
         goto err_cleanup_mp;
     }
-    status = ib2_rxq_init(self, params);
+    self->xrc_domain = config->xrc_domain;
+    status           = ib2_rxq_init(self, params);
+    self->xrc_domain = NULL; /* the config is the caller's */
     if (status != UCS_OK) {
         goto err_cleanup_hash;
     }

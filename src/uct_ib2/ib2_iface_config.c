@@ -81,6 +81,14 @@ ucs_config_field_t ib2_iface_config_table[] = {
      ucs_offsetof(ib2_iface_config_t, receive_queues),
      UCS_CONFIG_TYPE_STRING},
 
+    {"XRC_DOMAIN", "",
+     "X receive queues: the file through which the processes of a node\n"
+     "open their XRC domain, and so share it (a TGT QP reaches the SRQs of\n"
+     "every process of its domain). Empty: /tmp/ib2-xrcd.<uid>, one per\n"
+     "user. Created with mode 0600; it must be a regular file of this\n"
+     "user, not a link.",
+     ucs_offsetof(ib2_iface_config_t, xrc_domain), UCS_CONFIG_TYPE_STRING},
+
     {"DEVICE_PARAMS", IB2_DEFAULT_DEVICE_PARAMS,
      "Device parameter file: defaults for mtu, max_inline_data and\n"
      "receive_queues by vendor_id/vendor_part_id. Empty: none.",
@@ -392,6 +400,9 @@ static ucs_status_t ib2_iface_seq_window(ib2_iface_t *iface)
         return UCS_ERR_INVALID_PARAM;
     }
     iface->config.seq_window = (unsigned)window;
+    /* X queues send on the endpoint's one QP (ib2_xrc.c). */
+    iface->config.txq_mask   = (iface->rq.q[0].type == IB2_RQ_XRC) ?
+                               0 : IB2_MAX_QUEUES - 1;
     return UCS_OK;
 }
 

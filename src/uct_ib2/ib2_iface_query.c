@@ -126,6 +126,8 @@ ucs_status_t ib2_iface_query(uct_iface_h tl_iface,
     attr->iface_addr_len  = 0;
     attr->device_addr_len = sizeof(ib2_dev_addr_t);
     attr->ep_addr_len     = (iface->cm != NULL) ? sizeof(ib2_cm_ep_addr_t) :
+                            ib2_iface_is_xrc(iface) ?
+                            ib2_xrc_ep_addr_len(iface) :
                             sizeof(ib2_ep_addr_t);
     attr->max_conn_priv   = 0;
 

@@ -132,6 +132,7 @@ void ib2i_table(const ib2i_opts_t *o, const ib2i_form_t *f, unsigned count)
     IB2I_ROW("RC QPs", "lu", r->qp_rc);
     IB2I_ROW("XRC INI QPs", "lu", r->qp_xrc_ini);
     IB2I_ROW("XRC TGT QPs (node's / P)", ".2f", r->qp_xrc_tgt);
+    IB2I_ROW("UD QPs (X: connection requests)", "lu", r->qp_ud);
     IB2I_ROW("QPs", ".2f", r->qps);
     IB2I_ROW("SRQs", "lu", r->srq);
     IB2I_ROW("XRC SRQs", "lu", r->srq_xrc);
@@ -173,9 +174,10 @@ void ib2i_kv(const ib2i_opts_t *o, const ib2i_form_t *f, unsigned count)
         printf("%s.spec=%s\n%s.peers=%lu\n%s.peer_nodes=%lu\n", l, f[i].spec,
                l, r->peers, l, r->peer_nodes);
         printf("%s.qp_rc=%lu\n%s.qp_xrc_ini=%lu\n%s.qp_xrc_tgt=%.4f\n"
-               "%s.node_tgt=%lu\n%s.srq=%lu\n%s.srq_xrc=%lu\n%s.cq=%lu\n",
-               l, r->qp_rc, l, r->qp_xrc_ini, l, r->qp_xrc_tgt, l,
-               r->node_tgt, l, r->srq, l, r->srq_xrc, l, r->cq);
+               "%s.qp_ud=%lu\n%s.node_tgt=%lu\n%s.srq=%lu\n"
+               "%s.srq_xrc=%lu\n%s.cq=%lu\n",
+               l, r->qp_rc, l, r->qp_xrc_ini, l, r->qp_xrc_tgt, l, r->qp_ud,
+               l, r->node_tgt, l, r->srq, l, r->srq_xrc, l, r->cq);
         printf("%s.recv_posted=%lu\n%s.mr=%lu\n%s.rx_bytes=%" PRIu64 "\n"
                "%s.tx_bytes=%" PRIu64 "\n%s.reg_bytes=%" PRIu64 "\n",
                l, r->recv_posted, l, r->mr, l, r->rx_bytes, l, r->tx_bytes,

@@ -8,6 +8,7 @@
  * chunk itself, else whole pages) and registered whole.
  */
 #include "ib2_model.h"
+#include "ib2_wire.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -130,8 +131,8 @@ int ib2_model_parse(const char *spec, ib2_rq_config_t *out, char *err,
                  spec);
         return -1;
     }
-    /* The parser refuses X until rc_ib2 has XRC: X queues take S
-     * queues' fields, so parse them as S and mark them afterwards. */
+    /* X queues take S queues' fields: parse them as S and mark them
+     * afterwards (the model's conversions between forms rely on it). */
     for (i = 0, s = spec; *s != '\0'; ++s, ++i) {
         int first = (s == spec) || (s[-1] == ':');
 
@@ -297,6 +298,15 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->srq_xrc     = n_x;
     res->cq          = 2;
     res->recv_posted = sbufs + res->peers * pbufs;
+    if (n_x != 0) {
+        /* X: the UD QP of connection requests (ib2_xcm.c), its receives
+         * and their ring, and its one registered region (below); it
+         * completes on the receive CQ */
+        res->qp_ud        = 1;
+        res->recv_posted += IB2_XCM_RECVS;
+        res->rq_bytes    += ib2m_ring(dev->rq_pow2, IB2_XCM_RECVS,
+                                      dev->rq_wqe);
+    }
 
     /* The send buffers' pool: one chunk of the largest size. */
     largest = rq->q[rq->count - 1].size;
@@ -306,12 +316,16 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->tx_bytes  = res->tx.chunks * res->tx.chunk_bytes;
     res->mr       += res->tx.chunks;
     res->reg_bytes = res->rx_bytes + res->tx_bytes;
+    if (n_x != 0) {
+        res->mr        += 1;
+        res->reg_bytes += IB2_XCM_BYTES;
+    }
 
     /* CQs: the receive CQ grows, per endpoint, to twice the buffers that
      * could complete once they exceed it (ib2_iface_reserve_rx_cq). */
     res->tx_cqe = ib2m_cq_entries(dev, conf->tx_cq_len);
     res->rx_cqe = ib2m_cq_entries(dev, conf->rx_cq_len);
-    need        = sbufs;
+    need        = sbufs + (n_x ? IB2_XCM_RECVS + IB2_XCM_SENDS : 0);
     if (pbufs != 0) {
         for (ep = 0; ep < res->peers; ++ep) {
             need += pbufs;
@@ -332,10 +346,10 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
                     dev->cqe;
     res->total_bytes = res->reg_bytes + res->sq_bytes + res->rq_bytes +
                        res->cq_bytes;
-    res->qps       = (double)(res->qp_rc + res->qp_xrc_ini) +
+    res->qps       = (double)(res->qp_rc + res->qp_xrc_ini + res->qp_ud) +
                      res->qp_xrc_tgt;
-    res->node_qps  = conf->ppn * (res->qp_rc + res->qp_xrc_ini) +
-                     res->node_tgt;
+    res->node_qps  = conf->ppn * (res->qp_rc + res->qp_xrc_ini +
+                                  res->qp_ud) + res->node_tgt;
     res->node_srqs = conf->ppn * (res->srq + res->srq_xrc);
     return 0;
 }

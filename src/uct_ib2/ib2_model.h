@@ -96,6 +96,7 @@ typedef struct ib2_model_result {
     unsigned long qp_rc;
     unsigned long qp_xrc_ini;
     double        qp_xrc_tgt;     /* average: the node's / P */
+    unsigned long qp_ud;          /* X: the connection channel's */
     unsigned long srq, srq_xrc, cq;
     unsigned long recv_posted;    /* receive buffers posted */
     unsigned long mr;             /* pool chunks, one registration each
@@ -111,7 +112,7 @@ typedef struct ib2_model_result {
     uint64_t      rq_bytes;
     uint64_t      cq_bytes;
     uint64_t      total_bytes;    /* reg_bytes + sq + rq + cq */
-    double        qps;            /* qp_rc + ini + tgt (average) */
+    double        qps;            /* qp_rc + ini + ud + tgt (average) */
     /* per node (the adapter's share) */
     unsigned long node_tgt;       /* TGT QPs the node holds */
     uint64_t      node_qps;       /* all QPs on the node's adapter */

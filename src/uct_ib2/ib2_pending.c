@@ -49,8 +49,11 @@ ib2_tx_state_t ib2_ep_tx_state(ib2_ep_t *ep)
         }
         return state;
     }
-    for (q = 0; q < ep->nq; ++q) {
-        if ((ep->txq[q].sq_avail <= 0) || (ep->txq[q].credits <= 0)) {
+    /* Every queue's credit, and the WQEs of its send queue (with X
+     * queues: the one QP's). */
+    for (q = 0; q < iface->rq.count; ++q) {
+        if ((ib2_ep_sq_avail(ep, q & iface->config.txq_mask) <= 0) ||
+            (ep->txq[q].credits <= 0)) {
             return IB2_TX_WAIT_EP;
         }
     }

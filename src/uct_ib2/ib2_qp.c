@@ -1,6 +1,7 @@
 /*
  * Reliable-connected QPs: creation and the RESET -> INIT -> RTR -> RTS walk
- * with the attributes the kernel requires at each step.
+ * with the attributes the kernel requires at each step (for RC QPs and for
+ * the XRC INI and TGT QPs of X queues, ib2_xrc.c).
  */
 #include "ib2.h"
 
@@ -74,12 +75,33 @@ ucs_status_t ib2_qp_probe_caps(ib2_iface_t *iface)
     return UCS_OK;
 }
 
+/* RESET -> INIT, with the remote access a peer's RDMA and atomics need
+ * (RC, and XRC INI and TGT QPs alike). */
+ucs_status_t ib2_qp_init(ib2_iface_t *iface, struct ibv_qp *qp)
+{
+    struct ibv_qp_attr attr;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state        = IBV_QPS_INIT;
+    attr.pkey_index      = (uint16_t)iface->config.pkey_index;
+    attr.port_num        = iface->port;
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           ((iface->md->dev_attr.atomic_cap !=
+                             IBV_ATOMIC_NONE) ? IBV_ACCESS_REMOTE_ATOMIC : 0);
+    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+        ucs_error("%s:%u: QP 0x%x to INIT failed: %m", iface->md->name,
+                  iface->port, qp->qp_num);
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
 ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
                            struct ibv_qp **qp_p)
 {
     const ib2_rq_spec_t *spec = &iface->rq.q[queue];
     struct ibv_qp_init_attr init;
-    struct ibv_qp_attr attr;
     struct ibv_qp *qp;
 
     memset(&init, 0, sizeof(init));
@@ -106,17 +128,7 @@ ucs_status_t ib2_qp_create(ib2_iface_t *iface, unsigned queue,
         return UCS_ERR_IO_ERROR;
     }
 
-    memset(&attr, 0, sizeof(attr));
-    attr.qp_state        = IBV_QPS_INIT;
-    attr.pkey_index      = (uint16_t)iface->config.pkey_index;
-    attr.port_num        = iface->port;
-    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                           ((iface->md->dev_attr.atomic_cap !=
-                             IBV_ATOMIC_NONE) ? IBV_ACCESS_REMOTE_ATOMIC : 0);
-    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-                      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-        ucs_error("%s:%u: QP 0x%x to INIT failed: %m", iface->md->name,
-                  iface->port, qp->qp_num);
+    if (ib2_qp_init(iface, qp) != UCS_OK) {
         ibv_destroy_qp(qp);
         return UCS_ERR_IO_ERROR;
     }
@@ -129,6 +141,7 @@ ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
                             uint32_t remote_qpn)
 {
     struct ibv_qp_attr attr;
+    int mask;
 
     memset(&attr, 0, sizeof(attr));
     attr.qp_state              = IBV_QPS_RTR;
@@ -149,9 +162,14 @@ ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
         attr.ah_attr.grh.traffic_class = iface->config.traffic_class;
         memcpy(attr.ah_attr.grh.dgid.raw, remote->gid, 16);
     }
-    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+    /* An XRC INI QP only requests: no responder attributes (the kernel
+     * refuses them). */
+    mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+           IBV_QP_RQ_PSN;
+    if (qp->qp_type != IBV_QPT_XRC_SEND) {
+        mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    }
+    if (ibv_modify_qp(qp, &attr, mask) != 0) {
         ucs_error("%s:%u: QP 0x%x to RTR (peer QP 0x%x, lid %u) failed: %m",
                   iface->md->name, iface->port, qp->qp_num, remote_qpn,
                   remote->lid);
@@ -168,9 +186,12 @@ ucs_status_t ib2_qp_connect(ib2_iface_t *iface, struct ibv_qp *qp,
     attr.rnr_retry     = (iface->rq.q[queue].type == IB2_RQ_PER_PEER) ? 0 : 7;
     attr.sq_psn        = 0;
     attr.max_rd_atomic = iface->config.max_rd_atomic;
-    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT |
-                      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                      IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+    /* An XRC TGT QP only responds: no requester attributes. */
+    mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+    if (qp->qp_type != IBV_QPT_XRC_RECV) {
+        mask |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    }
+    if (ibv_modify_qp(qp, &attr, mask) != 0) {
         ucs_error("%s:%u: QP 0x%x to RTS failed: %m", iface->md->name,
                   iface->port, qp->qp_num);
         return UCS_ERR_UNREACHABLE;

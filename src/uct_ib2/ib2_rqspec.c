@@ -224,13 +224,16 @@ int ib2_rq_parse(const char *spec, ib2_rq_config_t *config, char *err,
         config->count = 0;
         return ret;
     }
-    for (i = 0; i < config->count; ++i) {
-        if (config->q[i].type == IB2_RQ_XRC) {
-            ctx.index = i + 1;
-            ctx.text  = "X";
-            snprintf(err, max, "queue %u is an X (XRC) queue: XRC is not "
-                     "supported yet; use P (per-peer) or S (shared) queues",
-                     i + 1);
+    /* X queues share the endpoint's one XRC QP; P and S queues need QPs of
+     * their own: all X or none, as openib required. */
+    for (i = 1; i < config->count; ++i) {
+        if ((config->q[i].type == IB2_RQ_XRC) !=
+            (config->q[0].type == IB2_RQ_XRC)) {
+            snprintf(err, max, "queue %u is %s X (XRC) queue but queue 1 "
+                     "is%s: either every queue is X or none is",
+                     i + 1, (config->q[i].type == IB2_RQ_XRC) ? "an" :
+                     "not an", (config->q[0].type == IB2_RQ_XRC) ? "" :
+                     " not");
             config->count = 0;
             return -1;
         }

@@ -1,7 +1,7 @@
 /*
  * Receive queue specification: the openib BTL's btl_openib_receive_queues
  * syntax and semantics (per-peer P queues with credits, shared S queues, X
- * queues parsed and refused until XRC exists).
+ * queues on XRC: all queues X or none).
  *
  *   P,<size>,<num>[,<low_watermark>[,<window>[,<reserved>]]]
  *   S,<size>,<num>[,<low_watermark>[,<max_pending_sends>]]
@@ -31,7 +31,7 @@ extern "C" {
 typedef enum {
     IB2_RQ_PER_PEER,   /* P */
     IB2_RQ_SHARED,     /* S */
-    IB2_RQ_XRC         /* X: parsed, not supported yet */
+    IB2_RQ_XRC         /* X: XRC SRQs; all queues X or none */
 } ib2_rq_type_t;
 
 typedef struct ib2_rq_spec {
@@ -42,7 +42,7 @@ typedef struct ib2_rq_spec {
     unsigned      window;       /* P: credits to gather before an explicit
                                    credit message */
     unsigned      reserved;     /* P: buffers for credit messages */
-    unsigned      max_pending;  /* S: sends in flight per peer */
+    unsigned      max_pending;  /* S, X: sends in flight per peer */
 } ib2_rq_spec_t;
 
 typedef struct ib2_rq_config {

@@ -257,7 +257,7 @@ static void ib2_rx_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
 {
     ib2_rx_desc_t *desc = (ib2_rx_desc_t*)(uintptr_t)wc->wr_id;
     unsigned q          = desc->queue;
-    int shared          = (iface->rq.q[q].type == IB2_RQ_SHARED);
+    int shared          = (iface->rq.q[q].type != IB2_RQ_PER_PEER);
     ib2_ep_t *ep;
 
     if (shared) {
@@ -298,7 +298,10 @@ static void ib2_rx_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
     }
 
     if (shared) {
-        ep = ib2_rx_find_ep(iface, wc->qp_num);
+        /* X queues: the endpoint is named by the immediate (a TGT QP is
+         * to carry several endpoints' messages, ib2_xcm.c) */
+        ep = ucs_likely(iface->xcm_qpn == 0) ?
+             ib2_rx_find_ep(iface, wc->qp_num) : ib2_xcm_rx_ep(iface, wc);
         if (ucs_unlikely(ep == NULL)) {
             /* The endpoint is gone: nobody to deliver to. */
             ++iface->counters.rx_no_ep;
@@ -357,7 +360,11 @@ static int ib2_rx_poll(ib2_iface_t *iface)
         return 0;
     }
     for (i = 0; i < n; ++i) {
-        ib2_rx_completion(iface, &wc[i]);
+        if (ucs_unlikely(wc[i].qp_num == iface->xcm_qpn)) {
+            ib2_xcm_completion(iface, &wc[i]);  /* X: UD connection */
+        } else {
+            ib2_rx_completion(iface, &wc[i]);
+        }
     }
     return n;
 }

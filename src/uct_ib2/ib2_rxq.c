@@ -111,6 +111,12 @@ ucs_status_t ib2_rxq_init(ib2_iface_t *iface, const uct_iface_params_t *params)
     ucs_status_t status;
     unsigned q;
 
+    if (ib2_iface_is_xrc(iface)) {
+        status = ib2_xrc_open(iface);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
     for (q = 0; q < iface->rq.count; ++q) {
         rxq            = &iface->rxq[q];
         rxq->spec      = iface->rq.q[q];
@@ -137,18 +143,24 @@ ucs_status_t ib2_rxq_init(ib2_iface_t *iface, const uct_iface_params_t *params)
         if (status != UCS_OK) {
             goto err;
         }
-        if (rxq->spec.type != IB2_RQ_SHARED) {
+        if (rxq->spec.type == IB2_RQ_PER_PEER) {
             continue;
         }
-        memset(&srq_attr, 0, sizeof(srq_attr));
-        srq_attr.attr.max_wr  = rxq->spec.num;
-        srq_attr.attr.max_sge = 1;
-        rxq->srq = ibv_create_srq(iface->md->pd, &srq_attr);
+        if (rxq->spec.type == IB2_RQ_XRC) {
+            rxq->srq = ib2_xrc_srq_create(iface, q);
+        } else {
+            memset(&srq_attr, 0, sizeof(srq_attr));
+            srq_attr.attr.max_wr  = rxq->spec.num;
+            srq_attr.attr.max_sge = 1;
+            rxq->srq = ibv_create_srq(iface->md->pd, &srq_attr);
+            if (rxq->srq == NULL) {
+                ucs_error("%s: ibv_create_srq(%u) for queue %u failed: %m; "
+                          "a device without shared receive queues needs P "
+                          "queues only (UCX_IB2_RECEIVE_QUEUES)",
+                          iface->md->name, rxq->spec.num, q + 1);
+            }
+        }
         if (rxq->srq == NULL) {
-            ucs_error("%s: ibv_create_srq(%u) for queue %u failed: %m; a "
-                      "device without shared receive queues needs P queues "
-                      "only (UCX_IB2_RECEIVE_QUEUES)", iface->md->name,
-                      rxq->spec.num, q + 1);
             ucs_mpool_cleanup(&rxq->mp, 0);
             status = UCS_ERR_IO_ERROR;
             goto err;
@@ -188,6 +200,7 @@ void ib2_rxq_cleanup(ib2_iface_t *iface)
         /* Buffers still posted to an SRQ go with the pool. */
         ucs_mpool_cleanup(&rxq->mp, 0);
     }
+    ib2_xrc_close(iface);
 }
 
 void ib2_rx_release_desc(ib2_iface_t *iface, ib2_rx_desc_t *desc)

@@ -75,13 +75,12 @@ static void ib2_ep_ams_completed(ib2_iface_t *iface, ib2_ep_t *ep)
     ep->seq_limit = (uint16_t)(oldest + iface->config.seq_window);
 }
 
-/* Queue q completed its sends up to the one of wr_id (or they were
- * flushed). */
-static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
-                              uint64_t wr_id, ucs_status_t status)
+/* Queue q completed its sends up to send sn, which had am_sn active
+ * messages before it and with it (or they were flushed). */
+void ib2_txq_retire(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, uint32_t sn,
+                    uint32_t am_sn, ucs_status_t status)
 {
     ib2_ep_txq_t *txq = &ep->txq[q];
-    uint32_t sn       = ib2_wrid_sn(wr_id);
     int32_t count     = (int32_t)(sn - txq->acked);
     uint32_t ams;
     ib2_op_t *op;
@@ -93,16 +92,21 @@ static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
                 "ep %p q %u: %d sends completed, queue holds %u", ep, q,
                 count, iface->config.tx_qp_len);
     txq->acked          = sn;
-    txq->sq_avail      += count;
     iface->tx_cq_avail += count;
-    ams = ib2_wrid_am(wr_id) - txq->am_acked;
+    if (ucs_likely(iface->xs == NULL)) {
+        txq->sq_avail  += count;    /* X: the node's (ib2_xnode_tx.c) */
+    }
+    ams = am_sn - txq->am_acked;
     ucs_assertv(ams <= (uint32_t)count, "ep %p q %u: %u AMs in %d sends", ep,
                 q, ams, count);
     txq->am_acked += ams;
     if (ams != 0) {
         ib2_ep_ams_completed(iface, ep);
     }
-    if (iface->rq.q[q].type != IB2_RQ_PER_PEER) {
+    if (ucs_unlikely(txq->am_queues != NULL)) {
+        /* X queues: each active message gives its own queue's credit. */
+        ib2_xrc_ams_completed(ep, txq->am_acked - ams, ams);
+    } else if (iface->rq.q[q].type != IB2_RQ_PER_PEER) {
         /* S queues: credits are active messages allowed in flight. */
         txq->credits += (int32_t)ams;
         ucs_assert(txq->credits <= (int32_t)iface->rq.q[q].max_pending);
@@ -120,12 +124,19 @@ static void ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     }
 }
 
-void ib2_txq_retire(ib2_ep_t *ep, unsigned q, ucs_status_t status)
+static UCS_F_ALWAYS_INLINE void
+ib2_txq_completed(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
+                  uint64_t wr_id, ucs_status_t status)
+{
+    ib2_txq_retire(iface, ep, q, ib2_wrid_sn(wr_id), ib2_wrid_am(wr_id),
+                   status);
+}
+
+void ib2_txq_retire_all(ib2_ep_t *ep, unsigned q, ucs_status_t status)
 {
     ib2_ep_txq_t *txq = &ep->txq[q];
 
-    ib2_txq_completed(ep->iface, ep, q, ib2_wrid_make(txq->sn, txq->am_sn),
-                      status);
+    ib2_txq_retire(ep->iface, ep, q, txq->sn, txq->am_sn, status);
 }
 
 void ib2_ep_purge_ops(ib2_ep_t *ep, ucs_status_t status)
@@ -191,6 +202,9 @@ unsigned ib2_tx_progress(ib2_iface_t *iface)
     ib2_ep_t *ep;
     int i, n;
 
+    if (ucs_unlikely(iface->xs != NULL)) {
+        return ib2_xnode_tx_progress(iface);   /* X: per-node INI QPs */
+    }
     n = ibv_poll_cq(iface->send_cq, 16, wc);
     if (n <= 0) {
         if (ucs_unlikely(n < 0)) {
@@ -252,6 +266,14 @@ static void ib2_ep_qps_to_error(ib2_ep_t *ep)
             ibv_modify_qp(ep->txq[q].qp, &attr, IBV_QP_STATE) != 0) {
             ucs_debug("QP 0x%x to ERR failed: %m", ep->txq[q].qp->qp_num);
         }
+    }
+    /* X: the node's INI QP and the TGT QP are shared with other endpoints
+     * (ib2_xnode.h): what this one has on them completes with its
+     * failure, what it holds is dropped */
+    if (ep->x.node != NULL) {
+        ib2_xnode_ep_failed(ep);
+    } else if (ep->iface->xcm != NULL) {
+        ib2_xcm_unwait(ep);
     }
 }
 

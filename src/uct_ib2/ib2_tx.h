@@ -15,6 +15,11 @@
 
 #include "ib2.h"
 
+/* Not a verbs flag: the request goes on the endpoint's node's INI QP (X
+ * queues, ib2_xnode_post). Only ib2_ep_tx_slow and the slow paths set it,
+ * so the fast paths, whose flags are constants, never test it. */
+#define IB2_SEND_XNODE (1u << 30)
+
 /* Called from the operations' fast paths: hidden, so that the calls go
  * straight to them, not through the dynamic linker's table. */
 #define IB2_INTERNAL __attribute__((visibility("hidden")))
@@ -29,13 +34,35 @@ IB2_INTERNAL ucs_status_t ib2_ep_am_id_invalid(uint8_t id);
 IB2_INTERNAL ucs_status_t ib2_cm_defer_post(ib2_ep_t *ep, unsigned q,
                                             struct ibv_send_wr *wr, int am);
 
-static UCS_F_ALWAYS_INLINE int ib2_txq_ready(ib2_iface_t *iface,
-                                             ib2_ep_txq_t *txq)
+/* Send WQEs free for the sends of send queue t: its QP's, or with X
+ * queues those of the node's INI QP while the endpoint may send on it
+ * (ib2_xnode_tx.c). */
+static UCS_F_ALWAYS_INLINE int32_t ib2_ep_sq_avail(ib2_ep_t *ep, unsigned t)
 {
-    return (txq->sq_avail > 0) & (iface->tx_cq_avail > 0);
+    if (ucs_unlikely(ep->iface->xs != NULL)) {
+        return ib2_xnode_room(ep);
+    }
+    return ep->txq[t].sq_avail;
 }
 
-/* Everything an operation on queue q needs is there (the fast path). The
+static UCS_F_ALWAYS_INLINE int ib2_ep_txq_ready(ib2_iface_t *iface,
+                                                ib2_ep_t *ep, unsigned t)
+{
+    return (ib2_ep_sq_avail(ep, t) > 0) & (iface->tx_cq_avail > 0);
+}
+
+/* Will send queue t report completion of everything posted on it? With X
+ * queues also when another endpoint's signaled request followed. */
+static UCS_F_ALWAYS_INLINE int ib2_ep_tail_signaled(ib2_ep_t *ep, unsigned t)
+{
+    return (ep->txq[t].signaled_sn == ep->txq[t].sn) ||
+           (ucs_unlikely(ep->iface->xs != NULL) &&
+            ib2_xnode_tail_signaled(ep));
+}
+
+/* Everything an operation on queue q needs is there (the fast path): the
+ * send queue's WQE and the queue's credit (X queues always take the slow
+ * path: IB2_EP_BLOCK_XRC). The
  * fast path wants more CQ budget than a moderation window: below that the
  * slow path lets sends go signaled, so that budget held by unsignaled
  * sends comes back to an endpoint waiting for it. */
@@ -43,12 +70,12 @@ static UCS_F_ALWAYS_INLINE int ib2_ep_tx_fast(ib2_iface_t *iface,
                                               ib2_ep_t *ep, unsigned q,
                                               int am)
 {
-    ib2_ep_txq_t *txq = &ep->txq[q];
+    ib2_ep_txq_t *txq = &ep->txq[q & iface->config.txq_mask];
 
     return (txq->sq_avail > 0) &&
            (iface->tx_cq_avail > (int32_t)iface->config.tx_moderation) &&
            !ep->blocked &&
-           (!am || ((txq->credits > 0) && ib2_ep_seq_room(ep)));
+           (!am || ((ep->txq[q].credits > 0) && ib2_ep_seq_room(ep)));
 }
 
 /*
@@ -68,7 +95,8 @@ ib2_ep_tx_check(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, int am,
 }
 
 /*
- * Post wr on queue q's QP. The bookkeeping is done before the call, so
+ * Post wr on queue q's QP (the send queue q & txq_mask; an active message
+ * lands in queue q's buffers). The bookkeeping is done before the call, so
  * that nothing but the endpoint lives across it; a failed post undoes it
  * and fails the endpoint (the QP's state is unknown then).
  *
@@ -81,10 +109,16 @@ static UCS_F_ALWAYS_INLINE ucs_status_t
 ib2_ep_post_flags(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
                   struct ibv_send_wr *wr, unsigned flags, int signal, int am)
 {
-    ib2_ep_txq_t *txq = &ep->txq[q];
+    ib2_ep_txq_t *txq = &ep->txq[q & iface->config.txq_mask];
     uint32_t sn       = txq->sn + 1;
     int ret;
 
+    if (ucs_unlikely(flags & IB2_SEND_XNODE)) {
+        /* X queues: on the node's shared INI QP, kept until done */
+        return ib2_xnode_post(iface, ep, q, wr, flags & ~IB2_SEND_XNODE,
+                              signal, am);
+    }
+    ucs_assert(txq->qp != NULL);   /* X endpoints have none of their own */
     /* Branches, not selects: most sends are not signaled. */
     if (ucs_unlikely(signal) ||
         ((sn - txq->signaled_sn) >= iface->config.tx_moderation)) {
@@ -122,8 +156,10 @@ ib2_ep_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
 static UCS_F_ALWAYS_INLINE void ib2_ep_add_op(ib2_ep_t *ep, unsigned q,
                                               ib2_op_t *op)
 {
-    op->sn = ep->txq[q].sn;
-    ucs_queue_push(&ep->txq[q].ops, &op->queue);
+    ib2_ep_txq_t *txq = &ep->txq[q & ep->iface->config.txq_mask];
+
+    op->sn = txq->sn;
+    ucs_queue_push(&txq->ops, &op->queue);
 }
 
 /* Fill a message header: the endpoint's order, and the credits we owe the
@@ -147,14 +183,18 @@ static UCS_F_ALWAYS_INLINE void ib2_ep_fill_hdr(ib2_ep_t *ep, unsigned q,
 /* An active message takes its credit and sequence number (and is
  * remembered until it completes: ib2_ep_seq_room). Called before the post,
  * which counts it in am_sn. */
-static UCS_F_ALWAYS_INLINE void ib2_ep_am_sent(ib2_ep_t *ep,
-                                               ib2_ep_txq_t *txq)
+static UCS_F_ALWAYS_INLINE void ib2_ep_am_sent(ib2_ep_t *ep, unsigned q)
 {
+    ib2_ep_txq_t *txq = &ep->txq[q & ep->iface->config.txq_mask];
+
     /* The ring holds them all: AMs outstanding on a queue are sends
      * outstanding (<= tx_qp_len) and within the window (ib2_ep_seq_room),
      * and the ring has the smaller of the two (asserted on completion). */
-    --txq->credits;
+    --ep->txq[q].credits;
     txq->am_seqs[txq->am_sn & txq->am_seq_mask] = ep->tx_seq;
+    if (ucs_unlikely(txq->am_queues != NULL)) {
+        txq->am_queues[txq->am_sn & txq->am_seq_mask] = (uint8_t)q;
+    }
     ++ep->tx_seq;
 }
 

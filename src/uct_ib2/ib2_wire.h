@@ -74,6 +74,66 @@ typedef struct ib2_ep_addr {
     uint8_t  qpn[IB2_MAX_QUEUES][3];      /* 24-bit QP numbers */
 } UCS_S_PACKED ib2_ep_addr_t;
 
+/* Endpoint address with X queues (ib2_xrc.c): the UD QP of our
+ * interface that takes connection requests (ib2_xcm.c), our endpoint's id
+ * that they name, our node (the XRC domain: endpoints to processes of one
+ * node share an INI QP, ib2_xnode.c) and the XRC SRQ of each queue that
+ * our messages name (count of them: the address is 19 + 3 * count bytes).
+ * QP and SRQ numbers are 24 bits; no number is ever 0, and the receiver
+ * checks that before using any. */
+typedef struct ib2_xrc_ep_addr {
+    uint32_t rq_hash;
+    uint8_t  ud_qpn[3];
+    uint32_t ep_id;
+    uint64_t node;
+    uint8_t  srqn[IB2_MAX_QUEUES][3];
+} UCS_S_PACKED ib2_xrc_ep_addr_t;
+
+/* X queues' connection messages, over UD (ib2_xcm.c, ib2_xnode.c).
+ * CONNECT: connect a TGT QP of yours to my node's INI QP `qpn` (its
+ * generation `gen`); XJOIN: open TGT QP `tgt`, which another process of
+ * your node connected to INI QP `qpn`; REPLY: my endpoint takes your
+ * messages through TGT QP `tgt` now; NOTGT: it cannot open `tgt`. Answers
+ * repeat the request's `qpn` and `gen`. Each names the receiving endpoint
+ * (`dst`) and the sending one (`src`), as their addresses gave them. */
+#define IB2_XCM_CONNECT 1
+#define IB2_XCM_REPLY   2
+#define IB2_XCM_XJOIN   3
+#define IB2_XCM_NOTGT   4
+
+/* The channel's UD QP: receives posted (each GRH + a slot), send slots,
+ * and the one registered region holding both (the memory model counts
+ * them). */
+#define IB2_XCM_RECVS   32u
+#define IB2_XCM_SENDS   16u
+#define IB2_XCM_GRH     40u
+#define IB2_XCM_SLOT    64u
+#define IB2_XCM_BYTES   (IB2_XCM_RECVS * (IB2_XCM_GRH + IB2_XCM_SLOT) + \
+                         IB2_XCM_SENDS * IB2_XCM_SLOT)
+
+typedef struct ib2_xcm_msg {
+    uint8_t  type;
+    uint8_t  reserved[3];
+    uint32_t rq_hash;       /* the sender's receive queues */
+    uint32_t dst;
+    uint32_t src;
+    uint32_t qpn;           /* the INI QP */
+    uint32_t tgt;           /* the TGT QP; 0 in CONNECT */
+    uint32_t gen;
+} UCS_S_PACKED ib2_xcm_msg_t;
+
+static inline void ib2_wire_put24(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+}
+
+static inline uint32_t ib2_wire_get24(const uint8_t *p)
+{
+    return p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16);
+}
+
 /*
  * Send work request ids: a send completion tells which send it completes
  * (the QP's 32-bit send number, so everything up to it is done too) and

@@ -49,7 +49,8 @@ ib2_check uct_ib2/config-documented bash -c '
 # (P for small messages, S above) and with each mode alone.
 for rq in "auto" "P,128,256,192,128:P,8256,64,32,16" \
           "S,256,1024,512,64:S,8256,512,256,32" \
-          "P,64,32,16,8:S,1024,256,128,16:S,8256,256,128,16"; do
+          "P,64,32,16,8:S,1024,256,128,16:S,8256,256,128,16" \
+          "X,256,1024,512,64:X,8256,512,256,32"; do
     tag=${rq//,/.}
     tag=${tag//:/_}
     for t in "-t am_lat" "-t put_lat" "-t get -D zcopy -s 65536" \
@@ -57,8 +58,9 @@ for rq in "auto" "P,128,256,192,128:P,8256,64,32,16" \
              "-t am_bw -D bcopy -s 4000" "-t am_bw -D zcopy -s 8000" \
              "-t put_bw -D zcopy -s 1048576 -n 2000" "-t put_bw -D bcopy" \
              "-t fadd" "-t cswap" "-t add_lat"; do
-        # the small-queue modes only need the message-size tests
-        if [ "$rq" != auto ] && [[ "$t" != *am_* ]]; then
+        # the small-queue modes only need the message-size tests; X
+        # queues carry RDMA and atomics on their own QP type: all
+        if [ "$rq" != auto ] && [[ "$rq" != X* ]] && [[ "$t" != *am_* ]]; then
             continue
         fi
         ib2_next_port
@@ -82,6 +84,20 @@ for t in "-t tag_lat" "-t tag_bw -s 8" "-t tag_bw -s 1048576 -n 2000" \
             "$0"/uct_ib2_ucp"${1// /_}".log' "$LOGDIR" "$t"
 done
 
+# UCP over X queues: UCP's wire-up connects the endpoints, and rc_ib2
+# asks for their TGT QPs over UD from progress; with -E sleep the process
+# sleeps in the event fd and must still answer and resend the requests.
+for t in "-t tag_lat -n 2000" "-t tag_lat -E sleep -n 2000"; do
+    ib2_next_port
+    ib2_check "uct_ib2/ucp-X${t// /_}" "$SV_PAIR" --expect '^Final:' \
+        "${IB2R[@]}" env UCX_TLS=rc_ib2,ud_verbs:aux \
+        UCX_IB2_RECEIVE_QUEUES=X,256,1024,512,64:X,8256,512,256,32 \
+        UCX_LOG_LEVEL=info -- ucx_perftest -n 20000 -w 1000 -p $ib2_port $t
+    ib2_check "uct_ib2/ucp-X${t// /_}-uses-rc_ib2" bash -c \
+        'grep -q "ep_cfg\[.*tag(rc_ib2/softverbs0:1" \
+            "$0"/uct_ib2_ucp-X"${1// /_}".log' "$LOGDIR" "$t"
+done
+
 # Bad settings: the interface is not opened, with an error that names the
 # problem; no crash, no hang.
 ib2_bad() {   # ib2_bad NAME EXPECTED-MESSAGE-REGEX VAR=VALUE...
@@ -103,7 +119,7 @@ ib2_bad descending 'queue 2 .*must be larger than the size 8192' \
     UCX_IB2_RECEIVE_QUEUES=P,8192,64:S,1024,256
 ib2_bad watermark 'low watermark 300 must be less than the number of buffers 256' \
     UCX_IB2_RECEIVE_QUEUES=S,1024,256,300
-ib2_bad xrc 'XRC is not supported yet' \
+ib2_bad xrc-mixed 'queue 2 is an X \(XRC\) queue but queue 1 is not: either every queue is X or none is' \
     UCX_IB2_RECEIVE_QUEUES=P,128,256:X,4096,256
 ib2_bad service-level 'UCX_IB2_SL=16: service levels are 0 to 15' UCX_IB2_SL=16
 ib2_bad device-params-missing 'cannot read device parameter file /nonexistent' \

@@ -28,7 +28,8 @@ ib2_check ib2-model/info-side-by-side bash -c '
 
 # Counts that follow from the accounting alone (docs: per process, peers
 # of the other nodes; XRC: an INI QP per peer node, the node holding a TGT
-# QP per INI QP ending there).
+# QP per INI QP ending there, and a UD QP per process for connection
+# requests).
 ib2_check ib2-model/info-counts bash -c '
     kv=$("$1" model --rq "P,128,256,192,128:S,8256,1024,1008,64" --nodes 3 \
          --ppn 4 --forms GPSX --kv) || exit 1
@@ -39,7 +40,8 @@ ib2_check ib2-model/info-counts bash -c '
     want P.qp_rc=16;       want P.srq=0;         want S.srq=2
     want S.recv_posted=$((256 + 1024))
     want X.qp_rc=0;        want X.qp_xrc_ini=2;  want X.node_tgt=8
-    want X.qp_xrc_tgt=2.0000; want X.srq_xrc=2;  want X.node_qps=16
+    want X.qp_xrc_tgt=2.0000; want X.srq_xrc=2;  want X.node_qps=20
+    want X.qp_ud=1;        want S.qp_ud=0
     want P.node_qps=64
     kv=$("$1" model --rq "S,1024,64" --nodes 2 --ppn 4 --intra --forms X --kv)
     want X.peers=7; want X.qp_xrc_ini=2; want X.node_tgt=8
@@ -48,7 +50,7 @@ ib2_check ib2-model/info-counts bash -c '
          --sweep 64:256) || exit 1
     echo "$sw"
     [ "$(echo "$sw" | grep -vc "^#")" -eq 3 ] &&
-    echo "$sw" | grep -Eq "^256 4 384.00 [0-9.]+ 24576 384.00 [0-9.]+ 24576 6.00 [0-9.]+ 384$"' \
+    echo "$sw" | grep -Eq "^256 4 384.00 [0-9.]+ 24576 384.00 [0-9.]+ 24576 7.00 [0-9.]+ 448$"' \
     sh "$IB2_INFO"
 
 ib2_check ib2-model/info-refuses-bad-input bash -c '
@@ -115,27 +117,15 @@ for rq in "P,128,256,192,128:P,4096,64,48,16" \
     model_case "cache/$tag/ppn4-intra" --reg cache --ppn 4 --intra --rq "$rq"
 done
 
-# X queues: measured once rc_ib2 accepts them; until then a SKIP that says
-# why (ib2_memcheck exits 77 when the interface refuses the queues; only
-# rc_ib2's "not supported" refusal of X queues is a SKIP, any other
-# refusal fails).
+# X queues, against the model's per-node accounting: per process an INI
+# QP per peer node (with --intra its own node is one), shared by the
+# endpoints to that node's processes, and on each node one TGT QP per INI
+# QP ending there, made by one of its processes and opened by the others
+# (docs/uct_ib2.md, "Per-node INI QPs").
 xrq="X,128,512,256,64:X,8256,256,128,32"
 for ppn in 1 2 4; do
     for intra in "" "--intra"; do
         [ -z "$intra" ] || [ "$ppn" -gt 1 ] || continue
-        name="ib2-model/measured/X/ppn$ppn${intra:+-intra}"
-        log="$LOGDIR/${IB2_PREFIX:-}$(printf '%s' "$name" | tr -c 'A-Za-z0-9_.-' '_').log"
-        timeout --kill-after=10 300 "${MODEL_RUN[@]}" "$MEMCHECK" \
-            --devs n0:1,n1:1 --timeout 120 --ppn "$ppn" $intra \
-            --rq "$xrq" >"$log" 2>&1
-        rc=$?
-        if [ $rc -eq 0 ]; then
-            ib2_result PASS "$name"
-        elif [ $rc -eq 77 ] && grep -q "^SKIP: .*XRC.*not supported" "$log"; then
-            ib2_result SKIP "$name ($(grep -m1 '^SKIP: ' "$log" | cut -c7-))"
-        else
-            ib2_result FAIL "$name (exit $rc, see $log)"
-            tail -n 30 "$log"
-        fi
+        model_case "X/ppn$ppn${intra:+-intra}" --ppn "$ppn" $intra --rq "$xrq"
     done
 done

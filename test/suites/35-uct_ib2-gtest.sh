@@ -26,8 +26,13 @@ ib2t_cleanup() { rm -rf "/dev/shm/$ib2t_shm" "/dev/shm/$ib2t_shm".* \
                         "/dev/shm/$ib2t_shm"-*; }
 trap ib2t_cleanup EXIT
 IB2_TEST_SHM=$ib2t_shm ib2_gtest uct_ib2-uct \
-    "$BUILD/test/gtest/uct_ib2/test_uct_ib2"
+    "$BUILD/test/gtest/uct_ib2/test_uct_ib2" --gtest_filter=-XrcNodes.*
 ib2t_param_failures uct_ib2-uct
+# X queues across two nodes (two devices of one segment): a process on the
+# remote node is killed, its neighbour's endpoint still delivers.
+IB2_TEST_DEVICES=softverbs0:ib:1,softverbs1:ib:1 IB2_TEST_SHM=$ib2t_shm-n \
+    ib2_gtest uct_ib2-xrc-nodes "$BUILD/test/gtest/uct_ib2/test_uct_ib2" \
+    --gtest_filter=XrcNodes.*
 
 # The regression tests of issue 8 (flow control, limits and error paths,
 # wire input from a plain verbs peer): one process per test suite, so that

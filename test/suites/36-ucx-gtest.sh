@@ -1,9 +1,10 @@
 # UCX's own uct test suite (test/gtest of the installed UCX's source
 # package, built by contrib/ucx-gtest/build.sh with rc_ib2 added to its IB
 # transport list) on softverbs: every class in contrib/ucx-gtest/classes.list
-# for rc_verbs, the reference, and for rc_ib2 with mixed, per-peer-only and
-# shared-only receive queues, and connected through rdmacm on a RoCE and on
-# an iWARP device (modes.sh), each class under its own time limit. A test
+# for rc_verbs, the reference, and for rc_ib2 with mixed, per-peer-only,
+# shared-only and XRC-only receive queues, and connected through rdmacm on
+# a RoCE and on an iWARP device (modes.sh), each class under its own time
+# limit. A test
 # rc_ib2 cannot run is left out only through contrib/ucx-gtest/rc_ib2.skip;
 # rc_verbs' own failures on softverbs are expected through rc_verbs.xfail.
 # See docs/ucx-gtest.md.

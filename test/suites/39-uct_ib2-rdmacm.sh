@@ -6,7 +6,8 @@
 # an iWARP port alone), UCP's client/server connection over tcp's
 # connection manager (what an iWARP-only host uses), the connection
 # manager's googletests (data, held requests, timeouts, gone and killed
-# peers, 64 endpoints at once, settings), and p2p with 2 and 3 ranks.
+# peers, 64 endpoints at once, settings), p2p with 2 and 3 ranks, and
+# the refusal of X (XRC) queues over rdmacm.
 for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_\|^P2P_'); do unset "$v"; done
 
 IB2_LIB=$BUILD/src/uct_ib2/.libs/libuct_ib2.so
@@ -23,20 +24,35 @@ CMR=("$IB2_ENV" --lib "$IB2_LIB" "$SV_RUN" --shm "$cm_shm")
 IB2_TEST_SHM=$cm_shm-gt ib2_gtest uct_ib2-rdmacm \
     "$BUILD/test/gtest/uct_ib2/test_uct_ib2_cm"
 
+# A failed parameterized case prints "[  FAILED  ] Name/Case, where
+# GetParam() = ... (N ms)", which ib2_gtest does not see: count it here.
+cm_param_failures() {   # cm_param_failures NAME
+    sed -n 's|^\[  FAILED  \] \([^ ,]*\), where GetParam() = .* ([0-9]* ms)$|\1|p' \
+        "$LOGDIR/${IB2_PREFIX:-}$1.log" |
+    while read -r t; do
+        ib2_result FAIL "$1/$t"
+    done
+}
+
 # The UCT-level tests of suite 35 that apply, with the device softverbs0
 # of type iWARP, and of type RoCE through rdmacm (connect_pair waits for
 # the connection). DeadPeer.KilledWithSendsHeldBack's peer never
 # progresses after connect_to_ep (pause()): its worker's async thread
-# makes its side of the connection. Left out on iWARP: the
-# atomics (none there: the atomic cases, the two-process data test, which
-# ends with atomics, and Iface.QueryDefaults, which expects them).
+# makes its side of the connection. Left out: X (XRC) queues (the XOnly
+# and TinyXrq modes and the Xrc tests), which rdmacm cannot connect
+# (x-queues-refused checks that); and on iWARP the atomics (none there:
+# the atomic cases, the two-process data test, which ends with atomics,
+# and Iface.QueryDefaults, which expects them).
 cm_uct=$BUILD/test/gtest/uct_ib2/test_uct_ib2
+cm_nox='Xrc*:*XOnly*:*TinyXrq*'
 IB2_TEST_DEVICES=softverbs0:iwarp:1 IB2_TEST_SHM=$cm_shm-uct-iw \
     ib2_gtest uct_ib2-rdmacm/uct-iwarp "$cm_uct" --gtest_color=no \
-    --gtest_filter='-*Atomic*:Iface.QueryDefaults:Rq/TwoProcTest.*'
+    --gtest_filter="-*Atomic*:Iface.QueryDefaults:Rq/TwoProcTest.*:$cm_nox"
+cm_param_failures uct_ib2-rdmacm/uct-iwarp
 IB2_TEST_DEVICES=softverbs0:eth:1 IB2_TEST_CM=rdmacm \
     IB2_TEST_SHM=$cm_shm-uct-roce ib2_gtest uct_ib2-rdmacm/uct-roce \
-    "$cm_uct" --gtest_color=no
+    "$cm_uct" --gtest_color=no --gtest_filter="-$cm_nox"
+cm_param_failures uct_ib2-rdmacm/uct-roce
 
 # The interfaces say how they connect: rdmacm's 32-byte endpoint address
 # on iWARP and on RoCE when asked, verbs' 28 bytes on RoCE by default.
@@ -51,6 +67,30 @@ ib2_check uct_ib2-rdmacm/ucx_info-ep-address bash -c '
     echo "$out" | grep -qx "iw0:1 32" && echo "$out" | grep -qx "roce0:1 28" &&
     out=$(UCX_IB2_CM=rdmacm "$@" ucx_info -d | addrs) &&
     echo "$out" && echo "$out" | grep -qx "roce0:1 32"' \
+    sh "${CMR[@]}"
+
+# X (XRC) queues need the verbs exchange: over rdmacm (iWARP, and RoCE
+# when asked) the interface is refused with the reason; RoCE connected by
+# verbs keeps them (its X endpoint address: 10 + 3 x 2 bytes).
+ib2_check uct_ib2-rdmacm/x-queues-refused bash -c '
+    export UCX_IB2_RECEIVE_QUEUES=X,256,1024,512,64:X,8256,512,256,32
+    addrs() {   # "DEVICE BYTES" of each rc_ib2 interface that opened
+        awk "/Transport: / { t = (\$3 == \"rc_ib2\") }
+             t && /Device:/ { d = \$3 }
+             t && /ep address:/ { print d, \$4 }"
+    }
+    iw="iw0:1: X (XRC) receive queues cannot be used with rdmacm"
+    iw="$iw connections (iWARP has no XRC): give P or S queues"
+    ro="roce0:1: X (XRC) receive queues cannot be used with rdmacm"
+    ro="$ro connections (UCX_IB2_CM=rdmacm): give P or S queues in"
+    ro="$ro UCX_IB2_RECEIVE_QUEUES, or UCX_IB2_CM=verbs"
+    out=$("$@" ucx_info -d 2>&1) || exit 1
+    echo "$out"
+    echo "$out" | grep -qF "$iw" &&
+    [ "$(echo "$out" | addrs)" = "roce0:1 16" ] &&
+    out=$(UCX_IB2_CM=rdmacm "$@" ucx_info -d 2>&1) &&
+    echo "$out" && echo "$out" | grep -qF "$iw" &&
+    echo "$out" | grep -qF "$ro" && [ -z "$(echo "$out" | addrs)" ]' \
     sh "${CMR[@]}"
 
 for fab in "iwarp=iw0:1" "roce=roce0:1"; do

@@ -426,7 +426,8 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     # stress (messages cross queues of different sizes).
     for rq in "P-only=P,128,256,192,32:P,4096,64,48,16:P,16384,16,12,4" \
               "S-only=S,1024,256,128,32:S,16384,64,32,8" \
-              "mixed=P,256,64,48,16:S,4096,256,128,32:S,16384,64,32,8"; do
+              "mixed=P,256,64,48,16:S,4096,256,128,32:S,16384,64,32,8" \
+              "X-only=X,1024,256,128,32:X,4096,256,128,32:X,16384,64,32,8"; do
         UCX_IB2_RECEIVE_QUEUES=${rq#*=} ib2_gtest "p2p-rc_ib2-${rq%%=*}" \
             "${p2p_sv[@]}" "$p2p_mpirun" "${p2p_mpi[@]}" \
             -x UCX_IB2_RECEIVE_QUEUES -np 2 "$p2pt/test_p2p" \

@@ -193,7 +193,7 @@ static int ib2mc_compare(const ib2mc_child_t *c, int nprocs, int nnodes,
         bad |= ib2mc_check("SRQs", i, p->srq, m->srq);
         bad |= ib2mc_check("XRC SRQs", i, p->srq_xrc, m->srq_xrc);
         bad |= ib2mc_check("CQs", i, p->cq, m->cq);
-        bad |= ib2mc_check("UC/UD QPs", i, p->qp_uc + p->qp_ud, 0);
+        bad |= ib2mc_check("UC/UD QPs", i, p->qp_uc + p->qp_ud, m->qp_ud);
         /* one message from each peer took a buffer that is not replaced
          * yet (above the low watermark) */
         bad |= ib2mc_check("receives posted", i, p->recv_wqes,

@@ -10,8 +10,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 using namespace sv;
 
@@ -92,6 +94,90 @@ TEST(Iwarp, AdapterRules)
         SV_CHILD_CHECK(ibv_modify_qp(qp, &a, 0) == 0, 21); /* nothing asked */
         SV_CHILD_CHECK(qp_state(qp) == IBV_QPS_RTR, 22);
         ibv_destroy_qp(qp);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+/* iWARP adapters have no XRC: the device does not report it, and every
+ * XRC verb is refused as a provider without XRC refuses it (EOPNOTSUPP),
+ * whatever else the call gets right or wrong. */
+TEST(Iwarp, NoXrc)
+{
+    int rc = run_child_env(cm_env("iwxrc", kIw), [] {
+        Dev d;
+        ibv_device_attr a;
+        ibv_cq *cq = make_cq(d.ctx);
+        char path[] = "/tmp/sv-iwxrc-XXXXXX";
+        int fd = mkstemp(path);
+
+        SV_CHILD_CHECK(d.ok() && cq != nullptr && fd >= 0, 10);
+        unlink(path);
+        SV_CHILD_CHECK(ibv_query_device(d.ctx, &a) == 0 &&
+                       !(a.device_cap_flags & IBV_DEVICE_XRC), 11);
+
+        ibv_xrcd_init_attr xa;
+        memset(&xa, 0, sizeof(xa));
+        xa.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+        xa.oflags    = O_CREAT;
+        for (int f : { -1, fd }) {
+            xa.fd = f;
+            errno = 0;
+            SV_CHILD_CHECK(ibv_open_xrcd(d.ctx, &xa) == nullptr &&
+                           errno == EOPNOTSUPP, 12);
+        }
+
+        /* an XRC SRQ, refused before its (absent) domain is looked at */
+        ibv_srq_init_attr_ex sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.attr.max_wr  = 4;
+        sa.attr.max_sge = 1;
+        sa.comp_mask    = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+                          IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+        sa.srq_type     = IBV_SRQT_XRC;
+        sa.pd           = d.pd;
+        sa.cq           = cq;
+        errno = 0;
+        SV_CHILD_CHECK(ibv_create_srq_ex(d.ctx, &sa) == nullptr &&
+                       errno == EOPNOTSUPP, 13);
+        /* a basic SRQ through the same call is fine */
+        sa.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+        sa.srq_type  = IBV_SRQT_BASIC;
+        ibv_srq *srq = ibv_create_srq_ex(d.ctx, &sa);
+        SV_CHILD_CHECK(srq != nullptr, 14);
+        ibv_destroy_srq(srq);
+
+        /* INI and TGT QPs */
+        ibv_qp_init_attr_ex qa;
+        memset(&qa, 0, sizeof(qa));
+        qa.comp_mask       = IBV_QP_INIT_ATTR_PD;
+        qa.qp_type         = IBV_QPT_XRC_SEND;
+        qa.pd              = d.pd;
+        qa.send_cq         = cq;
+        qa.recv_cq         = cq;
+        qa.cap.max_send_wr = 4;
+        qa.cap.max_send_sge = 1;
+        errno = 0;
+        SV_CHILD_CHECK(ibv_create_qp_ex(d.ctx, &qa) == nullptr &&
+                       errno == EOPNOTSUPP, 15);
+        memset(&qa, 0, sizeof(qa));
+        qa.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+        qa.qp_type   = IBV_QPT_XRC_RECV;
+        errno = 0;
+        SV_CHILD_CHECK(ibv_create_qp_ex(d.ctx, &qa) == nullptr &&
+                       errno == EOPNOTSUPP, 16);
+
+        ibv_qp_open_attr oa;
+        memset(&oa, 0, sizeof(oa));
+        oa.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+                       IBV_QP_OPEN_ATTR_TYPE;
+        oa.qp_num    = 1;
+        oa.qp_type   = IBV_QPT_XRC_RECV;
+        errno = 0;
+        SV_CHILD_CHECK(ibv_open_qp(d.ctx, &oa) == nullptr &&
+                       errno == EOPNOTSUPP, 17);
+        close(fd);
+        ibv_destroy_cq(cq);
         return 0;
     });
     EXPECT_EQ(rc, 0);

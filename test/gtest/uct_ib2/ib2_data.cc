@@ -5,9 +5,10 @@
 namespace ib2t {
 
 /* The modes the data tests run in: the default, each kind of queue alone,
- * both mixed, queues smaller than the inline size, and shared queues so
+ * both mixed, queues smaller than the inline size, shared queues so
  * small that senders hit receiver-not-ready (messages then overtake each
- * other across queues and must be put back in order). */
+ * other across queues and must be put back in order), and X queues, also
+ * tiny. */
 const RqMode kModes[] = {
     {"Default", "auto", {128, 8256}},
     {"POnly", "P,128,256,192,128:P,8256,64,32,16", {128, 8256}},
@@ -16,6 +17,11 @@ const RqMode kModes[] = {
      {64, 1024, 8256}},
     {"Small", "P,64,16,8,4:S,128,32,16,8", {64, 128}},
     {"TinySrq", "P,128,64,32,16:S,1024,16,8,4:S,8256,8,4,2",
+     {128, 1024, 8256}},
+    /* X queues: the endpoint's one XRC QP, naming the peer's SRQ of each
+     * message's queue; the tiny ones run into receiver-not-ready */
+    {"XOnly", "X,256,1024,512,64:X,8256,512,256,32", {256, 8256}},
+    {"TinyXrq", "X,128,64,32,8:X,1024,16,8,4:X,8256,8,4,2",
      {128, 1024, 8256}},
 };
 const size_t kNumModes = sizeof(kModes) / sizeof(kModes[0]);

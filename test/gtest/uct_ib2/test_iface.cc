@@ -366,7 +366,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadSetting{"UCX_IB2_RECEIVE_QUEUES", "P,128,16,4,0",
                    "window 0 must be between 1"},
         BadSetting{"UCX_IB2_RECEIVE_QUEUES", "P,128,256:X,4096,256",
-                   "XRC is not supported yet"},
+                   "queue 2 is an X (XRC) queue but queue 1 is not"},
         BadSetting{"UCX_IB2_RECEIVE_QUEUES", "Q,128,16",
                    "type \"Q\" is not P (per-peer), S (shared) or X (XRC)"},
         BadSetting{"UCX_IB2_RECEIVE_QUEUES", "P,128,16::S,1024,64",

@@ -282,7 +282,7 @@ namespace {
 
 std::string pending_name(const ::testing::TestParamInfo<const char *> &info)
 {
-    static const char *const names[] = {"POnly", "SOnly", "Mixed"};
+    static const char *const names[] = {"POnly", "SOnly", "Mixed", "XOnly"};
 
     return names[info.index];
 }
@@ -291,5 +291,6 @@ std::string pending_name(const ::testing::TestParamInfo<const char *> &info)
 
 INSTANTIATE_TEST_SUITE_P(Rq, PendingTest,
                          ::testing::Values("P,64,4,2,2", "S,256,8,4,2",
-                                           "P,64,4,2,2:S,1024,8,4,2"),
+                                           "P,64,4,2,2:S,1024,8,4,2",
+                                           "X,256,8,4,2:X,1024,8,4,2"),
                          pending_name);

@@ -356,7 +356,8 @@ TEST_P(TwoProcTest, DataAcrossProcesses)
 }
 
 INSTANTIATE_TEST_SUITE_P(Rq, TwoProcTest,
-                         ::testing::Values(kModes[0], kModes[3], kModes[5]),
+                         ::testing::Values(kModes[0], kModes[3], kModes[5],
+                                           kModes[7]),
                          mode_name);
 
 /* ---- a peer that dies ------------------------------------------------------ */

@@ -320,20 +320,27 @@ TEST(RqParse, UnknownType)
     expect_error("P,128,16:SRQ,1024,64", {"queue 2", "type \"SRQ\""});
 }
 
-TEST(RqParse, XrcRejected)
+TEST(RqParse, XrcAllOrNone)
 {
-    expect_error("X,4096,256", {"queue 1", "X (XRC)",
-                                "not supported yet",
-                                "use P (per-peer) or S (shared)"});
-    expect_error("P,128,256:X,4096,256,128,32", {"queue 2", "XRC",
-                                                 "not supported yet"});
-    expect_error("S,128,256:S,1024,64:X,65536,16",
-                 {"queue 3", "not supported yet"});
+    /* X queues alone are taken, with S queue defaults */
+    Parsed p = parse("X,256,1024:X,8256,512,256,32");
+    ASSERT_EQ(p.err, "");
+    ASSERT_EQ(p.cfg.count, 2u);
+    EXPECT_EQ(p.cfg.q[0].type, IB2_RQ_XRC);
+    EXPECT_EQ(p.cfg.q[0].low_wm, 512u);
+    EXPECT_EQ(p.cfg.q[0].max_pending, 128u);
+    EXPECT_EQ(p.cfg.q[1].max_pending, 32u);
+    /* mixed with P or S queues: refused, naming the queue */
+    expect_error("P,128,256:X,4096,256,128,32",
+                 {"queue 2 is an X (XRC) queue but queue 1 is not",
+                  "every queue is X or none"});
+    expect_error("X,128,256:S,1024,64:X,65536,16",
+                 {"queue 2 is not an X (XRC) queue but queue 1 is"});
 }
 
 TEST(RqParse, XrcSyntaxCheckedFirst)
 {
-    /* a malformed X queue gets the syntax error, not the XRC one */
+    /* a malformed X queue gets the syntax error, not the mixing one */
     expect_error("X,4096,oops", {"queue 1", "number of buffers", "\"oops\"",
                                  "not a non-negative number"});
     expect_error("X,4096,256,300", {"low watermark 300", "less than"});
@@ -530,7 +537,7 @@ TEST(RqFormat, RoundTrip)
 
 TEST(RqFormat, XrcQueue)
 {
-    /* X queues are never accepted by the parser, but format writes them */
+    /* format writes X queues (the parser would refuse this mix) */
     ib2_rq_config_t cfg;
 
     cfg.count          = 2;
