@@ -30,8 +30,7 @@ static const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST] = {
     [P2P_WIRE_ABORT]      = sizeof(p2p_wire_abort_t)
 };
 
-static void p2p_rx_malformed(p2p_context_t *ctx, const char *what,
-                             size_t hdr_len)
+void p2p_rx_malformed(p2p_context_t *ctx, const char *what, size_t hdr_len)
 {
     ++ctx->stats.rx_malformed;
     if (!(ctx->warned & P2P_WARNED_MALFORMED)) {

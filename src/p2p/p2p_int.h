@@ -333,6 +333,8 @@ void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
                     uint64_t length, uint64_t address, const void *rkey_buf,
                     size_t rkey_len);
 void p2p_rndv_refuse(p2p_request_t *req, uint64_t sreq, int error);
+/* A message a peer should not have sent: counted (rx_malformed), said once. */
+void p2p_rx_malformed(p2p_context_t *ctx, const char *what, size_t hdr_len);
 void p2p_mid_start(p2p_request_t *req, void *desc, size_t length);
 
 /* Eager data into a matched receive: what fits, and TRUNCATE if not all */

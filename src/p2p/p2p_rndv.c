@@ -76,6 +76,24 @@ void p2p_rndv_refuse(p2p_request_t *req, uint64_t sreq, int error)
     p2p_req_event(req);
 }
 
+/*
+ * Whether a sender's key is for memory the transport maps into this
+ * process: UCP's own shared-memory segments (posix, sysv). Reading such a
+ * key's memory is a load from the local mapping at base + (address - the
+ * segment's address), with no bound: an RTS naming an address outside the
+ * segment makes the receiver read, and deliver, any memory of its own or
+ * fault. p2p's senders pack keys only for user memory they registered,
+ * which the kernel (cma) or the adapter reads with the range checked, so
+ * an honest key never maps; a transport that maps user memory (xpmem, not
+ * in UCX as Debian builds it) would need its own bound here.
+ */
+static int p2p_rkey_maps_sender(ucp_rkey_h rkey, uint64_t address)
+{
+    void *local;
+
+    return ucp_rkey_ptr(rkey, address, &local) == UCS_OK;
+}
+
 /* A receive matched a rendezvous message: pull the data. */
 void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
                     uint64_t length, uint64_t address, const void *rkey_buf,
@@ -128,6 +146,12 @@ void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
         p2p_warn(req->ctx, "unpacking the remote key of rank %u failed: %s",
                 peer->rank, ucs_status_string(status));
         p2p_rndv_finish(req, status);
+        return;
+    }
+    if (p2p_rkey_maps_sender(req->recv.rkey, address)) {
+        p2p_rx_malformed(req->ctx, "rendezvous key for memory mapped into "
+                         "this process", sizeof(p2p_wire_rts_t));
+        p2p_rndv_finish(req, UCS_ERR_INVALID_PARAM);
         return;
     }
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |

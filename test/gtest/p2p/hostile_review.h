@@ -60,7 +60,7 @@ enum {
     TAG_MARK = 2000,            /* + phase: rank 1's phase is done */
     TAG_NEG = 1, TAG_ACK = 2, TAG_FIN = 3, TAG_EARLY = 4, TAG_TABLE = 5,
     TAG_ANSWER = 6, TAG_FLOOD = 7, TAG_HDRLESS = 8, TAG_MOVE = 9,
-    TAG_CLOSE = 10,
+    TAG_CLOSE = 10, TAG_MAPPED = 11,
     TAG_SYNC = 100, TAG_RNDV = 101, TAG_CHAIN = 102, TAG_HONEST = 103,
     TAG_HONEST_GO = 104, TAG_HONEST_DONE = 105
 };

@@ -1,7 +1,8 @@
 /*
  * What a message or a record must be to be taken (test_p2p_hostile_review,
  * hostile_review.h): invalid tags, a headerless message by UCP's
- * rendezvous, the PMIx record of another p2p version.
+ * rendezvous, the PMIx record of another p2p version, a rendezvous key
+ * for memory the transport maps into the receiver.
  */
 #include "hostile_review.h"
 
@@ -12,6 +13,7 @@
 #include <pmix.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -148,4 +150,86 @@ TEST(P2PReview, RecordOfAnotherVersionIsRefused)
     }
     /* rank 1 stays until rank 0 has looked its record up */
     EXPECT_EQ(PMIX_SUCCESS, PMIx_Fence(nullptr, 0, nullptr, 0));
+}
+
+/* Review round 3, S1: an RTS whose key is a real one of the sender, for
+ * memory UCP allocated (a shared-memory segment the receiver maps), with
+ * an address far outside the segment (P2PTEST_MAPPED_OFFSET, default
+ * 2^36) or inside it (0). The receiver read base + offset of its own
+ * mapping: at 2^36 it died with SIGSEGV in uct_sm_ep_get_bcopy, nearer it
+ * delivered its own memory. Now the key is refused: the receive fails,
+ * its buffer untouched, the sender gets a FIN with an error, and
+ * rx_malformed counts it. Over shm only (elsewhere such a key does not
+ * map); run alone (only a process's first malformed message is said). */
+TEST(P2PReview, MappedKeyRendezvousIsRefused)
+{
+    const char *tls = getenv("UCX_TLS");
+    const char *o   = getenv("P2PTEST_MAPPED_OFFSET");
+    uint64_t   off  = (o != nullptr) ? strtoull(o, nullptr, 0) : (1ull << 36);
+
+    if ((tls == nullptr) || (strcmp(tls, "shm") != 0)) {
+        GTEST_SKIP() << "UCP allocates mapped shared memory over shm only";
+    }
+    hello();
+    if (rank == 1) {
+        ucp_mem_map_params_t mp = {};
+        ucp_mem_attr_t       attr;
+        ucp_mem_h            memh;
+        p2p_wire_rts_t       r;
+        void                 *key;
+        size_t               key_len;
+
+        phase_start(TAG_MAPPED);
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                        UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        mp.length     = 65536;
+        mp.flags      = UCP_MEM_MAP_ALLOCATE;
+        ASSERT_EQ(UCS_OK, ucp_mem_map(raw.context(), &mp, &memh));
+        attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+        ASSERT_EQ(UCS_OK, ucp_mem_query(memh, &attr));
+        ASSERT_EQ(UCS_OK, ucp_rkey_pack(raw.context(), memh, &key,
+                                        &key_len));
+        std::vector<uint8_t> k((uint8_t*)key, (uint8_t*)key + key_len);
+        ucp_rkey_buffer_release(key);
+        r.m        = hdr(P2P_WIRE_RTS, TAG_MAPPED, raw.next_seq(0));
+        r.sreq     = 7;
+        r.length   = 4096;
+        r.address  = (uintptr_t)attr.address + off;
+        r.rkey_len = (uint32_t)k.size();
+        ASSERT_EQ(UCS_OK, raw.send_raw(0, &r, sizeof(r), k.data(),
+                                       k.size(), false));
+        raw.consume_seq(0);
+        RawMsg fin = raw.wait([](const RawMsg &m) {
+            return m.type() == P2P_WIRE_FIN;
+        }, "the FIN of the refused rendezvous");
+        p2p_wire_ctl_t c;
+        memcpy(&c, fin.hdr.data(), sizeof(c));
+        EXPECT_NE(P2P_OK, (int32_t)c.status) << "the sender heard success";
+        phase_end(TAG_MAPPED);
+        ucp_mem_unmap(raw.context(), memh);
+        return;
+    }
+    if (rank != 0) {
+        return;
+    }
+    std::vector<char> buf(4096, 0x3c);
+    p2p_request_t     *req;
+    p2p_status_t      st;
+    p2p_stats_t       s0 = stats();
+
+    ASSERT_EQ(P2P_OK, p2p_irecv(buf.data(), buf.size(), 1, TAG_MAPPED,
+                                world, &req));
+    std::string said = capture_stderr([] { run_phase(TAG_MAPPED); });
+    int ret = wait_req(&req, &st, "the receive of the mapped-key message");
+    EXPECT_TRUE((ret != P2P_OK) || (st.error != P2P_OK))
+        << "the receive of a refused key succeeded";
+    EXPECT_EQ(0u, st.count);
+    EXPECT_EQ(s0.rx_malformed + 1, stats().rx_malformed);
+    EXPECT_NE(std::string::npos, said.find("rendezvous key for memory "
+                                           "mapped into this process"))
+        << "said: " << said;
+    for (char c : buf) {
+        ASSERT_EQ(0x3c, c) << "the receive buffer was written";
+    }
 }
