@@ -99,93 +99,8 @@ static inline void p2p_wait_poll(p2p_context_t *ctx)
     }
 }
 
-/* p2p_lock.c: P2P_INIT_F_THREAD_MULTIPLE */
-int  p2p_mt_init(p2p_context_t *ctx);
-void p2p_mt_cleanup(p2p_context_t *ctx);
-p2p_context_t *p2p_api_create_enter(p2p_context_t *ctx);
-void p2p_api_create_leave(p2p_context_t **ctx_p);
-
-static inline p2p_context_t *p2p_api_enter(p2p_context_t *ctx)
-{
-    if (P2P_LIKELY((ctx == NULL) || !ctx->mt)) {
-        return NULL;
-    }
-    p2p_lock_acquire(&ctx->lock);
-    return ctx;
-}
-
-static inline void p2p_api_leave(p2p_context_t **ctx_p)
-{
-    if (P2P_UNLIKELY(*ctx_p != NULL)) {
-        p2p_lock_release(&(*ctx_p)->lock);
-    }
-}
-
-/* A hot entry point is name() -> name_st() (its work) and, in
- * P2P_INIT_F_THREAD_MULTIPLE mode, name_mt(): name_st() under the lock,
- * out of line so that name() stays a load, a branch and a tail call. */
-#define P2P_COLD __attribute__((noinline, cold))
-/* the context of the first request of reqs that is not NULL, or NULL */
-p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs,
-                                int *mixed);
-int p2p_reqs_mixed_bad(int count, p2p_request_t **reqs, const char *fn);
-/* the work of the hot entry points (p2p_api.c has the entry points) */
-int  p2p_progress_st(p2p_context_t *ctx);
-int  p2p_isend_st(const void *buf, size_t len, int dest, int tag,
-                  p2p_comm_t *comm, p2p_request_t **req_p);
-int  p2p_issend_st(const void *buf, size_t len, int dest, int tag,
-                   p2p_comm_t *comm, p2p_request_t **req_p);
-int  p2p_irsend_st(const void *buf, size_t len, int dest, int tag,
-                   p2p_comm_t *comm, p2p_request_t **req_p);
-int  p2p_send_st(const void *buf, size_t len, int dest, int tag,
-                 p2p_comm_t *comm);
-int  p2p_ssend_st(const void *buf, size_t len, int dest, int tag,
-                  p2p_comm_t *comm);
-int  p2p_rsend_st(const void *buf, size_t len, int dest, int tag,
-                  p2p_comm_t *comm);
-int  p2p_irecv_st(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
-                  p2p_request_t **req_p);
-int  p2p_recv_st(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
-                 p2p_status_t *status);
-int  p2p_iprobe_st(int src, int tag, p2p_comm_t *comm, int *flag,
-                   p2p_status_t *status);
-int  p2p_probe_st(int src, int tag, p2p_comm_t *comm, p2p_status_t *status);
-int  p2p_improbe_st(int src, int tag, p2p_comm_t *comm, int *flag,
-                    p2p_message_t **msg_p, p2p_status_t *status);
-int  p2p_mprobe_st(int src, int tag, p2p_comm_t *comm, p2p_message_t **msg_p,
-                   p2p_status_t *status);
-int  p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
-                   p2p_request_t **req_p);
-int  p2p_mrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
-                  p2p_status_t *status);
-int  p2p_test_st(p2p_request_t **req_p, int *flag, p2p_status_t *status);
-int  p2p_wait_st(p2p_request_t **req_p, p2p_status_t *status);
-int  p2p_testall_st(int count, p2p_request_t **reqs, int *flag,
-                    p2p_status_t *statuses);
-int  p2p_waitall_st(int count, p2p_request_t **reqs, p2p_status_t *statuses);
-int  p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
-                     p2p_context_t *ctx, int mixed);
-int  p2p_testany_st(int count, p2p_request_t **reqs, int *index, int *flag,
-                    p2p_status_t *status);
-int  p2p_waitany_st(int count, p2p_request_t **reqs, int *index,
-                    p2p_status_t *status);
-int  p2p_request_free_st(p2p_request_t **req_p);
-int  p2p_cancel_st(p2p_request_t *req);
-
-/* First statement of the other entry points: the context's lock (in
- * P2P_INIT_F_THREAD_MULTIPLE mode) until the function returns. */
-#define P2P_API_ENTER(_ctx) \
-    p2p_context_t *p2p_api_ctx_ \
-        __attribute__((cleanup(p2p_api_leave), unused)) = \
-        p2p_api_enter(_ctx)
-#define P2P_API_ENTER_COMM(_comm) \
-    P2P_API_ENTER(((_comm) != NULL) ? (_comm)->ctx : NULL)
-/* Communicator creation: one at a time, then the context's lock. */
-#define P2P_API_ENTER_CREATE(_ctx) \
-    p2p_context_t *p2p_api_create_ \
-        __attribute__((cleanup(p2p_api_create_leave), unused)) = \
-        p2p_api_create_enter(_ctx); \
-    P2P_API_ENTER(_ctx)
+/* the entry points' lock guard and the work behind them */
+#include "p2p_api.h"
 
 /* p2p_reg.c */
 int  p2p_reg_init(p2p_context_t *ctx);
@@ -194,7 +109,9 @@ void p2p_reg_cleanup(p2p_context_t *ctx);
 /* p2p_request.c */
 int  p2p_req_pool_init(p2p_context_t *ctx);
 void p2p_req_pool_cleanup(p2p_context_t *ctx);
-void p2p_req_event(p2p_request_t *req);
+/* A request the user let go of completed: its buffered-send block freed,
+ * the request recycled. */
+void p2p_req_released_done(p2p_request_t *req);
 
 /* Whether an operation of this kind is to fail now (p2p_fault.h). */
 static inline int p2p_fault(p2p_context_t *ctx, int kind)
@@ -236,6 +153,18 @@ static inline void p2p_req_put(p2p_request_t *req)
     req->kind = 0;
     ucs_mpool_put_inline(req);
     --ctx->live_reqs;
+}
+
+/* One of the events the request waits for happened (inline: every
+ * message has one or two). */
+static inline void p2p_req_event(p2p_request_t *req)
+{
+    if (--req->pending == 0) {
+        req->complete = 1;
+        if (P2P_UNLIKELY(req->released)) {
+            p2p_req_released_done(req);
+        }
+    }
 }
 
 /* p2p_rid.c */
@@ -305,9 +234,20 @@ p2p_peer_t *p2p_token_peer(p2p_context_t *ctx, uint64_t token);
  * time: longer, the process made no p2p call (it computed) */
 #define P2P_ANSWER_GAP_SEC   0.5
 
-/* p2p_arrival.c */
+/* p2p_am.c: the active-message callback */
 int  p2p_recv_init(p2p_context_t *ctx);
-/* rx->charged: see p2p_rx_t; zeroed if a new record took the charge */
+
+/* p2p_arrival.c */
+/* A message's header size by type (p2p_wire.h) */
+extern const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST];
+/* Dropped as malformed: counted, the first one reported. */
+void p2p_rx_malformed(p2p_context_t *ctx, const char *what, size_t hdr_len);
+/* A decoded message of the matching kinds, from p2p_am.c: checked,
+ * then held, dropped, matched or queued; returns whether UCP must keep
+ * its descriptor (held or queued, not consumed and not dropped). */
+int  p2p_arrival_ret(p2p_context_t *ctx, p2p_rx_t *rx);
+/* The same for a held message replayed; rx->charged: see p2p_rx_t,
+ * zeroed if a new record took the charge */
 void p2p_arrival(p2p_context_t *ctx, p2p_rx_t *rx);
 
 /* p2p_held.c */

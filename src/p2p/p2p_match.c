@@ -51,12 +51,12 @@ static void p2p_mq_sweep(p2p_mq_table_t *t)
     memset(t->last, 0, sizeof(t->last));
 }
 
-/* The bin for key, created if absent; NULL only when out of memory. An
- * empty bin found in the table counts as in use from now on (the caller
- * adds to it). */
-p2p_mq_bin_t *p2p_mq_bin_get(p2p_mq_t *mq, p2p_mq_table_t *t, uint64_t key)
+/* p2p_mq_bin_get when the bin is not the last one of its kind: hashed,
+ * created if absent. */
+p2p_mq_bin_t *p2p_mq_bin_get_slow(p2p_mq_t *mq, p2p_mq_table_t *t,
+                                  uint64_t key)
 {
-    p2p_mq_bin_t *bin = p2p_mq_bin_find(t, key);
+    p2p_mq_bin_t *bin = p2p_mq_bin_lookup(t, key);
     khiter_t     k;
     int          ret;
 
@@ -338,25 +338,34 @@ err:
     return -ENOMEM;
 }
 
+/* A queued message has a (source, tag) bin and a tag bin, and a source
+ * bin unless its tag is reserved (whose source link is then its own
+ * empty list: deleting it is a no-op). */
+static inline void p2p_mq_unlink_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg)
+{
+    p2p_mq_table_t *t = &mq->unexp_bins;
+
+    ucs_list_del(&msg->link[P2P_MQ_L_SPEC]);
+    ucs_list_del(&msg->link[P2P_MQ_L_SRC]);
+    ucs_list_del(&msg->link[P2P_MQ_L_TAG]);
+    ucs_list_del(&msg->link[P2P_MQ_L_ALL]);
+    p2p_mq_bin_left(t, msg->bin[P2P_MQ_L_SPEC]);
+    p2p_mq_bin_left(t, msg->bin[P2P_MQ_L_TAG]);
+    if (msg->bin[P2P_MQ_L_SRC] != NULL) {
+        p2p_mq_bin_left(t, msg->bin[P2P_MQ_L_SRC]);
+    }
+    msg->bin[P2P_MQ_L_SPEC] = NULL;
+    msg->bin[P2P_MQ_L_SRC]  = NULL;
+    msg->bin[P2P_MQ_L_TAG]  = NULL;
+    msg->queued             = 0;
+    --mq->n_unexp;
+}
+
 void p2p_mq_remove_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg)
 {
-    int l;
-
-    if (!msg->queued) {
-        return;
+    if (msg->queued) {
+        p2p_mq_unlink_unexp(mq, msg);
     }
-    for (l = 0; l < P2P_MQ_L_NUM; ++l) {
-        /* a reserved tag's source link is its own empty list: no-op */
-        ucs_list_del(&msg->link[l]);
-    }
-    for (l = 0; l < P2P_MQ_L_ALL; ++l) {
-        if (msg->bin[l] != NULL) {
-            p2p_mq_bin_left(&mq->unexp_bins, msg->bin[l]);
-            msg->bin[l] = NULL;
-        }
-    }
-    msg->queued = 0;
-    --mq->n_unexp;
 }
 
 /* p2p_mq_find_unexp with messages queued */
@@ -402,7 +411,7 @@ p2p_mq_msg_t *p2p_mq_find_unexp_any(p2p_mq_t *mq, int32_t src, int32_t tag,
     }
 found:
     if (remove) {
-        p2p_mq_remove_unexp(mq, msg);
+        p2p_mq_unlink_unexp(mq, msg);   /* found: queued */
     }
     return msg;
 }

@@ -192,7 +192,8 @@ void p2p_mq_foreach_unexp(p2p_mq_t *mq,
 
 /* out of line: the general cases */
 p2p_mq_bin_t  *p2p_mq_bin_lookup(p2p_mq_table_t *t, uint64_t key);
-p2p_mq_bin_t  *p2p_mq_bin_get(p2p_mq_t *mq, p2p_mq_table_t *t, uint64_t key);
+p2p_mq_bin_t  *p2p_mq_bin_get_slow(p2p_mq_t *mq, p2p_mq_table_t *t,
+                                   uint64_t key);
 p2p_mq_recv_t *p2p_mq_match_wild(p2p_mq_t *mq, int32_t src, int32_t tag);
 p2p_mq_msg_t  *p2p_mq_find_unexp_any(p2p_mq_t *mq, int32_t src, int32_t tag,
                                      int remove);
@@ -213,6 +214,21 @@ p2p_mq_bin_find(p2p_mq_table_t *t, uint64_t key)
         return last;
     }
     return p2p_mq_bin_lookup(t, key);
+}
+
+/* The bin for key, created if absent; NULL only when out of memory. An
+ * empty bin found in the table counts as in use from now on (the caller
+ * adds to it). */
+static UCS_F_ALWAYS_INLINE p2p_mq_bin_t *
+p2p_mq_bin_get(p2p_mq_t *mq, p2p_mq_table_t *t, uint64_t key)
+{
+    p2p_mq_bin_t *last = t->last[key >> 62];
+
+    if (ucs_likely((last != NULL) && (last->key == key))) {
+        t->n_empty -= ucs_list_is_empty(&last->list);
+        return last;
+    }
+    return p2p_mq_bin_get_slow(mq, t, key);
 }
 
 /*

@@ -60,17 +60,12 @@ void p2p_req_pool_cleanup(p2p_context_t *ctx)
     }
 }
 
-void p2p_req_event(p2p_request_t *req)
+void p2p_req_released_done(p2p_request_t *req)
 {
-    if (--req->pending == 0) {
-        req->complete = 1;
-        if (req->released) {
-            if ((req->kind == P2P_REQ_SEND) && (req->send.bblock != NULL)) {
-                p2p_bsend_done(req);
-            }
-            p2p_req_put(req);
-        }
+    if ((req->kind == P2P_REQ_SEND) && (req->send.bblock != NULL)) {
+        p2p_bsend_done(req);
     }
+    p2p_req_put(req);
 }
 
 /* Hand a complete request's result to the user and recycle it. */
