@@ -72,7 +72,7 @@ int p2p_isend_st(const void *buf, size_t len, int dest, int tag,
     if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, req_p))) {
         return p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
     }
-    return p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
+    return p2p_send_std(comm, buf, len, dest, tag, req_p);
 }
 
 int p2p_issend_st(const void *buf, size_t len, int dest, int tag,
@@ -146,42 +146,48 @@ static void p2p_any_source_refused(p2p_comm_t *comm, const char *fn)
                   "again", fn, comm->n_failed - comm->n_acked);
 }
 
-static p2p_request_t *p2p_recv_req(p2p_comm_t *comm, void *buf, size_t len)
+/* A receive request, fresh from the pool: each field a receive reads
+ * written once (p2p_req_get's and the receive's own). */
+static inline __attribute__((always_inline))
+p2p_request_t *p2p_recv_req(p2p_comm_t *comm, void *buf, size_t len,
+                            int src, int tag)
 {
-    p2p_request_t *req = p2p_req_get(comm->ctx, P2P_REQ_RECV);
+    p2p_context_t *ctx = comm->ctx;
+    p2p_request_t *req = p2p_fault(ctx, P2P_FAULT_REQUEST) ? NULL :
+                         ucs_mpool_get_inline(&ctx->req_mp);
 
     if (P2P_UNLIKELY(req == NULL)) {
-        p2p_set_error(comm->ctx, "out of memory for a receive request");
+        p2p_set_error(ctx, "out of memory for a receive request");
         return NULL;
     }
-    req->pending        = 1;
-    req->recv.comm      = comm;
-    req->recv.buf       = buf;
-    req->recv.len       = len;
-    req->recv.rkey      = NULL;
-    req->recv.mq.queued = 0;
+    req->ctx              = ctx;
+    req->kind             = P2P_REQ_RECV;
+    req->complete         = 0;
+    req->released         = 0;
+    req->waiting          = 0;
+    req->pending          = 1;
+    req->rid              = 0;
+    req->peer             = NULL;
+    req->status.source    = src;
+    req->status.tag       = tag;
+    req->status.error     = P2P_OK;
+    req->status.cancelled = 0;
+    req->status.count     = 0;
+    req->recv.comm        = comm;
+    req->recv.buf         = buf;
+    req->recv.len         = len;
+    req->recv.rkey        = NULL;
+    req->recv.mq.queued   = 0;
+    ++ctx->live_reqs;
     return req;
 }
 
-/* Receive without the user-tag check (the library's collectives use
- * reserved tags). */
-int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
-                  p2p_request_t **req_p)
+/* The receive's source failed, or for ANY_SOURCE a member's failure is
+ * not acknowledged: whether it was refused (completed with the error). */
+static int p2p_recv_refused(p2p_comm_t *comm, p2p_request_t *req, int src)
 {
-    p2p_request_t    *req = p2p_recv_req(comm, buf, len);
-    struct p2p_unexp *u;
+    p2p_peer_t *peer;
 
-    if (req == NULL) {
-        return P2P_ERR_NO_MEMORY;
-    }
-    req->status.source = src;
-    req->status.tag    = tag;
-    *req_p             = req;
-    u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag, 1);
-    if (u != NULL) {
-        p2p_recv_from_unexp(req, u);
-        return P2P_OK;
-    }
     if (src == P2P_ANY_SOURCE) {
         p2p_comm_watch_all(comm);
         if (P2P_UNLIKELY(comm->n_failed != comm->n_acked)) {
@@ -190,15 +196,43 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
             p2p_any_source_refused(comm, "p2p_irecv");
             p2p_req_fail(req, P2P_ERR_PEER_FAILED);
             p2p_req_event(req);
-            return P2P_OK;
+            return 1;
         }
-    } else {
-        p2p_peer_t *peer = p2p_comm_peer(comm, src);
-        p2p_peer_watch(peer);
-        if (P2P_UNLIKELY(peer->failed)) {
-            /* nothing more will come from it */
-            p2p_req_fail(req, peer->fail_error);
-            p2p_req_event(req);
+        return 0;
+    }
+    peer = p2p_comm_peer(comm, src);
+    p2p_peer_watch(peer);
+    if (P2P_UNLIKELY(peer->failed)) {
+        /* nothing more will come from it */
+        p2p_req_fail(req, peer->fail_error);
+        p2p_req_event(req);
+        return 1;
+    }
+    return 0;
+}
+
+static inline __attribute__((always_inline))
+int p2p_post_recv_inline(p2p_comm_t *comm, void *buf, size_t len, int src,
+                         int tag, p2p_request_t **req_p)
+{
+    p2p_request_t    *req = p2p_recv_req(comm, buf, len, src, tag);
+    struct p2p_unexp *u;
+    p2p_peer_t       *peer;
+
+    if (P2P_UNLIKELY(req == NULL)) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    *req_p = req;
+    u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag, 1);
+    if (u != NULL) {
+        p2p_recv_from_unexp(req, u);
+        return P2P_OK;
+    }
+    /* a rank connected to and alive (p2p_peer_watch would do nothing) */
+    if ((src == P2P_ANY_SOURCE) ||
+        P2P_UNLIKELY(((peer = p2p_comm_peer(comm, src))->ep == NULL) ||
+                     peer->failed)) {
+        if (p2p_recv_refused(comm, req, src)) {
             return P2P_OK;
         }
     }
@@ -211,6 +245,14 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
     return P2P_OK;
 }
 
+/* Receive without the user-tag check (the library's collectives use
+ * reserved tags). */
+int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
+                  p2p_request_t **req_p)
+{
+    return p2p_post_recv_inline(comm, buf, len, src, tag, req_p);
+}
+
 int p2p_irecv_st(void *buf, size_t len, int src, int tag,
                  p2p_comm_t *comm, p2p_request_t **req_p)
 {
@@ -220,7 +262,7 @@ int p2p_irecv_st(void *buf, size_t len, int src, int tag,
                    (tag >= 0) && ((buf != NULL) || (len == 0)) &&
                    (req_p != NULL))) {
         /* the usual receive: from a rank, a user tag */
-        return p2p_post_recv(comm, buf, len, src, tag, req_p);
+        return p2p_post_recv_inline(comm, buf, len, src, tag, req_p);
     }
     ret = p2p_check_src_tag(comm, src, tag, "p2p_irecv");
     if (ret != P2P_OK) {
@@ -381,7 +423,7 @@ int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
         return P2P_ERR_INVALID;
     }
     comm = u->comm;
-    req  = p2p_recv_req(comm, buf, len);
+    req  = p2p_recv_req(comm, buf, len, u->src, u->tag);
     if (req == NULL) {
         return P2P_ERR_NO_MEMORY;
     }

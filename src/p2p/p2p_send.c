@@ -306,8 +306,34 @@ int p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     return P2P_OK;
 }
 
-int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
-                   int tag, int sync, p2p_request_t **req_p)
+/* A small standard send UCP sent at once (or refused: error): its
+ * request, complete, fresh from the pool. Every field p2p_req_get and
+ * p2p_send_req_init set, each written once. */
+static inline void p2p_send_req_done(p2p_request_t *req, p2p_context_t *ctx,
+                                     p2p_peer_t *peer, int dest, int tag,
+                                     size_t len, int error)
+{
+    req->ctx              = ctx;
+    req->kind             = P2P_REQ_SEND;
+    req->complete         = 1;
+    req->released         = 0;
+    req->waiting          = 0;
+    req->pending          = 0;
+    req->rid              = 0;
+    req->peer             = peer;
+    req->status.source    = dest;
+    req->status.tag       = tag;
+    req->status.error     = error;
+    req->status.cancelled = 0;
+    req->status.count     = len;
+    req->send.region      = NULL;
+    req->send.bblock      = NULL;
+    ++ctx->live_reqs;
+}
+
+static inline __attribute__((always_inline))
+int p2p_send_start_inline(p2p_comm_t *comm, const void *buf, size_t len,
+                          int dest, int tag, int sync, p2p_request_t **req_p)
 {
     p2p_context_t *ctx  = comm->ctx;
     p2p_peer_t    *peer = p2p_comm_peer(comm, dest);
@@ -316,23 +342,33 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
 
     if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
         /* the request first: once the message is out, nothing may fail */
-        req = p2p_req_get(ctx, P2P_REQ_SEND);
+        req = p2p_fault(ctx, P2P_FAULT_REQUEST) ? NULL :
+              ucs_mpool_get_inline(&ctx->req_mp);
         if (P2P_UNLIKELY(req == NULL)) {
             p2p_set_error(ctx, "out of memory for a send request");
             return P2P_ERR_NO_MEMORY;
         }
         ret = p2p_send_small_inline(comm, peer, buf, len, dest, tag);
-        if (P2P_UNLIKELY(ret == P2P_SEND_LATER)) {
-            p2p_req_put(req);
-        } else {
+        if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
             /* done: a complete request, with the outcome */
-            p2p_send_req_init(req, peer, dest, tag, len);
-            req->status.error = ret;
-            req->complete     = 1;
-            *req_p            = req;
+            p2p_send_req_done(req, ctx, peer, dest, tag, len, ret);
+            *req_p = req;
             return P2P_OK;
         }
+        ucs_mpool_put_inline(req);
     }
     return p2p_send_req(comm, buf, len, dest, tag, sync,
                         p2p_send_small_ok(peer, len, sync), req_p);
+}
+
+int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
+                   int tag, int sync, p2p_request_t **req_p)
+{
+    return p2p_send_start_inline(comm, buf, len, dest, tag, sync, req_p);
+}
+
+int p2p_send_std(p2p_comm_t *comm, const void *buf, size_t len, int dest,
+                 int tag, p2p_request_t **req_p)
+{
+    return p2p_send_start_inline(comm, buf, len, dest, tag, 0, req_p);
 }
