@@ -201,10 +201,9 @@ int  p2p_send_std(p2p_comm_t *comm, const void *buf, size_t len, int dest,
  * and said P2P_SEND_LATER) */
 int  p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                   int tag, int sync, int small_tried, p2p_request_t **req_p);
-/* p2p_send_small: UCP cannot send it at once, nothing was sent */
-#define P2P_SEND_LATER 1
-int  p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
-                    size_t len, int dest, int tag);
+/* A blocking send (p2p_send, _ssend, _rsend) of checked arguments */
+int  p2p_send_blocking(p2p_comm_t *comm, const void *buf, size_t len,
+                       int dest, int tag, int sync);
 
 /* Whether a message may go by p2p_send_small: standard, small, to a live
  * peer already connected. */
@@ -373,14 +372,21 @@ static inline int p2p_peer_ep(p2p_peer_t *peer, ucp_ep_h *ep_p)
 int  p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, p2p_request_t **req_p, const char *fn);
 
+static inline int p2p_send_args_valid(const p2p_comm_t *comm,
+                                      const void *buf, size_t len, int dest,
+                                      int tag)
+{
+    return P2P_LIKELY((comm != NULL) &&
+                      ((unsigned)dest < (unsigned)comm->size) &&
+                      (tag >= 0) && ((buf != NULL) || (len == 0)));
+}
+
 static inline int p2p_send_args_ok(const p2p_comm_t *comm, const void *buf,
                                    size_t len, int dest, int tag,
                                    p2p_request_t **req_p)
 {
-    return P2P_LIKELY((comm != NULL) &&
-                      ((unsigned)dest < (unsigned)comm->size) &&
-                      (tag >= 0) && ((buf != NULL) || (len == 0)) &&
-                      (req_p != NULL));
+    return p2p_send_args_valid(comm, buf, len, dest, tag) &&
+           P2P_LIKELY(req_p != NULL);
 }
 int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
                    p2p_request_t **req_p);

@@ -93,27 +93,18 @@ int p2p_irsend_st(const void *buf, size_t len, int dest, int tag,
            p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
 }
 
-/* A small message UCP sends at once needs no request at all. */
-static int p2p_blocking_send(const void *buf, size_t len, int dest, int tag,
-                             p2p_comm_t *comm, int sync, const char *fn)
+/* p2p_send_blocking says why a small message UCP sends at once needs no
+ * request at all. */
+static inline __attribute__((always_inline))
+int p2p_blocking_send(const void *buf, size_t len, int dest, int tag,
+                      p2p_comm_t *comm, int sync, const char *fn)
 {
-    p2p_request_t *req;
-    p2p_peer_t    *peer;
-    int           ret;
+    p2p_request_t *dummy;
 
-    if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, &req))) {
-        return p2p_check_send(comm, buf, len, dest, tag, &req, fn);
+    if (P2P_LIKELY(p2p_send_args_valid(comm, buf, len, dest, tag))) {
+        return p2p_send_blocking(comm, buf, len, dest, tag, sync);
     }
-    peer = p2p_comm_peer(comm, dest);
-    if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
-        ret = p2p_send_small(comm, peer, buf, len, dest, tag);
-        if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
-            return ret;
-        }
-    }
-    ret = p2p_send_req(comm, buf, len, dest, tag, sync,
-                       p2p_send_small_ok(peer, len, sync), &req);
-    return (ret != P2P_OK) ? ret : p2p_wait_st(&req, NULL);
+    return p2p_check_send(comm, buf, len, dest, tag, &dummy, fn);
 }
 
 int p2p_send_st(const void *buf, size_t len, int dest, int tag,

@@ -103,6 +103,9 @@ static inline uint32_t p2p_auth_flag(const p2p_peer_t *peer)
     return P2P_LIKELY(peer->tx_token != 0) ? 0 : UCP_AM_SEND_FLAG_REPLY;
 }
 
+/* p2p_send_small_inline: UCP cannot send it at once, nothing was sent */
+#define P2P_SEND_LATER 1
+
 /*
  * A small standard message, sent at once or not at all: P2P_OK (sent,
  * complete), P2P_SEND_LATER (UCP cannot send it at once: take the request
@@ -149,12 +152,6 @@ int p2p_send_small_inline(p2p_comm_t *comm, p2p_peer_t *peer,
     return p2p_status_err(UCS_PTR_STATUS(sp));
 }
 
-/* for the blocking sends (p2p_pt2pt.c); p2p_send_start has it inline */
-int p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
-                   size_t len, int dest, int tag)
-{
-    return p2p_send_small_inline(comm, peer, buf, len, dest, tag);
-}
 
 /* What every send request says of its message before it goes. */
 static inline void p2p_send_req_init(p2p_request_t *req, p2p_peer_t *peer,
@@ -371,4 +368,23 @@ int p2p_send_std(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                  int tag, p2p_request_t **req_p)
 {
     return p2p_send_start_inline(comm, buf, len, dest, tag, 0, req_p);
+}
+
+/* A small message UCP sends at once needs no request at all. */
+int p2p_send_blocking(p2p_comm_t *comm, const void *buf, size_t len,
+                      int dest, int tag, int sync)
+{
+    p2p_peer_t    *peer = p2p_comm_peer(comm, dest);
+    p2p_request_t *req;
+    int           ret;
+
+    if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
+        ret = p2p_send_small_inline(comm, peer, buf, len, dest, tag);
+        if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
+            return ret;
+        }
+    }
+    ret = p2p_send_req(comm, buf, len, dest, tag, sync,
+                       p2p_send_small_ok(peer, len, sync), &req);
+    return (ret != P2P_OK) ? ret : p2p_wait_st(&req, NULL);
 }
