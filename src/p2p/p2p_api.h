@@ -34,9 +34,32 @@ static inline void p2p_api_leave(p2p_context_t **ctx_p)
  * P2P_INIT_F_THREAD_MULTIPLE mode, name_mt(): name_st() under the lock,
  * out of line so that name() stays a load, a branch and a tail call. */
 #define P2P_COLD __attribute__((noinline, cold))
-/* the context of the first request of reqs that is not NULL, or NULL */
-p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs,
-                                int *mixed);
+/* The context of the first request of reqs that is not NULL, or NULL;
+ * *mixed: others belong to other contexts. */
+static inline p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs,
+                                              int *mixed)
+{
+    p2p_context_t *ctx;
+    int           i;
+
+    *mixed = 0;
+    if (reqs == NULL) {
+        return NULL;
+    }
+    for (i = 0; (i < count) && (reqs[i] == NULL); ++i) {
+    }
+    if (i >= count) {
+        return NULL;
+    }
+    ctx = reqs[i]->ctx;
+    for (++i; i < count; ++i) {
+        if ((reqs[i] != NULL) && P2P_UNLIKELY(reqs[i]->ctx != ctx)) {
+            *mixed = 1;
+            break;
+        }
+    }
+    return ctx;
+}
 int p2p_reqs_mixed_bad(int count, p2p_request_t **reqs, const char *fn);
 /* the work of the hot entry points (p2p_api.c has the entry points) */
 int  p2p_progress_st(p2p_context_t *ctx);
