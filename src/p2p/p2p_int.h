@@ -277,6 +277,44 @@ void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
 void p2p_rndv_refuse(p2p_request_t *req, uint64_t sreq, int error);
 void p2p_mid_start(p2p_request_t *req, void *desc, size_t length);
 
+/* memcpy for the few bytes of a small message: up to 32 inline (two
+ * loads and two stores per width, overlapping, nothing read or written
+ * outside either buffer), a libc call above */
+static inline void p2p_copy(void *dst, const void *src, size_t n)
+{
+    char       *d = dst;
+    const char *s = src;
+    uint64_t   a, b, c, e;
+    uint32_t   x, y;
+
+    if (P2P_UNLIKELY(n > 32)) {
+        memcpy(d, s, n);
+    } else if (n >= 16) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + 8, 8);
+        memcpy(&c, s + n - 16, 8);
+        memcpy(&e, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + 8, &b, 8);
+        memcpy(d + n - 16, &c, 8);
+        memcpy(d + n - 8, &e, 8);
+    } else if (n >= 8) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &b, 8);
+    } else if (n >= 4) {
+        memcpy(&x, s, 4);
+        memcpy(&y, s + n - 4, 4);
+        memcpy(d, &x, 4);
+        memcpy(d + n - 4, &y, 4);
+    } else if (n != 0) {    /* 1 to 3 */
+        d[0]         = s[0];
+        d[n / 2]     = s[n / 2];
+        d[n - 1]     = s[n - 1];
+    }
+}
+
 /* Eager data into a matched receive: what fits, and TRUNCATE if not all */
 static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
                                  size_t len)
@@ -287,9 +325,7 @@ static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
         n                 = req->recv.len;
         req->status.error = P2P_ERR_TRUNCATE;
     }
-    if (n != 0) {   /* a zero-byte receive may have no buffer */
-        memcpy(req->recv.buf, data, n);
-    }
+    p2p_copy(req->recv.buf, data, n);  /* n 0: there may be no buffer */
     req->status.count = n;
 }
 

@@ -131,9 +131,7 @@ int p2p_send_small_inline(p2p_comm_t *comm, p2p_peer_t *peer,
 
     p2p_fill_match(&msg.h, P2P_WIRE_EAGER, comm, peer, tag,
                    comm->send_seq[dest]);
-    if (len != 0) {     /* a zero-byte message may have no buffer */
-        memcpy(msg.data, buf, len);
-    }
+    p2p_copy(msg.data, buf, len);   /* len 0: there may be no buffer */
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
                          UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
     param.flags        = UCP_AM_SEND_FLAG_EAGER | p2p_auth_flag(peer);
