@@ -268,12 +268,50 @@ int p2p_irecv_st(void *buf, size_t len, int src, int tag,
     return p2p_post_recv(comm, buf, len, src, tag, req_p);
 }
 
+/* A blocking receive whose message is queued already, standard and with
+ * its data: taken without a request (p2p_recv_from_unexp with one). */
+static int p2p_recv_unexp_now(struct p2p_unexp *u, void *buf, size_t len,
+                              p2p_status_t *status)
+{
+    size_t n   = u->length;
+    int    err = P2P_OK;
+
+    if (n > len) {
+        n   = len;
+        err = P2P_ERR_TRUNCATE;
+    }
+    p2p_copy(buf, u->data, n);      /* n 0: there may be no buffer */
+    if (status != NULL) {
+        status->source    = u->src;
+        status->tag       = u->tag;
+        status->error     = err;
+        status->cancelled = 0;
+        status->count     = n;
+    }
+    p2p_unexp_free(u->comm->ctx, u);
+    return err;
+}
+
 int p2p_recv_st(void *buf, size_t len, int src, int tag,
                 p2p_comm_t *comm, p2p_status_t *status)
 {
-    p2p_request_t *req;
-    int           ret = p2p_irecv_st(buf, len, src, tag, comm, &req);
+    p2p_request_t    *req;
+    struct p2p_unexp *u;
+    int              ret;
 
+    if (P2P_LIKELY((comm != NULL) && (comm->mq.n_unexp != 0) &&
+                   (src >= P2P_ANY_SOURCE) && (src < comm->size) &&
+                   (tag >= P2P_ANY_TAG) && ((buf != NULL) || (len == 0)))) {
+        /* (anything else -- an answer to send, a rendezvous, data
+         * dropped -- is taken below, with a request) */
+        u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag, 0);
+        if ((u != NULL) && (u->kind == P2P_UNEXP_EAGER) && (u->sreq == 0) &&
+            (u->dropped == 0)) {
+            p2p_mq_remove_unexp(&comm->mq, &u->mq);
+            return p2p_recv_unexp_now(u, buf, len, status);
+        }
+    }
+    ret = p2p_irecv_st(buf, len, src, tag, comm, &req);
     return (ret != P2P_OK) ? ret : p2p_wait_st(&req, status);
 }
 
