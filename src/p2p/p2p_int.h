@@ -194,9 +194,6 @@ int  p2p_bsend_flush(p2p_context_t *ctx, double timeout);
 /* p2p_send.c */
 int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, int sync, p2p_request_t **req_p);
-/* p2p_send_start of a standard send (six arguments: a tail call) */
-int  p2p_send_std(p2p_comm_t *comm, const void *buf, size_t len, int dest,
-                  int tag, p2p_request_t **req_p);
 /* p2p_send_start without trying p2p_send_small (small_tried: it was tried
  * and said P2P_SEND_LATER) */
 int  p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,

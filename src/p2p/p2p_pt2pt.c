@@ -66,15 +66,6 @@ static int p2p_check_src_tag(p2p_comm_t *comm, int src, int tag,
     return P2P_OK;
 }
 
-int p2p_isend_st(const void *buf, size_t len, int dest, int tag,
-                 p2p_comm_t *comm, p2p_request_t **req_p)
-{
-    if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, req_p))) {
-        return p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
-    }
-    return p2p_send_std(comm, buf, len, dest, tag, req_p);
-}
-
 int p2p_issend_st(const void *buf, size_t len, int dest, int tag,
                   p2p_comm_t *comm, p2p_request_t **req_p)
 {

@@ -362,9 +362,14 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     return p2p_send_start_inline(comm, buf, len, dest, tag, sync, req_p);
 }
 
-int p2p_send_std(p2p_comm_t *comm, const void *buf, size_t len, int dest,
-                 int tag, p2p_request_t **req_p)
+/* p2p_isend's work (p2p_pt2pt.c has the other entry points'): the
+ * arguments' check and the send in one function */
+int p2p_isend_st(const void *buf, size_t len, int dest, int tag,
+                 p2p_comm_t *comm, p2p_request_t **req_p)
 {
+    if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, req_p))) {
+        return p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
+    }
     return p2p_send_start_inline(comm, buf, len, dest, tag, 0, req_p);
 }
 
