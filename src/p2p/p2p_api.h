@@ -32,8 +32,10 @@ static inline void p2p_api_leave(p2p_context_t **ctx_p)
 
 /* A hot entry point is name() -> name_st() (its work) and, in
  * P2P_INIT_F_THREAD_MULTIPLE mode, name_mt(): name_st() under the lock,
- * out of line so that name() stays a load, a branch and a tail call. */
-#define P2P_COLD __attribute__((noinline, cold))
+ * out of line so that name() stays a load, a branch and a tail call. Not
+ * "cold": in thread mode it is the hot path, and GCC builds a cold
+ * function for size, with the lock's inline functions called. */
+#define P2P_MT_PATH __attribute__((noinline))
 /* The context of the first request of reqs that is not NULL, or NULL;
  * *mixed: others belong to other contexts. */
 static inline p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs,

@@ -4,8 +4,6 @@
  */
 #include "p2p_int.h"
 
-__thread char p2p_thread_tag;
-
 int p2p_lock_init(p2p_lock_t *l)
 {
     atomic_init(&l->owner, 0);

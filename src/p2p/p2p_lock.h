@@ -33,12 +33,13 @@ typedef struct p2p_lock {
     atomic_int        waiters;  /* threads blocked on the mutex */
 } p2p_lock_t;
 
-/* one per thread: its address tells threads apart */
-extern __thread char p2p_thread_tag;
-
+/* Tells the live threads apart: the thread pointer (the address of the
+ * thread's control block), one instruction. (A thread-local variable's
+ * address did too, but from a shared library it costs a __tls_get_addr
+ * call on every entry point.) */
 static inline uintptr_t p2p_self(void)
 {
-    return (uintptr_t)&p2p_thread_tag;
+    return (uintptr_t)__builtin_thread_pointer();
 }
 
 int  p2p_lock_init(p2p_lock_t *l);
