@@ -10,7 +10,7 @@
  */
 #include "p2p_int.h"
 
-static P2P_COLD int p2p_isend_mt(p2p_context_t *ctx, const void *buf,
+static P2P_MT_PATH int p2p_isend_mt(p2p_context_t *ctx, const void *buf,
                                  size_t len, int dest, int tag,
                                  p2p_comm_t *comm, p2p_request_t **req_p)
 {
@@ -34,7 +34,7 @@ int p2p_isend(const void *buf, size_t len, int dest, int tag,
 }
 
 
-static P2P_COLD int p2p_issend_mt(p2p_context_t *ctx, const void *buf,
+static P2P_MT_PATH int p2p_issend_mt(p2p_context_t *ctx, const void *buf,
                                   size_t len, int dest, int tag,
                                   p2p_comm_t *comm, p2p_request_t **req_p)
 {
@@ -58,7 +58,7 @@ int p2p_issend(const void *buf, size_t len, int dest, int tag,
 }
 
 
-static P2P_COLD int p2p_irsend_mt(p2p_context_t *ctx, const void *buf,
+static P2P_MT_PATH int p2p_irsend_mt(p2p_context_t *ctx, const void *buf,
                                   size_t len, int dest, int tag,
                                   p2p_comm_t *comm, p2p_request_t **req_p)
 {
@@ -82,7 +82,7 @@ int p2p_irsend(const void *buf, size_t len, int dest, int tag,
 }
 
 
-static P2P_COLD int p2p_send_mt(p2p_context_t *ctx, const void *buf, size_t len,
+static P2P_MT_PATH int p2p_send_mt(p2p_context_t *ctx, const void *buf, size_t len,
                                 int dest, int tag, p2p_comm_t *comm)
 {
     int ret;
@@ -105,7 +105,7 @@ int p2p_send(const void *buf, size_t len, int dest, int tag,
 }
 
 
-static P2P_COLD int p2p_ssend_mt(p2p_context_t *ctx, const void *buf,
+static P2P_MT_PATH int p2p_ssend_mt(p2p_context_t *ctx, const void *buf,
                                  size_t len, int dest, int tag,
                                  p2p_comm_t *comm)
 {
@@ -129,7 +129,7 @@ int p2p_ssend(const void *buf, size_t len, int dest, int tag,
 }
 
 
-static P2P_COLD int p2p_rsend_mt(p2p_context_t *ctx, const void *buf,
+static P2P_MT_PATH int p2p_rsend_mt(p2p_context_t *ctx, const void *buf,
                                  size_t len, int dest, int tag,
                                  p2p_comm_t *comm)
 {
@@ -153,7 +153,7 @@ int p2p_rsend(const void *buf, size_t len, int dest, int tag,
 }
 
 
-static P2P_COLD int p2p_irecv_mt(p2p_context_t *ctx, void *buf, size_t len,
+static P2P_MT_PATH int p2p_irecv_mt(p2p_context_t *ctx, void *buf, size_t len,
                                  int src, int tag, p2p_comm_t *comm,
                                  p2p_request_t **req_p)
 {
@@ -177,7 +177,7 @@ int p2p_irecv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
 }
 
 
-static P2P_COLD int p2p_recv_mt(p2p_context_t *ctx, void *buf, size_t len,
+static P2P_MT_PATH int p2p_recv_mt(p2p_context_t *ctx, void *buf, size_t len,
                                 int src, int tag, p2p_comm_t *comm,
                                 p2p_status_t *status)
 {
@@ -201,7 +201,7 @@ int p2p_recv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
 }
 
 
-static P2P_COLD int p2p_iprobe_mt(p2p_context_t *ctx, int src, int tag,
+static P2P_MT_PATH int p2p_iprobe_mt(p2p_context_t *ctx, int src, int tag,
                                   p2p_comm_t *comm, int *flag,
                                   p2p_status_t *status)
 {
@@ -225,7 +225,7 @@ int p2p_iprobe(int src, int tag, p2p_comm_t *comm, int *flag,
 }
 
 
-static P2P_COLD int p2p_probe_mt(p2p_context_t *ctx, int src, int tag,
+static P2P_MT_PATH int p2p_probe_mt(p2p_context_t *ctx, int src, int tag,
                                  p2p_comm_t *comm, p2p_status_t *status)
 {
     int ret;
@@ -247,7 +247,7 @@ int p2p_probe(int src, int tag, p2p_comm_t *comm, p2p_status_t *status)
 }
 
 
-static P2P_COLD int p2p_improbe_mt(p2p_context_t *ctx, int src, int tag,
+static P2P_MT_PATH int p2p_improbe_mt(p2p_context_t *ctx, int src, int tag,
                                    p2p_comm_t *comm, int *flag,
                                    p2p_message_t **msg_p, p2p_status_t *status)
 {
@@ -271,7 +271,7 @@ int p2p_improbe(int src, int tag, p2p_comm_t *comm, int *flag,
 }
 
 
-static P2P_COLD int p2p_mprobe_mt(p2p_context_t *ctx, int src, int tag,
+static P2P_MT_PATH int p2p_mprobe_mt(p2p_context_t *ctx, int src, int tag,
                                   p2p_comm_t *comm, p2p_message_t **msg_p,
                                   p2p_status_t *status)
 {
@@ -295,7 +295,7 @@ int p2p_mprobe(int src, int tag, p2p_comm_t *comm, p2p_message_t **msg_p,
 }
 
 
-static P2P_COLD int p2p_imrecv_mt(p2p_context_t *ctx, void *buf, size_t len,
+static P2P_MT_PATH int p2p_imrecv_mt(p2p_context_t *ctx, void *buf, size_t len,
                                   p2p_message_t **msg_p, p2p_request_t **req_p)
 {
     int ret;
@@ -319,7 +319,7 @@ int p2p_imrecv(void *buf, size_t len, p2p_message_t **msg_p,
 }
 
 
-static P2P_COLD int p2p_mrecv_mt(p2p_context_t *ctx, void *buf, size_t len,
+static P2P_MT_PATH int p2p_mrecv_mt(p2p_context_t *ctx, void *buf, size_t len,
                                  p2p_message_t **msg_p, p2p_status_t *status)
 {
     int ret;

@@ -10,7 +10,7 @@
  */
 #include "p2p_int.h"
 
-static P2P_COLD int p2p_progress_mt(p2p_context_t *ctx)
+static P2P_MT_PATH int p2p_progress_mt(p2p_context_t *ctx)
 {
     int ret;
 
@@ -29,7 +29,7 @@ int p2p_progress(p2p_context_t *ctx)
 }
 
 
-static P2P_COLD int p2p_test_mt(p2p_context_t *ctx, p2p_request_t **req_p,
+static P2P_MT_PATH int p2p_test_mt(p2p_context_t *ctx, p2p_request_t **req_p,
                                 int *flag, p2p_status_t *status)
 {
     int ret;
@@ -52,7 +52,7 @@ int p2p_test(p2p_request_t **req_p, int *flag, p2p_status_t *status)
 }
 
 
-static P2P_COLD int p2p_wait_mt(p2p_context_t *ctx, p2p_request_t **req_p,
+static P2P_MT_PATH int p2p_wait_mt(p2p_context_t *ctx, p2p_request_t **req_p,
                                 p2p_status_t *status)
 {
     int ret;
@@ -75,7 +75,7 @@ int p2p_wait(p2p_request_t **req_p, p2p_status_t *status)
 }
 
 
-static P2P_COLD int p2p_testall_mt(p2p_context_t *ctx, int count,
+static P2P_MT_PATH int p2p_testall_mt(p2p_context_t *ctx, int count,
                                    p2p_request_t **reqs, int *flag,
                                    p2p_status_t *statuses)
 {
@@ -104,7 +104,7 @@ int p2p_testall(int count, p2p_request_t **reqs, int *flag,
 }
 
 
-static P2P_COLD int p2p_waitall_mt(p2p_context_t *ctx, int count,
+static P2P_MT_PATH int p2p_waitall_mt(p2p_context_t *ctx, int count,
                                    p2p_request_t **reqs, p2p_status_t *statuses)
 {
     int ret;
@@ -131,7 +131,7 @@ int p2p_waitall(int count, p2p_request_t **reqs, p2p_status_t *statuses)
 }
 
 
-static P2P_COLD int p2p_testany_mt(p2p_context_t *ctx, int count,
+static P2P_MT_PATH int p2p_testany_mt(p2p_context_t *ctx, int count,
                                    p2p_request_t **reqs, int *index, int *flag,
                                    p2p_status_t *status)
 {
@@ -160,7 +160,7 @@ int p2p_testany(int count, p2p_request_t **reqs, int *index, int *flag,
 }
 
 
-static P2P_COLD int p2p_waitany_mt(p2p_context_t *ctx, int count,
+static P2P_MT_PATH int p2p_waitany_mt(p2p_context_t *ctx, int count,
                                    p2p_request_t **reqs, int *index,
                                    p2p_status_t *status)
 {
@@ -189,7 +189,7 @@ int p2p_waitany(int count, p2p_request_t **reqs, int *index,
 }
 
 
-static P2P_COLD int p2p_request_free_mt(p2p_context_t *ctx,
+static P2P_MT_PATH int p2p_request_free_mt(p2p_context_t *ctx,
                                         p2p_request_t **req_p)
 {
     int ret;
@@ -212,7 +212,7 @@ int p2p_request_free(p2p_request_t **req_p)
 }
 
 
-static P2P_COLD int p2p_cancel_mt(p2p_context_t *ctx, p2p_request_t *req)
+static P2P_MT_PATH int p2p_cancel_mt(p2p_context_t *ctx, p2p_request_t *req)
 {
     int ret;
 

@@ -2,8 +2,9 @@
  * Arrival path: everything runs inside ucp_worker_progress.
  *
  * One UCP active message id carries every p2p message (p2p_wire.h). An
- * arriving message is checked before anything of it is used: the header
- * has exactly its type's size and the current version; the sender is
+ * arriving message is checked before anything of it is used: p2p_am.c
+ * checked that its header has exactly its type's size and the current
+ * version, and decoded it; here the sender is
  * authenticated by the endpoint UCP says it came by (the endpoint must be
  * the one to the rank the header names) or the token we gave that rank;
  * its tag is a user tag or one of the library's; its communicator exists
@@ -19,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST] = {
+const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST] = {
     [P2P_WIRE_EAGER]      = sizeof(p2p_wire_match_t),
     [P2P_WIRE_EAGER_SYNC] = sizeof(p2p_wire_sync_t),
     [P2P_WIRE_MID]        = sizeof(p2p_wire_sync_t),
@@ -222,15 +223,30 @@ static int p2p_arrival_early(p2p_context_t *ctx, p2p_rx_t *rx)
     return p2p_hold_early(ctx, peer, rx);
 }
 
-/* Returns whether UCP must keep the descriptor (it was held or queued, not
- * consumed and not dropped). */
-static inline __attribute__((always_inline))
+/* A checked message whose turn it is: delivered, then those of its sender
+ * that were held for it. Returns whether UCP must keep the descriptor. */
+static int p2p_arrival_in_order(p2p_comm_t *comm, p2p_peer_t *peer,
+                                p2p_rx_t *rx)
+{
+    int keep;
+
+    ++comm->recv_seq[rx->m.src];
+    keep = p2p_deliver(comm, peer, rx);
+    if (P2P_UNLIKELY(kh_size(&comm->held) != 0)) {
+        p2p_deliver_held(comm, peer, rx->m.src);
+    }
+    if (P2P_UNLIKELY(comm->creating)) {
+        /* a notice that came ahead of this sender's last messages */
+        p2p_abort_seq_reached(comm, rx->m.src);
+    }
+    return keep;
+}
+
 int p2p_arrival_ret(p2p_context_t *ctx, p2p_rx_t *rx)
 {
     p2p_comm_t *comm = p2p_comm_by_cid(ctx, rx->m.cid);
     p2p_peer_t *peer;
     int32_t    ahead;
-    int        keep;
 
     if (P2P_UNLIKELY(!P2P_WIRE_TAG_VALID(rx->m.tag))) {
         /* no receive could ever match it: it would sit queued for good */
@@ -273,16 +289,7 @@ int p2p_arrival_ret(p2p_context_t *ctx, p2p_rx_t *rx)
         }
         return p2p_hold_ooo(comm, peer, rx);
     }
-    ++comm->recv_seq[rx->m.src];
-    keep = p2p_deliver(comm, peer, rx);
-    if (P2P_UNLIKELY(kh_size(&comm->held) != 0)) {
-        p2p_deliver_held(comm, peer, rx->m.src);
-    }
-    if (P2P_UNLIKELY(comm->creating)) {
-        /* a notice that came ahead of this sender's last messages */
-        p2p_abort_seq_reached(comm, rx->m.src);
-    }
-    return keep;
+    return p2p_arrival_in_order(comm, peer, rx);
 }
 
 void p2p_arrival(p2p_context_t *ctx, p2p_rx_t *rx)
@@ -292,212 +299,4 @@ void p2p_arrival(p2p_context_t *ctx, p2p_rx_t *rx)
          * it */
         ucp_am_data_release(ctx->worker, rx->data);
     }
-}
-
-/* An answer or a token: short, no data, always by reply endpoint. */
-static void p2p_am_ctl(p2p_context_t *ctx, unsigned type, const void *header,
-                       size_t length, const ucp_am_recv_param_t *param)
-{
-    p2p_peer_t       *peer = NULL;
-    p2p_wire_ctl_t   ctl;
-    p2p_wire_token_t tok;
-
-    if ((length != 0) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-        p2p_rx_malformed(ctx, "control message with data",
-                         p2p_wire_hdr_size[type]);
-        return;
-    }
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) {
-        peer = p2p_rx_peer(ctx, param->reply_ep);
-    }
-    if (peer == NULL) {
-        ++ctx->stats.rx_unauthenticated;
-        return;
-    }
-    if (type == P2P_WIRE_ABORT) {
-        p2p_abort_arrived(ctx, peer, header);
-        return;
-    }
-    if (type != P2P_WIRE_TOKEN) {
-        memcpy(&ctl, header, sizeof(ctl));
-        p2p_ctl_arrived(ctx, peer, &ctl);
-        return;
-    }
-    memcpy(&tok, header, sizeof(tok));
-    if (tok.token == 0) {
-        p2p_rx_malformed(ctx, "zero token", sizeof(tok));
-        return;
-    }
-    peer->tx_token = tok.token;
-}
-
-static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
-                                   size_t header_length, void *data,
-                                   size_t length,
-                                   const ucp_am_recv_param_t *param)
-{
-    union {
-        p2p_wire_match_t m;
-        p2p_wire_sync_t  s;
-        p2p_wire_rts_t   r;
-    } h;
-    p2p_rx_t rx;
-    unsigned type;
-
-    if ((header_length == 0) &&
-        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-        /* data is UCP's descriptor, not bytes of the message: not read */
-        p2p_rx_malformed(ctx, "no user header, by UCP rendezvous", 0);
-        return UCS_OK;
-    }
-    if ((header_length == 0) && (length >= 2)) {
-        /* a small EAGER message: its header starts the data (p2p_wire.h);
-         * p2p_am_cb took it if it was one */
-        p2p_rx_malformed(ctx, (((const uint8_t*)data)[0] != P2P_WIRE_EAGER) ?
-                         "not EAGER without user header" :
-                         (((const uint8_t*)data)[1] != P2P_WIRE_VERSION) ?
-                         "wire version" : "EAGER without user header too "
-                         "short", 0);
-        return UCS_OK;
-    }
-    if (P2P_UNLIKELY(header_length < 2)) {
-        p2p_rx_malformed(ctx, "no header", header_length);
-        return UCS_OK;
-    }
-    type = ((const uint8_t*)header)[0];
-    if (((const uint8_t*)header)[1] != P2P_WIRE_VERSION) {
-        p2p_rx_malformed(ctx, "wire version", header_length);
-        return UCS_OK;
-    }
-    if ((type >= P2P_WIRE_TYPE_LAST) ||
-        (header_length != p2p_wire_hdr_size[type])) {
-        p2p_rx_malformed(ctx, "type or header size", header_length);
-        return UCS_OK;
-    }
-    if (type >= P2P_WIRE_FIN) {
-        p2p_am_ctl(ctx, type, header, length, param);
-        return UCS_OK;
-    }
-    /* UCP places the user header at any offset: read an aligned copy */
-    memcpy(&h, header, header_length);
-    rx.type     = type;
-    rx.how      = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ?
-                  P2P_ARR_UCP_DESC : P2P_ARR_DATA;
-    rx.ep       = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ?
-                  param->reply_ep : NULL;
-    rx.token    = h.m.token;
-    rx.m.cid    = P2P_FROM_LE32(h.m.cid);
-    rx.m.cepoch = P2P_FROM_LE32(h.m.cepoch);
-    rx.m.src    = (int32_t)P2P_FROM_LE32((uint32_t)h.m.src);
-    rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.m.tag);
-    rx.m.seq    = P2P_FROM_LE32(h.m.seq);
-    rx.dropped  = 0;
-    rx.charged  = 0;
-    rx.data     = data;
-    rx.data_len = (rx.how == P2P_ARR_DATA) ? length : 0;
-    rx.length   = length;
-    rx.sreq     = 0;
-    rx.address  = 0;
-    if (type == P2P_WIRE_RTS) {
-        rx.sreq    = P2P_FROM_LE64(h.r.sreq);
-        rx.length  = P2P_FROM_LE64(h.r.length);
-        rx.address = P2P_FROM_LE64(h.r.address);
-        /* the key is kept and later unpacked: its length and layout must
-         * hold up (UCP walks it by the sizes inside) */
-        if ((rx.how != P2P_ARR_DATA) ||
-            (P2P_FROM_LE32(h.r.rkey_len) != length) ||
-            !p2p_rkey_valid(data, length)) {
-            p2p_rx_malformed(ctx, "rendezvous key length or layout",
-                             header_length);
-            return UCS_OK;
-        }
-    } else if (type != P2P_WIRE_EAGER) {
-        rx.sreq = P2P_FROM_LE64(h.s.sreq);
-    }
-    if (P2P_UNLIKELY((rx.how == P2P_ARR_UCP_DESC) &&
-                     (type != P2P_WIRE_MID))) {
-        /* only MID may travel by UCP's rendezvous */
-        p2p_rx_malformed(ctx, "eager message by UCP rendezvous",
-                         header_length);
-        return UCS_OK;
-    }
-    if (p2p_arrival_ret(ctx, &rx)) {
-        /* kept: released by ucp_am_recv_data_nbx or ucp_am_data_release */
-        return UCS_INPROGRESS;
-    }
-    return UCS_OK;
-}
-
-static ucs_status_t p2p_am_cb(void *arg, const void *header,
-                              size_t header_length, void *data,
-                              size_t length, const ucp_am_recv_param_t *param)
-{
-    p2p_context_t    *ctx = arg;
-    p2p_wire_match_t h;
-    p2p_rx_t         rx;
-
-    /* the hot path: a standard eager message of the current version, its
-     * header the user header or, for a small one, the start of the data */
-    if (header_length == 0) {
-        if (P2P_UNLIKELY((length < sizeof(h)) ||
-                         (((const uint8_t*)data)[0] != P2P_WIRE_EAGER) ||
-                         (((const uint8_t*)data)[1] != P2P_WIRE_VERSION) ||
-                         (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))) {
-            return p2p_am_cb_slow(ctx, header, header_length, data, length,
-                                  param);
-        }
-        header  = data;
-        data    = UCS_PTR_BYTE_OFFSET(data, sizeof(h));
-        length -= sizeof(h);
-    } else if (P2P_UNLIKELY((header_length != sizeof(h)) ||
-                            (((const uint8_t*)header)[0] != P2P_WIRE_EAGER) ||
-                            (((const uint8_t*)header)[1] !=
-                             P2P_WIRE_VERSION) ||
-                            (param->recv_attr &
-                             UCP_AM_RECV_ATTR_FLAG_RNDV))) {
-        return p2p_am_cb_slow(ctx, header, header_length, data, length,
-                              param);
-    }
-    memcpy(&h, header, sizeof(h));
-    rx.type     = P2P_WIRE_EAGER;
-    rx.how      = P2P_ARR_DATA;
-    rx.ep       = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ?
-                  param->reply_ep : NULL;
-    rx.token    = h.token;
-    rx.m.cid    = P2P_FROM_LE32(h.cid);
-    rx.m.cepoch = P2P_FROM_LE32(h.cepoch);
-    rx.m.src    = (int32_t)P2P_FROM_LE32((uint32_t)h.src);
-    rx.m.tag    = (int32_t)P2P_FROM_LE32((uint32_t)h.tag);
-    rx.m.seq    = P2P_FROM_LE32(h.seq);
-    rx.dropped  = 0;
-    rx.charged  = 0;
-    rx.data     = data;
-    rx.data_len = length;
-    rx.length   = length;
-    rx.sreq     = 0;
-    rx.address  = 0;
-    (void)p2p_arrival_ret(ctx, &rx);
-    return UCS_OK;
-}
-
-int p2p_recv_init(p2p_context_t *ctx)
-{
-    ucp_am_handler_param_t param;
-    ucs_status_t           status;
-
-    param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                       UCP_AM_HANDLER_PARAM_FIELD_CB |
-                       UCP_AM_HANDLER_PARAM_FIELD_ARG |
-                       UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    param.id         = ctx->am_id;
-    param.cb         = p2p_am_cb;
-    param.arg        = ctx;
-    param.flags      = UCP_AM_FLAG_WHOLE_MSG;
-    status = ucp_worker_set_am_recv_handler(ctx->worker, &param);
-    if (status != UCS_OK) {
-        p2p_set_error(ctx, "registering the active message handler (id %u)"
-                      " failed: %s", ctx->am_id, ucs_status_string(status));
-        return P2P_ERR_INIT;
-    }
-    return P2P_OK;
 }

@@ -99,93 +99,8 @@ static inline void p2p_wait_poll(p2p_context_t *ctx)
     }
 }
 
-/* p2p_lock.c: P2P_INIT_F_THREAD_MULTIPLE */
-int  p2p_mt_init(p2p_context_t *ctx);
-void p2p_mt_cleanup(p2p_context_t *ctx);
-p2p_context_t *p2p_api_create_enter(p2p_context_t *ctx);
-void p2p_api_create_leave(p2p_context_t **ctx_p);
-
-static inline p2p_context_t *p2p_api_enter(p2p_context_t *ctx)
-{
-    if (P2P_LIKELY((ctx == NULL) || !ctx->mt)) {
-        return NULL;
-    }
-    p2p_lock_acquire(&ctx->lock);
-    return ctx;
-}
-
-static inline void p2p_api_leave(p2p_context_t **ctx_p)
-{
-    if (P2P_UNLIKELY(*ctx_p != NULL)) {
-        p2p_lock_release(&(*ctx_p)->lock);
-    }
-}
-
-/* A hot entry point is name() -> name_st() (its work) and, in
- * P2P_INIT_F_THREAD_MULTIPLE mode, name_mt(): name_st() under the lock,
- * out of line so that name() stays a load, a branch and a tail call. */
-#define P2P_COLD __attribute__((noinline, cold))
-/* the context of the first request of reqs that is not NULL, or NULL */
-p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs,
-                                int *mixed);
-int p2p_reqs_mixed_bad(int count, p2p_request_t **reqs, const char *fn);
-/* the work of the hot entry points (p2p_api.c has the entry points) */
-int  p2p_progress_st(p2p_context_t *ctx);
-int  p2p_isend_st(const void *buf, size_t len, int dest, int tag,
-                  p2p_comm_t *comm, p2p_request_t **req_p);
-int  p2p_issend_st(const void *buf, size_t len, int dest, int tag,
-                   p2p_comm_t *comm, p2p_request_t **req_p);
-int  p2p_irsend_st(const void *buf, size_t len, int dest, int tag,
-                   p2p_comm_t *comm, p2p_request_t **req_p);
-int  p2p_send_st(const void *buf, size_t len, int dest, int tag,
-                 p2p_comm_t *comm);
-int  p2p_ssend_st(const void *buf, size_t len, int dest, int tag,
-                  p2p_comm_t *comm);
-int  p2p_rsend_st(const void *buf, size_t len, int dest, int tag,
-                  p2p_comm_t *comm);
-int  p2p_irecv_st(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
-                  p2p_request_t **req_p);
-int  p2p_recv_st(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
-                 p2p_status_t *status);
-int  p2p_iprobe_st(int src, int tag, p2p_comm_t *comm, int *flag,
-                   p2p_status_t *status);
-int  p2p_probe_st(int src, int tag, p2p_comm_t *comm, p2p_status_t *status);
-int  p2p_improbe_st(int src, int tag, p2p_comm_t *comm, int *flag,
-                    p2p_message_t **msg_p, p2p_status_t *status);
-int  p2p_mprobe_st(int src, int tag, p2p_comm_t *comm, p2p_message_t **msg_p,
-                   p2p_status_t *status);
-int  p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
-                   p2p_request_t **req_p);
-int  p2p_mrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
-                  p2p_status_t *status);
-int  p2p_test_st(p2p_request_t **req_p, int *flag, p2p_status_t *status);
-int  p2p_wait_st(p2p_request_t **req_p, p2p_status_t *status);
-int  p2p_testall_st(int count, p2p_request_t **reqs, int *flag,
-                    p2p_status_t *statuses);
-int  p2p_waitall_st(int count, p2p_request_t **reqs, p2p_status_t *statuses);
-int  p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
-                     p2p_context_t *ctx, int mixed);
-int  p2p_testany_st(int count, p2p_request_t **reqs, int *index, int *flag,
-                    p2p_status_t *status);
-int  p2p_waitany_st(int count, p2p_request_t **reqs, int *index,
-                    p2p_status_t *status);
-int  p2p_request_free_st(p2p_request_t **req_p);
-int  p2p_cancel_st(p2p_request_t *req);
-
-/* First statement of the other entry points: the context's lock (in
- * P2P_INIT_F_THREAD_MULTIPLE mode) until the function returns. */
-#define P2P_API_ENTER(_ctx) \
-    p2p_context_t *p2p_api_ctx_ \
-        __attribute__((cleanup(p2p_api_leave), unused)) = \
-        p2p_api_enter(_ctx)
-#define P2P_API_ENTER_COMM(_comm) \
-    P2P_API_ENTER(((_comm) != NULL) ? (_comm)->ctx : NULL)
-/* Communicator creation: one at a time, then the context's lock. */
-#define P2P_API_ENTER_CREATE(_ctx) \
-    p2p_context_t *p2p_api_create_ \
-        __attribute__((cleanup(p2p_api_create_leave), unused)) = \
-        p2p_api_create_enter(_ctx); \
-    P2P_API_ENTER(_ctx)
+/* the entry points' lock guard and the work behind them */
+#include "p2p_api.h"
 
 /* p2p_reg.c */
 int  p2p_reg_init(p2p_context_t *ctx);
@@ -194,7 +109,9 @@ void p2p_reg_cleanup(p2p_context_t *ctx);
 /* p2p_request.c */
 int  p2p_req_pool_init(p2p_context_t *ctx);
 void p2p_req_pool_cleanup(p2p_context_t *ctx);
-void p2p_req_event(p2p_request_t *req);
+/* A request the user let go of completed: its buffered-send block freed,
+ * the request recycled. */
+void p2p_req_released_done(p2p_request_t *req);
 
 /* Whether an operation of this kind is to fail now (p2p_fault.h). */
 static inline int p2p_fault(p2p_context_t *ctx, int kind)
@@ -238,6 +155,18 @@ static inline void p2p_req_put(p2p_request_t *req)
     --ctx->live_reqs;
 }
 
+/* One of the events the request waits for happened (inline: every
+ * message has one or two). */
+static inline void p2p_req_event(p2p_request_t *req)
+{
+    if (--req->pending == 0) {
+        req->complete = 1;
+        if (P2P_UNLIKELY(req->released)) {
+            p2p_req_released_done(req);
+        }
+    }
+}
+
 /* p2p_rid.c */
 /* Give req an id the peer can answer to: 0 if out of memory. */
 uint64_t p2p_rid_alloc(p2p_request_t *req);
@@ -269,10 +198,9 @@ int  p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
  * and said P2P_SEND_LATER) */
 int  p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                   int tag, int sync, int small_tried, p2p_request_t **req_p);
-/* p2p_send_small: UCP cannot send it at once, nothing was sent */
-#define P2P_SEND_LATER 1
-int  p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
-                    size_t len, int dest, int tag);
+/* A blocking send (p2p_send, _ssend, _rsend) of checked arguments */
+int  p2p_send_blocking(p2p_comm_t *comm, const void *buf, size_t len,
+                       int dest, int tag, int sync);
 
 /* Whether a message may go by p2p_send_small: standard, small, to a live
  * peer already connected. */
@@ -305,9 +233,20 @@ p2p_peer_t *p2p_token_peer(p2p_context_t *ctx, uint64_t token);
  * time: longer, the process made no p2p call (it computed) */
 #define P2P_ANSWER_GAP_SEC   0.5
 
-/* p2p_arrival.c */
+/* p2p_am.c: the active-message callback */
 int  p2p_recv_init(p2p_context_t *ctx);
-/* rx->charged: see p2p_rx_t; zeroed if a new record took the charge */
+
+/* p2p_arrival.c */
+/* A message's header size by type (p2p_wire.h) */
+extern const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST];
+/* Dropped as malformed: counted, the first one reported. */
+void p2p_rx_malformed(p2p_context_t *ctx, const char *what, size_t hdr_len);
+/* A decoded message of the matching kinds, from p2p_am.c: checked,
+ * then held, dropped, matched or queued; returns whether UCP must keep
+ * its descriptor (held or queued, not consumed and not dropped). */
+int  p2p_arrival_ret(p2p_context_t *ctx, p2p_rx_t *rx);
+/* The same for a held message replayed; rx->charged: see p2p_rx_t,
+ * zeroed if a new record took the charge */
 void p2p_arrival(p2p_context_t *ctx, p2p_rx_t *rx);
 
 /* p2p_held.c */
@@ -337,6 +276,44 @@ void p2p_rndv_refuse(p2p_request_t *req, uint64_t sreq, int error);
 void p2p_rx_malformed(p2p_context_t *ctx, const char *what, size_t hdr_len);
 void p2p_mid_start(p2p_request_t *req, void *desc, size_t length);
 
+/* memcpy for the few bytes of a small message: up to 32 inline (two
+ * loads and two stores per width, overlapping, nothing read or written
+ * outside either buffer), a libc call above */
+static inline void p2p_copy(void *dst, const void *src, size_t n)
+{
+    char       *d = dst;
+    const char *s = src;
+    uint64_t   a, b, c, e;
+    uint32_t   x, y;
+
+    if (P2P_UNLIKELY(n > 32)) {
+        memcpy(d, s, n);
+    } else if (n >= 16) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + 8, 8);
+        memcpy(&c, s + n - 16, 8);
+        memcpy(&e, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + 8, &b, 8);
+        memcpy(d + n - 16, &c, 8);
+        memcpy(d + n - 8, &e, 8);
+    } else if (n >= 8) {
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &b, 8);
+    } else if (n >= 4) {
+        memcpy(&x, s, 4);
+        memcpy(&y, s + n - 4, 4);
+        memcpy(d, &x, 4);
+        memcpy(d + n - 4, &y, 4);
+    } else if (n != 0) {    /* 1 to 3 */
+        d[0]         = s[0];
+        d[n / 2]     = s[n / 2];
+        d[n - 1]     = s[n - 1];
+    }
+}
+
 /* Eager data into a matched receive: what fits, and TRUNCATE if not all */
 static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
                                  size_t len)
@@ -347,9 +324,7 @@ static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
         n                 = req->recv.len;
         req->status.error = P2P_ERR_TRUNCATE;
     }
-    if (n != 0) {   /* a zero-byte receive may have no buffer */
-        memcpy(req->recv.buf, data, n);
-    }
+    p2p_copy(req->recv.buf, data, n);  /* n 0: there may be no buffer */
     req->status.count = n;
 }
 
@@ -432,14 +407,21 @@ static inline int p2p_peer_ep(p2p_peer_t *peer, ucp_ep_h *ep_p)
 int  p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, p2p_request_t **req_p, const char *fn);
 
+static inline int p2p_send_args_valid(const p2p_comm_t *comm,
+                                      const void *buf, size_t len, int dest,
+                                      int tag)
+{
+    return P2P_LIKELY((comm != NULL) &&
+                      ((unsigned)dest < (unsigned)comm->size) &&
+                      (tag >= 0) && ((buf != NULL) || (len == 0)));
+}
+
 static inline int p2p_send_args_ok(const p2p_comm_t *comm, const void *buf,
                                    size_t len, int dest, int tag,
                                    p2p_request_t **req_p)
 {
-    return P2P_LIKELY((comm != NULL) &&
-                      ((unsigned)dest < (unsigned)comm->size) &&
-                      (tag >= 0) && ((buf != NULL) || (len == 0)) &&
-                      (req_p != NULL));
+    return p2p_send_args_valid(comm, buf, len, dest, tag) &&
+           P2P_LIKELY(req_p != NULL);
 }
 int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
                    p2p_request_t **req_p);

@@ -4,29 +4,47 @@
  */
 #include "p2p_int.h"
 
-__thread char p2p_thread_tag;
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
-int p2p_lock_init(p2p_lock_t *l)
+void p2p_lock_init(p2p_lock_t *l)
 {
+    atomic_init(&l->state, P2P_LOCK_FREE);
     atomic_init(&l->owner, 0);
-    atomic_init(&l->waiters, 0);
     l->depth = 0;
-    return pthread_mutex_init(&l->mutex, NULL);
 }
 
-void p2p_lock_destroy(p2p_lock_t *l)
+/* The futex protocol: a taker that finds the lock taken marks it waited
+ * for and sleeps while it stays so; a giver that finds it waited for
+ * frees it and wakes one sleeper, which marks it waited for again as it
+ * takes it (others may still sleep). A wake-up that finds it taken again
+ * sleeps again. */
+void p2p_lock_wait(p2p_lock_t *l, int c)
 {
-    pthread_mutex_destroy(&l->mutex);
+    if (c != P2P_LOCK_WAITED) {
+        c = atomic_exchange_explicit(&l->state, P2P_LOCK_WAITED,
+                                     memory_order_acquire);
+    }
+    while (c != P2P_LOCK_FREE) {
+        /* returns at once if the state is no longer "waited for" */
+        syscall(SYS_futex, &l->state, FUTEX_WAIT_PRIVATE, P2P_LOCK_WAITED,
+                NULL, NULL, 0);
+        c = atomic_exchange_explicit(&l->state, P2P_LOCK_WAITED,
+                                     memory_order_acquire);
+    }
+}
+
+void p2p_lock_wake(p2p_lock_t *l)
+{
+    atomic_store_explicit(&l->state, P2P_LOCK_FREE, memory_order_release);
+    syscall(SYS_futex, &l->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 int p2p_mt_init(p2p_context_t *ctx)
 {
-    if (p2p_lock_init(&ctx->lock) != 0) {
-        p2p_set_error(ctx, "creating the context lock failed");
-        return P2P_ERR_NO_MEMORY;
-    }
+    p2p_lock_init(&ctx->lock);
     if (pthread_mutex_init(&ctx->create_mutex, NULL) != 0) {
-        p2p_lock_destroy(&ctx->lock);
         p2p_set_error(ctx, "creating the communicator-creation lock "
                       "failed");
         return P2P_ERR_NO_MEMORY;
@@ -39,7 +57,6 @@ void p2p_mt_cleanup(p2p_context_t *ctx)
 {
     if (ctx->have_lock) {
         pthread_mutex_destroy(&ctx->create_mutex);
-        p2p_lock_destroy(&ctx->lock);
         ctx->have_lock = 0;
     }
 }

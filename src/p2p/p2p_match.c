@@ -7,19 +7,6 @@
 #include <limits.h>
 #include <string.h>
 
-/* Bin key: kind in the top two bits, then the source (30 bits; sources are
- * ranks >= 0) and the tag as 32 unsigned bits. */
-enum {
-    P2P_MQ_K_SPEC = 0,
-    P2P_MQ_K_SRC  = 1,
-    P2P_MQ_K_TAG  = 2
-};
-
-struct p2p_mq_bin {
-    uint64_t        key;
-    ucs_list_link_t list;
-};
-
 #define P2P_MQ_BINS_PER_CHUNK 32
 
 static ucs_mpool_ops_t p2p_mq_bin_ops = {
@@ -30,25 +17,16 @@ static ucs_mpool_ops_t p2p_mq_bin_ops = {
     .obj_str       = NULL
 };
 
-static inline uint64_t p2p_mq_key(unsigned kind, int32_t src, int32_t tag)
+/* p2p_mq_bin_find when the bin is not the last one of its kind */
+p2p_mq_bin_t *p2p_mq_bin_lookup(p2p_mq_table_t *t, uint64_t key)
 {
-    return ((uint64_t)kind << 62) |
-           ((uint64_t)((uint32_t)src & 0x3fffffffu) << 32) | (uint32_t)tag;
-}
+    khiter_t k = kh_get(p2p_mq_bins, &t->hash, key);
 
-static inline p2p_mq_bin_t *p2p_mq_bin_find(p2p_mq_table_t *t, uint64_t key)
-{
-    khiter_t k;
-
-    if ((t->last != NULL) && (t->last->key == key)) {
-        return t->last;
-    }
-    k = kh_get(p2p_mq_bins, &t->hash, key);
     if (k == kh_end(&t->hash)) {
         return NULL;
     }
-    t->last = kh_val(&t->hash, k);
-    return t->last;
+    t->last[key >> 62] = kh_val(&t->hash, k);
+    return t->last[key >> 62];
 }
 
 /* Give the empty bins back to the pool: they are many (see p2p_match.h).
@@ -70,16 +48,15 @@ static void p2p_mq_sweep(p2p_mq_table_t *t)
         }
     }
     t->n_empty = 0;
-    t->last    = NULL;
+    memset(t->last, 0, sizeof(t->last));
 }
 
-/* The bin for key, created if absent; NULL only when out of memory. An
- * empty bin found in the table counts as in use from now on (the caller
- * adds to it). */
-static p2p_mq_bin_t *p2p_mq_bin_get(p2p_mq_t *mq, p2p_mq_table_t *t,
-                                    uint64_t key)
+/* p2p_mq_bin_get when the bin is not the last one of its kind: hashed,
+ * created if absent. */
+p2p_mq_bin_t *p2p_mq_bin_get_slow(p2p_mq_t *mq, p2p_mq_table_t *t,
+                                  uint64_t key)
 {
-    p2p_mq_bin_t *bin = p2p_mq_bin_find(t, key);
+    p2p_mq_bin_t *bin = p2p_mq_bin_lookup(t, key);
     khiter_t     k;
     int          ret;
 
@@ -103,7 +80,7 @@ static p2p_mq_bin_t *p2p_mq_bin_get(p2p_mq_t *mq, p2p_mq_table_t *t,
     bin->key = key;
     ucs_list_head_init(&bin->list);
     kh_val(&t->hash, k) = bin;
-    t->last             = bin;
+    t->last[key >> 62]  = bin;
     return bin;
 }
 
@@ -196,21 +173,22 @@ static void p2p_mq_unlink_recv(p2p_mq_t *mq, p2p_mq_recv_t *recv)
     }
     if (recv->tag == P2P_MQ_ANY_TAG) {
         mq->n_src_wild -= (recv->src != P2P_MQ_ANY_SOURCE);
+        --mq->n_wild;
     } else if (recv->src == P2P_MQ_ANY_SOURCE) {
         --mq->n_tag_wild;
+        --mq->n_wild;
     }
     recv->queued = 0;
     recv->bin    = NULL;
     --mq->n_posted;
 }
 
-p2p_mq_recv_t *p2p_mq_match_arrival(p2p_mq_t *mq, int32_t src, int32_t tag)
+/* p2p_mq_match_arrival with wildcard receives posted: the earliest of up
+ * to four heads */
+p2p_mq_recv_t *p2p_mq_match_wild(p2p_mq_t *mq, int32_t src, int32_t tag)
 {
     p2p_mq_recv_t *best, *cand;
 
-    if (mq->n_posted == 0) {
-        return NULL;
-    }
     best = p2p_mq_bin_head_recv(&mq->posted_bins,
                                 p2p_mq_key(P2P_MQ_K_SPEC, src, tag));
     if (mq->n_tag_wild != 0) {
@@ -243,7 +221,8 @@ p2p_mq_recv_t *p2p_mq_match_arrival(p2p_mq_t *mq, int32_t src, int32_t tag)
     return best;
 }
 
-int p2p_mq_post(p2p_mq_t *mq, p2p_mq_recv_t *recv, int32_t src, int32_t tag)
+int p2p_mq_post_any(p2p_mq_t *mq, p2p_mq_recv_t *recv, int32_t src,
+                    int32_t tag)
 {
     p2p_mq_bin_t *bin;
     uint64_t     key;
@@ -252,6 +231,7 @@ int p2p_mq_post(p2p_mq_t *mq, p2p_mq_recv_t *recv, int32_t src, int32_t tag)
     recv->tag = tag;
     if ((src == P2P_MQ_ANY_SOURCE) && (tag == P2P_MQ_ANY_TAG)) {
         bin = NULL;
+        ++mq->n_wild;
     } else {
         key = (src == P2P_MQ_ANY_SOURCE) ? p2p_mq_key(P2P_MQ_K_TAG, 0, tag) :
               (tag == P2P_MQ_ANY_TAG)    ? p2p_mq_key(P2P_MQ_K_SRC, src, 0) :
@@ -263,8 +243,10 @@ int p2p_mq_post(p2p_mq_t *mq, p2p_mq_recv_t *recv, int32_t src, int32_t tag)
         }
         if (src == P2P_MQ_ANY_SOURCE) {
             ++mq->n_tag_wild;
+            ++mq->n_wild;
         } else if (tag == P2P_MQ_ANY_TAG) {
             ++mq->n_src_wild;
+            ++mq->n_wild;
         }
     }
     recv->bin    = bin;
@@ -356,37 +338,44 @@ err:
     return -ENOMEM;
 }
 
-void p2p_mq_remove_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg)
+/* A queued message has a (source, tag) bin and a tag bin, and a source
+ * bin unless its tag is reserved (whose source link is then its own
+ * empty list: deleting it is a no-op). */
+static inline void p2p_mq_unlink_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg)
 {
-    int l;
+    p2p_mq_table_t *t = &mq->unexp_bins;
 
-    if (!msg->queued) {
-        return;
+    ucs_list_del(&msg->link[P2P_MQ_L_SPEC]);
+    ucs_list_del(&msg->link[P2P_MQ_L_SRC]);
+    ucs_list_del(&msg->link[P2P_MQ_L_TAG]);
+    ucs_list_del(&msg->link[P2P_MQ_L_ALL]);
+    p2p_mq_bin_left(t, msg->bin[P2P_MQ_L_SPEC]);
+    p2p_mq_bin_left(t, msg->bin[P2P_MQ_L_TAG]);
+    if (msg->bin[P2P_MQ_L_SRC] != NULL) {
+        p2p_mq_bin_left(t, msg->bin[P2P_MQ_L_SRC]);
     }
-    for (l = 0; l < P2P_MQ_L_NUM; ++l) {
-        /* a reserved tag's source link is its own empty list: no-op */
-        ucs_list_del(&msg->link[l]);
-    }
-    for (l = 0; l < P2P_MQ_L_ALL; ++l) {
-        if (msg->bin[l] != NULL) {
-            p2p_mq_bin_left(&mq->unexp_bins, msg->bin[l]);
-            msg->bin[l] = NULL;
-        }
-    }
-    msg->queued = 0;
+    msg->bin[P2P_MQ_L_SPEC] = NULL;
+    msg->bin[P2P_MQ_L_SRC]  = NULL;
+    msg->bin[P2P_MQ_L_TAG]  = NULL;
+    msg->queued             = 0;
     --mq->n_unexp;
 }
 
-p2p_mq_msg_t *p2p_mq_find_unexp(p2p_mq_t *mq, int32_t src, int32_t tag,
-                                int remove)
+void p2p_mq_remove_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg)
+{
+    if (msg->queued) {
+        p2p_mq_unlink_unexp(mq, msg);
+    }
+}
+
+/* p2p_mq_find_unexp with messages queued */
+p2p_mq_msg_t *p2p_mq_find_unexp_any(p2p_mq_t *mq, int32_t src, int32_t tag,
+                                    int remove)
 {
     ucs_list_link_t *head;
     p2p_mq_bin_t    *bin;
     p2p_mq_msg_t    *msg;
 
-    if (mq->n_unexp == 0) {
-        return NULL;
-    }
     if (src == P2P_MQ_ANY_SOURCE) {
         if (tag == P2P_MQ_ANY_TAG) {
             if (ucs_list_is_empty(&mq->unexp_all)) {
@@ -422,7 +411,7 @@ p2p_mq_msg_t *p2p_mq_find_unexp(p2p_mq_t *mq, int32_t src, int32_t tag,
     }
 found:
     if (remove) {
-        p2p_mq_remove_unexp(mq, msg);
+        p2p_mq_unlink_unexp(mq, msg);   /* found: queued */
     }
     return msg;
 }

@@ -47,6 +47,7 @@
 #include <ucs/datastruct/khash.h>
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/mpool.h>
+#include <ucs/sys/compiler_def.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -105,12 +106,27 @@ static inline khint32_t p2p_mq_key_hash(uint64_t key)
 KHASH_INIT(p2p_mq_bins, uint64_t, p2p_mq_bin_t*, 1, p2p_mq_key_hash,
            kh_int64_hash_equal)
 
+/* Bin key: kind in the top two bits, then the source (30 bits; sources
+ * are ranks >= 0) and the tag as 32 unsigned bits. */
+enum {
+    P2P_MQ_K_SPEC = 0,
+    P2P_MQ_K_SRC  = 1,
+    P2P_MQ_K_TAG  = 2,
+    P2P_MQ_K_NUM
+};
+
+struct p2p_mq_bin {
+    uint64_t        key;
+    ucs_list_link_t list;
+};
+
 typedef struct p2p_mq_table {
     khash_t(p2p_mq_bins) hash;
     size_t               n_empty;   /* bins in it with an empty list */
-    /* the bin found last: a stream of one (source, tag), as a ping-pong
-     * is, finds its bin without hashing (bins only go in a sweep) */
-    p2p_mq_bin_t         *last;
+    /* the bin found last, per kind: a stream of one (source, tag), as a
+     * ping-pong is, finds its bins without hashing -- an unexpected
+     * message needs one of each kind (bins only go in a sweep) */
+    p2p_mq_bin_t         *last[P2P_MQ_K_NUM];
 } p2p_mq_table_t;
 
 typedef struct p2p_mq {
@@ -126,6 +142,8 @@ typedef struct p2p_mq {
      * looked up at all */
     size_t          n_src_wild;     /* (source, ANY) */
     size_t          n_tag_wild;     /* (ANY, tag) */
+    size_t          n_wild;         /* with any wildcard, (ANY, ANY) too:
+                                       0, an arrival looks at one bin */
     ucs_mpool_t     bin_mp;
 } p2p_mq_t;
 
@@ -142,33 +160,17 @@ size_t p2p_mq_bins_held(const p2p_mq_t *mq);
  * message itself: what a bound on held bytes must count per message. */
 size_t p2p_mq_unexp_footprint(void);
 
-/*
- * A message (src, tag) arrived (src >= 0): the earliest-posted receive that
- * accepts it, taken off the posted queue, or NULL.
- */
-p2p_mq_recv_t *p2p_mq_match_arrival(p2p_mq_t *mq, int32_t src, int32_t tag);
 
 /* Queue an unexpected message (msg->src/tag filled by this call).
  * 0 or -ENOMEM (nothing queued). */
 int  p2p_mq_add_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg, int32_t src,
                       int32_t tag);
 
-/*
- * The earliest-arrived unexpected message a receive (src, tag) accepts
- * (wildcards allowed), or NULL. With remove set it is taken off the queue
- * (a receive or mprobe); without, it stays (probe).
- */
-p2p_mq_msg_t *p2p_mq_find_unexp(p2p_mq_t *mq, int32_t src, int32_t tag,
-                                int remove);
 
 /* Take a found message off the queue (after find without remove); a
  * message not queued is left alone. */
 void p2p_mq_remove_unexp(p2p_mq_t *mq, p2p_mq_msg_t *msg);
 
-/* Append a receive to the posted queue (after find_unexp found nothing).
- * 0 or -ENOMEM (nothing posted). */
-int  p2p_mq_post(p2p_mq_t *mq, p2p_mq_recv_t *recv, int32_t src,
-                 int32_t tag);
 
 /* Take a posted receive off the queue (cancel). 1 if it was queued, 0 if it
  * had already been matched. */
@@ -185,6 +187,121 @@ void p2p_mq_foreach_posted(p2p_mq_t *mq,
 void p2p_mq_foreach_unexp(p2p_mq_t *mq,
                           void (*cb)(void *arg, p2p_mq_msg_t *msg),
                           void *arg);
+
+/* ---- the hot paths, inline; the rest in p2p_match.c ---- */
+
+/* out of line: the general cases */
+p2p_mq_bin_t  *p2p_mq_bin_lookup(p2p_mq_table_t *t, uint64_t key);
+p2p_mq_bin_t  *p2p_mq_bin_get_slow(p2p_mq_t *mq, p2p_mq_table_t *t,
+                                   uint64_t key);
+p2p_mq_recv_t *p2p_mq_match_wild(p2p_mq_t *mq, int32_t src, int32_t tag);
+p2p_mq_msg_t  *p2p_mq_find_unexp_any(p2p_mq_t *mq, int32_t src, int32_t tag,
+                                     int remove);
+
+static inline uint64_t p2p_mq_key(unsigned kind, int32_t src, int32_t tag)
+{
+    return ((uint64_t)kind << 62) |
+           ((uint64_t)((uint32_t)src & 0x3fffffffu) << 32) | (uint32_t)tag;
+}
+
+/* The bin of key, or NULL: the last one found of its kind, else hashed */
+static UCS_F_ALWAYS_INLINE p2p_mq_bin_t *
+p2p_mq_bin_find(p2p_mq_table_t *t, uint64_t key)
+{
+    p2p_mq_bin_t *last = t->last[key >> 62];
+
+    if (ucs_likely((last != NULL) && (last->key == key))) {
+        return last;
+    }
+    return p2p_mq_bin_lookup(t, key);
+}
+
+/* The bin for key, created if absent; NULL only when out of memory. An
+ * empty bin found in the table counts as in use from now on (the caller
+ * adds to it). */
+static UCS_F_ALWAYS_INLINE p2p_mq_bin_t *
+p2p_mq_bin_get(p2p_mq_t *mq, p2p_mq_table_t *t, uint64_t key)
+{
+    p2p_mq_bin_t *last = t->last[key >> 62];
+
+    if (ucs_likely((last != NULL) && (last->key == key))) {
+        t->n_empty -= ucs_list_is_empty(&last->list);
+        return last;
+    }
+    return p2p_mq_bin_get_slow(mq, t, key);
+}
+
+/*
+ * A message (src, tag) arrived (src >= 0): the earliest-posted receive that
+ * accepts it, taken off the posted queue, or NULL. Without wildcard
+ * receives posted only the head of its (source, tag) bin can be it.
+ */
+static UCS_F_ALWAYS_INLINE p2p_mq_recv_t *
+p2p_mq_match_arrival(p2p_mq_t *mq, int32_t src, int32_t tag)
+{
+    p2p_mq_bin_t  *bin;
+    p2p_mq_recv_t *recv;
+
+    if (mq->n_posted == 0) {
+        return NULL;
+    }
+    if (ucs_unlikely(mq->n_wild != 0)) {
+        return p2p_mq_match_wild(mq, src, tag);
+    }
+    bin = p2p_mq_bin_find(&mq->posted_bins,
+                          p2p_mq_key(P2P_MQ_K_SPEC, src, tag));
+    if ((bin == NULL) || ucs_list_is_empty(&bin->list)) {
+        return NULL;
+    }
+    recv = ucs_list_head(&bin->list, p2p_mq_recv_t, link);
+    ucs_list_del(&recv->link);
+    mq->posted_bins.n_empty += ucs_list_is_empty(&bin->list);
+    recv->queued = 0;
+    recv->bin    = NULL;
+    --mq->n_posted;
+    return recv;
+}
+
+/*
+ * The earliest-arrived unexpected message a receive (src, tag) accepts
+ * (wildcards allowed), or NULL. With remove set it is taken off the queue
+ * (a receive or mprobe); without, it stays (probe).
+ */
+static UCS_F_ALWAYS_INLINE p2p_mq_msg_t *
+p2p_mq_find_unexp(p2p_mq_t *mq, int32_t src, int32_t tag, int remove)
+{
+    if (mq->n_unexp == 0) {
+        return NULL;
+    }
+    return p2p_mq_find_unexp_any(mq, src, tag, remove);
+}
+
+/* Append a receive to the posted queue (after find_unexp found nothing).
+ * 0 or -ENOMEM (nothing posted). A receive from a rank with a tag goes to
+ * the bin found last if it is its own. */
+int p2p_mq_post_any(p2p_mq_t *mq, p2p_mq_recv_t *recv, int32_t src,
+                    int32_t tag);
+
+static UCS_F_ALWAYS_INLINE int
+p2p_mq_post(p2p_mq_t *mq, p2p_mq_recv_t *recv, int32_t src, int32_t tag)
+{
+    uint64_t     key  = p2p_mq_key(P2P_MQ_K_SPEC, src, tag);
+    p2p_mq_bin_t *bin = mq->posted_bins.last[P2P_MQ_K_SPEC];
+
+    if (ucs_unlikely((src == P2P_MQ_ANY_SOURCE) || (tag == P2P_MQ_ANY_TAG) ||
+                     (bin == NULL) || (bin->key != key))) {
+        return p2p_mq_post_any(mq, recv, src, tag);
+    }
+    mq->posted_bins.n_empty -= ucs_list_is_empty(&bin->list);
+    recv->src    = src;
+    recv->tag    = tag;
+    recv->bin    = bin;
+    recv->seq    = mq->post_seq++;
+    recv->queued = 1;
+    ucs_list_add_tail(&bin->list, &recv->link);
+    ++mq->n_posted;
+    return 0;
+}
 
 #ifdef __cplusplus
 }

@@ -66,15 +66,6 @@ static int p2p_check_src_tag(p2p_comm_t *comm, int src, int tag,
     return P2P_OK;
 }
 
-int p2p_isend_st(const void *buf, size_t len, int dest, int tag,
-                 p2p_comm_t *comm, p2p_request_t **req_p)
-{
-    if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, req_p))) {
-        return p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
-    }
-    return p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
-}
-
 int p2p_issend_st(const void *buf, size_t len, int dest, int tag,
                   p2p_comm_t *comm, p2p_request_t **req_p)
 {
@@ -93,27 +84,18 @@ int p2p_irsend_st(const void *buf, size_t len, int dest, int tag,
            p2p_send_start(comm, buf, len, dest, tag, 0, req_p);
 }
 
-/* A small message UCP sends at once needs no request at all. */
-static int p2p_blocking_send(const void *buf, size_t len, int dest, int tag,
-                             p2p_comm_t *comm, int sync, const char *fn)
+/* p2p_send_blocking says why a small message UCP sends at once needs no
+ * request at all. */
+static inline __attribute__((always_inline))
+int p2p_blocking_send(const void *buf, size_t len, int dest, int tag,
+                      p2p_comm_t *comm, int sync, const char *fn)
 {
-    p2p_request_t *req;
-    p2p_peer_t    *peer;
-    int           ret;
+    p2p_request_t *dummy;
 
-    if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, &req))) {
-        return p2p_check_send(comm, buf, len, dest, tag, &req, fn);
+    if (P2P_LIKELY(p2p_send_args_valid(comm, buf, len, dest, tag))) {
+        return p2p_send_blocking(comm, buf, len, dest, tag, sync);
     }
-    peer = p2p_comm_peer(comm, dest);
-    if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
-        ret = p2p_send_small(comm, peer, buf, len, dest, tag);
-        if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
-            return ret;
-        }
-    }
-    ret = p2p_send_req(comm, buf, len, dest, tag, sync,
-                       p2p_send_small_ok(peer, len, sync), &req);
-    return (ret != P2P_OK) ? ret : p2p_wait_st(&req, NULL);
+    return p2p_check_send(comm, buf, len, dest, tag, &dummy, fn);
 }
 
 int p2p_send_st(const void *buf, size_t len, int dest, int tag,
@@ -146,42 +128,48 @@ static void p2p_any_source_refused(p2p_comm_t *comm, const char *fn)
                   "again", fn, comm->n_failed - comm->n_acked);
 }
 
-static p2p_request_t *p2p_recv_req(p2p_comm_t *comm, void *buf, size_t len)
+/* A receive request, fresh from the pool: each field a receive reads
+ * written once (p2p_req_get's and the receive's own). */
+static inline __attribute__((always_inline))
+p2p_request_t *p2p_recv_req(p2p_comm_t *comm, void *buf, size_t len,
+                            int src, int tag)
 {
-    p2p_request_t *req = p2p_req_get(comm->ctx, P2P_REQ_RECV);
+    p2p_context_t *ctx = comm->ctx;
+    p2p_request_t *req = p2p_fault(ctx, P2P_FAULT_REQUEST) ? NULL :
+                         ucs_mpool_get_inline(&ctx->req_mp);
 
     if (P2P_UNLIKELY(req == NULL)) {
-        p2p_set_error(comm->ctx, "out of memory for a receive request");
+        p2p_set_error(ctx, "out of memory for a receive request");
         return NULL;
     }
-    req->pending        = 1;
-    req->recv.comm      = comm;
-    req->recv.buf       = buf;
-    req->recv.len       = len;
-    req->recv.rkey      = NULL;
-    req->recv.mq.queued = 0;
+    req->ctx              = ctx;
+    req->kind             = P2P_REQ_RECV;
+    req->complete         = 0;
+    req->released         = 0;
+    req->waiting          = 0;
+    req->pending          = 1;
+    req->rid              = 0;
+    req->peer             = NULL;
+    req->status.source    = src;
+    req->status.tag       = tag;
+    req->status.error     = P2P_OK;
+    req->status.cancelled = 0;
+    req->status.count     = 0;
+    req->recv.comm        = comm;
+    req->recv.buf         = buf;
+    req->recv.len         = len;
+    req->recv.rkey        = NULL;
+    req->recv.mq.queued   = 0;
+    ++ctx->live_reqs;
     return req;
 }
 
-/* Receive without the user-tag check (the library's collectives use
- * reserved tags). */
-int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
-                  p2p_request_t **req_p)
+/* The receive's source failed, or for ANY_SOURCE a member's failure is
+ * not acknowledged: whether it was refused (completed with the error). */
+static int p2p_recv_refused(p2p_comm_t *comm, p2p_request_t *req, int src)
 {
-    p2p_request_t    *req = p2p_recv_req(comm, buf, len);
-    struct p2p_unexp *u;
+    p2p_peer_t *peer;
 
-    if (req == NULL) {
-        return P2P_ERR_NO_MEMORY;
-    }
-    req->status.source = src;
-    req->status.tag    = tag;
-    *req_p             = req;
-    u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag, 1);
-    if (u != NULL) {
-        p2p_recv_from_unexp(req, u);
-        return P2P_OK;
-    }
     if (src == P2P_ANY_SOURCE) {
         p2p_comm_watch_all(comm);
         if (P2P_UNLIKELY(comm->n_failed != comm->n_acked)) {
@@ -190,15 +178,43 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
             p2p_any_source_refused(comm, "p2p_irecv");
             p2p_req_fail(req, P2P_ERR_PEER_FAILED);
             p2p_req_event(req);
-            return P2P_OK;
+            return 1;
         }
-    } else {
-        p2p_peer_t *peer = p2p_comm_peer(comm, src);
-        p2p_peer_watch(peer);
-        if (P2P_UNLIKELY(peer->failed)) {
-            /* nothing more will come from it */
-            p2p_req_fail(req, peer->fail_error);
-            p2p_req_event(req);
+        return 0;
+    }
+    peer = p2p_comm_peer(comm, src);
+    p2p_peer_watch(peer);
+    if (P2P_UNLIKELY(peer->failed)) {
+        /* nothing more will come from it */
+        p2p_req_fail(req, peer->fail_error);
+        p2p_req_event(req);
+        return 1;
+    }
+    return 0;
+}
+
+static inline __attribute__((always_inline))
+int p2p_post_recv_inline(p2p_comm_t *comm, void *buf, size_t len, int src,
+                         int tag, p2p_request_t **req_p)
+{
+    p2p_request_t    *req = p2p_recv_req(comm, buf, len, src, tag);
+    struct p2p_unexp *u;
+    p2p_peer_t       *peer;
+
+    if (P2P_UNLIKELY(req == NULL)) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    *req_p = req;
+    u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag, 1);
+    if (u != NULL) {
+        p2p_recv_from_unexp(req, u);
+        return P2P_OK;
+    }
+    /* a rank connected to and alive (p2p_peer_watch would do nothing) */
+    if ((src == P2P_ANY_SOURCE) ||
+        P2P_UNLIKELY(((peer = p2p_comm_peer(comm, src))->ep == NULL) ||
+                     peer->failed)) {
+        if (p2p_recv_refused(comm, req, src)) {
             return P2P_OK;
         }
     }
@@ -211,6 +227,14 @@ int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
     return P2P_OK;
 }
 
+/* Receive without the user-tag check (the library's collectives use
+ * reserved tags). */
+int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
+                  p2p_request_t **req_p)
+{
+    return p2p_post_recv_inline(comm, buf, len, src, tag, req_p);
+}
+
 int p2p_irecv_st(void *buf, size_t len, int src, int tag,
                  p2p_comm_t *comm, p2p_request_t **req_p)
 {
@@ -220,7 +244,7 @@ int p2p_irecv_st(void *buf, size_t len, int src, int tag,
                    (tag >= 0) && ((buf != NULL) || (len == 0)) &&
                    (req_p != NULL))) {
         /* the usual receive: from a rank, a user tag */
-        return p2p_post_recv(comm, buf, len, src, tag, req_p);
+        return p2p_post_recv_inline(comm, buf, len, src, tag, req_p);
     }
     ret = p2p_check_src_tag(comm, src, tag, "p2p_irecv");
     if (ret != P2P_OK) {
@@ -235,12 +259,50 @@ int p2p_irecv_st(void *buf, size_t len, int src, int tag,
     return p2p_post_recv(comm, buf, len, src, tag, req_p);
 }
 
+/* A blocking receive whose message is queued already, standard and with
+ * its data: taken without a request (p2p_recv_from_unexp with one). */
+static int p2p_recv_unexp_now(struct p2p_unexp *u, void *buf, size_t len,
+                              p2p_status_t *status)
+{
+    size_t n   = u->length;
+    int    err = P2P_OK;
+
+    if (n > len) {
+        n   = len;
+        err = P2P_ERR_TRUNCATE;
+    }
+    p2p_copy(buf, u->data, n);      /* n 0: there may be no buffer */
+    if (status != NULL) {
+        status->source    = u->src;
+        status->tag       = u->tag;
+        status->error     = err;
+        status->cancelled = 0;
+        status->count     = n;
+    }
+    p2p_unexp_free(u->comm->ctx, u);
+    return err;
+}
+
 int p2p_recv_st(void *buf, size_t len, int src, int tag,
                 p2p_comm_t *comm, p2p_status_t *status)
 {
-    p2p_request_t *req;
-    int           ret = p2p_irecv_st(buf, len, src, tag, comm, &req);
+    p2p_request_t    *req;
+    struct p2p_unexp *u;
+    int              ret;
 
+    if (P2P_LIKELY((comm != NULL) && (comm->mq.n_unexp != 0) &&
+                   (src >= P2P_ANY_SOURCE) && (src < comm->size) &&
+                   (tag >= P2P_ANY_TAG) && ((buf != NULL) || (len == 0)))) {
+        /* (anything else -- an answer to send, a rendezvous, data
+         * dropped -- is taken below, with a request) */
+        u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag, 0);
+        if ((u != NULL) && (u->kind == P2P_UNEXP_EAGER) && (u->sreq == 0) &&
+            (u->dropped == 0)) {
+            p2p_mq_remove_unexp(&comm->mq, &u->mq);
+            return p2p_recv_unexp_now(u, buf, len, status);
+        }
+    }
+    ret = p2p_irecv_st(buf, len, src, tag, comm, &req);
     return (ret != P2P_OK) ? ret : p2p_wait_st(&req, status);
 }
 
@@ -381,7 +443,7 @@ int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
         return P2P_ERR_INVALID;
     }
     comm = u->comm;
-    req  = p2p_recv_req(comm, buf, len);
+    req  = p2p_recv_req(comm, buf, len, u->src, u->tag);
     if (req == NULL) {
         return P2P_ERR_NO_MEMORY;
     }

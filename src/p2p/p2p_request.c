@@ -60,17 +60,12 @@ void p2p_req_pool_cleanup(p2p_context_t *ctx)
     }
 }
 
-void p2p_req_event(p2p_request_t *req)
+void p2p_req_released_done(p2p_request_t *req)
 {
-    if (--req->pending == 0) {
-        req->complete = 1;
-        if (req->released) {
-            if ((req->kind == P2P_REQ_SEND) && (req->send.bblock != NULL)) {
-                p2p_bsend_done(req);
-            }
-            p2p_req_put(req);
-        }
+    if ((req->kind == P2P_REQ_SEND) && (req->send.bblock != NULL)) {
+        p2p_bsend_done(req);
     }
+    p2p_req_put(req);
 }
 
 /* Hand a complete request's result to the user and recycle it. */
@@ -179,31 +174,6 @@ int p2p_wait_st(p2p_request_t **req_p, p2p_status_t *status)
         p2p_wait_poll(req->ctx);
     }
     return p2p_req_finish(req_p, status);
-}
-
-/* The context of the set's first request (NULL: none); *mixed: others
- * belong to other contexts. */
-p2p_context_t *p2p_reqs_context(int count, p2p_request_t **reqs, int *mixed)
-{
-    p2p_context_t *ctx = NULL;
-    int           i;
-
-    *mixed = 0;
-    if (reqs == NULL) {
-        return NULL;
-    }
-    for (i = 0; i < count; ++i) {
-        if (reqs[i] == NULL) {
-            continue;
-        }
-        if (ctx == NULL) {
-            ctx = reqs[i]->ctx;
-        } else if (reqs[i]->ctx != ctx) {
-            *mixed = 1;
-            break;
-        }
-    }
-    return ctx;
 }
 
 /* A set that mixes contexts, one of them thread-multiple: refused, since
@@ -318,28 +288,32 @@ int p2p_waitall_st(int count, p2p_request_t **reqs,
 int p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
                     p2p_context_t *ctx, int mixed)
 {
-    int i, failed = 0, err;
+    int i, failed = 0;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL))) {
         return p2p_args_bad("p2p_waitall", "negative count, or NULL "
                             "requests pointer");
     }
     for (i = 0; i < count; ++i) {
-        p2p_status_t *st = (statuses != NULL) ? &statuses[i] : NULL;
-        if (reqs[i] == NULL) {
-            p2p_empty_status(st);
+        p2p_request_t *req = reqs[i];
+        if (req == NULL) {
+            p2p_empty_status((statuses != NULL) ? &statuses[i] : NULL);
             continue;
         }
-        if (!p2p_req_valid(reqs[i])) {
-            return p2p_req_bad(reqs[i], "p2p_waitall");
+        if (P2P_UNLIKELY(!p2p_req_valid(req))) {
+            return p2p_req_bad(req, "p2p_waitall");
         }
-        while (!reqs[i]->complete) {
+        while (!req->complete) {
             p2p_reqs_wait_poll(count, reqs, ctx, mixed);
         }
-        err     = p2p_req_finish(&reqs[i], st);
-        failed |= (err != P2P_OK);
+        failed |= req->status.error;
+        if (statuses != NULL) {
+            statuses[i] = req->status;
+        }
+        reqs[i] = NULL;
+        p2p_req_put(req);
     }
-    return failed ? P2P_ERR_IN_STATUS : P2P_OK;
+    return (failed != 0) ? P2P_ERR_IN_STATUS : P2P_OK;
 }
 
 /* The first complete request of reqs, finished; *flag 0 if none. */

@@ -103,6 +103,9 @@ static inline uint32_t p2p_auth_flag(const p2p_peer_t *peer)
     return P2P_LIKELY(peer->tx_token != 0) ? 0 : UCP_AM_SEND_FLAG_REPLY;
 }
 
+/* p2p_send_small_inline: UCP cannot send it at once, nothing was sent */
+#define P2P_SEND_LATER 1
+
 /*
  * A small standard message, sent at once or not at all: P2P_OK (sent,
  * complete), P2P_SEND_LATER (UCP cannot send it at once: take the request
@@ -128,9 +131,7 @@ int p2p_send_small_inline(p2p_comm_t *comm, p2p_peer_t *peer,
 
     p2p_fill_match(&msg.h, P2P_WIRE_EAGER, comm, peer, tag,
                    comm->send_seq[dest]);
-    if (len != 0) {     /* a zero-byte message may have no buffer */
-        memcpy(msg.data, buf, len);
-    }
+    p2p_copy(msg.data, buf, len);   /* len 0: there may be no buffer */
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
                          UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
     param.flags        = UCP_AM_SEND_FLAG_EAGER | p2p_auth_flag(peer);
@@ -149,12 +150,6 @@ int p2p_send_small_inline(p2p_comm_t *comm, p2p_peer_t *peer,
     return p2p_status_err(UCS_PTR_STATUS(sp));
 }
 
-/* for the blocking sends (p2p_pt2pt.c); p2p_send_start has it inline */
-int p2p_send_small(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
-                   size_t len, int dest, int tag)
-{
-    return p2p_send_small_inline(comm, peer, buf, len, dest, tag);
-}
 
 /* What every send request says of its message before it goes. */
 static inline void p2p_send_req_init(p2p_request_t *req, p2p_peer_t *peer,
@@ -306,8 +301,34 @@ int p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
     return P2P_OK;
 }
 
-int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
-                   int tag, int sync, p2p_request_t **req_p)
+/* A small standard send UCP sent at once (or refused: error): its
+ * request, complete, fresh from the pool. Every field p2p_req_get and
+ * p2p_send_req_init set, each written once. */
+static inline void p2p_send_req_done(p2p_request_t *req, p2p_context_t *ctx,
+                                     p2p_peer_t *peer, int dest, int tag,
+                                     size_t len, int error)
+{
+    req->ctx              = ctx;
+    req->kind             = P2P_REQ_SEND;
+    req->complete         = 1;
+    req->released         = 0;
+    req->waiting          = 0;
+    req->pending          = 0;
+    req->rid              = 0;
+    req->peer             = peer;
+    req->status.source    = dest;
+    req->status.tag       = tag;
+    req->status.error     = error;
+    req->status.cancelled = 0;
+    req->status.count     = len;
+    req->send.region      = NULL;
+    req->send.bblock      = NULL;
+    ++ctx->live_reqs;
+}
+
+static inline __attribute__((always_inline))
+int p2p_send_start_inline(p2p_comm_t *comm, const void *buf, size_t len,
+                          int dest, int tag, int sync, p2p_request_t **req_p)
 {
     p2p_context_t *ctx  = comm->ctx;
     p2p_peer_t    *peer = p2p_comm_peer(comm, dest);
@@ -316,23 +337,112 @@ int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
 
     if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
         /* the request first: once the message is out, nothing may fail */
-        req = p2p_req_get(ctx, P2P_REQ_SEND);
+        req = p2p_fault(ctx, P2P_FAULT_REQUEST) ? NULL :
+              ucs_mpool_get_inline(&ctx->req_mp);
         if (P2P_UNLIKELY(req == NULL)) {
             p2p_set_error(ctx, "out of memory for a send request");
             return P2P_ERR_NO_MEMORY;
         }
         ret = p2p_send_small_inline(comm, peer, buf, len, dest, tag);
-        if (P2P_UNLIKELY(ret == P2P_SEND_LATER)) {
-            p2p_req_put(req);
-        } else {
+        if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
             /* done: a complete request, with the outcome */
-            p2p_send_req_init(req, peer, dest, tag, len);
-            req->status.error = ret;
-            req->complete     = 1;
-            *req_p            = req;
+            p2p_send_req_done(req, ctx, peer, dest, tag, len, ret);
+            *req_p = req;
             return P2P_OK;
         }
+        ucs_mpool_put_inline(req);
     }
     return p2p_send_req(comm, buf, len, dest, tag, sync,
                         p2p_send_small_ok(peer, len, sync), req_p);
+}
+
+int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
+                   int tag, int sync, p2p_request_t **req_p)
+{
+    return p2p_send_start_inline(comm, buf, len, dest, tag, sync, req_p);
+}
+
+/* p2p_isend's work (p2p_pt2pt.c has the other entry points'): the
+ * arguments' check and the send in one function */
+int p2p_isend_st(const void *buf, size_t len, int dest, int tag,
+                 p2p_comm_t *comm, p2p_request_t **req_p)
+{
+    if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, req_p))) {
+        return p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
+    }
+    return p2p_send_start_inline(comm, buf, len, dest, tag, 0, req_p);
+}
+
+/*
+ * The eager message of a blocking standard send: the header on the stack,
+ * no request of p2p's. UCP sends it at once (short or bcopy), or returns
+ * its own request, which is waited for here -- the header lives until UCP
+ * is done with it. small_tried: as p2p_send_req's.
+ */
+static int p2p_send_eager_blocking(p2p_comm_t *comm, p2p_peer_t *peer,
+                                   const void *buf, size_t len, int dest,
+                                   int tag, int small_tried)
+{
+    p2p_context_t       *ctx = comm->ctx;
+    p2p_wire_match_t    hdr;
+    ucp_request_param_t param;
+    ucs_status_ptr_t    sp;
+    ucs_status_t        status;
+
+    p2p_fill_match(&hdr, P2P_WIRE_EAGER, comm, peer, tag,
+                   comm->send_seq[dest]);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_AM_SEND_FLAG_EAGER | p2p_auth_flag(peer);
+    sp = p2p_am_send(ctx, peer->ep, &hdr, sizeof(hdr), buf, len, &param);
+    if (P2P_UNLIKELY(UCS_PTR_IS_ERR(sp))) {
+        /* nothing was sent: its sequence number stays free */
+        status = UCS_PTR_STATUS(sp);
+        goto err;
+    }
+    ++comm->send_seq[dest];
+    ++ctx->stats.eager_sent;
+    if (P2P_LIKELY(sp == NULL)) {
+        if (small_tried && (len != 0) && (peer->tx_token != 0)) {
+            /* see p2p_send_req */
+            peer->small_max = len - 1;
+            ++ctx->stats.small_demoted;
+        }
+        return P2P_OK;
+    }
+    while ((status = ucp_request_check_status(sp)) == UCS_INPROGRESS) {
+        p2p_wait_poll(ctx);
+    }
+    ucp_request_free(sp);
+    if (P2P_LIKELY(status == UCS_OK)) {
+        return P2P_OK;
+    }
+err:
+    p2p_set_error(ctx, "sending to rank %u failed: %s", peer->rank,
+                  ucs_status_string(status));
+    return p2p_status_err(status);
+}
+
+/* A small message UCP sends at once needs no request at all, nor does an
+ * eager one. */
+int p2p_send_blocking(p2p_comm_t *comm, const void *buf, size_t len,
+                      int dest, int tag, int sync)
+{
+    p2p_peer_t    *peer = p2p_comm_peer(comm, dest);
+    p2p_request_t *req;
+    int           ret, small_tried = 0;
+
+    if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
+        ret = p2p_send_small_inline(comm, peer, buf, len, dest, tag);
+        if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
+            return ret;
+        }
+        small_tried = 1;
+    }
+    if (!sync && (len <= comm->ctx->cfg.eager_limit) && !peer->failed &&
+        (peer->ep != NULL)) {
+        return p2p_send_eager_blocking(comm, peer, buf, len, dest, tag,
+                                       small_tried);
+    }
+    ret = p2p_send_req(comm, buf, len, dest, tag, sync, small_tried, &req);
+    return (ret != P2P_OK) ? ret : p2p_wait_st(&req, NULL);
 }

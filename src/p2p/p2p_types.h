@@ -22,6 +22,7 @@
 #include <ucs/datastruct/mpool.h>
 
 #include <endian.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
