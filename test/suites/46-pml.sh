@@ -3,9 +3,11 @@
 # and prints "NAME: OK") run under --mca pml ib2 over UCX's shared memory
 # and TCP, with 2 ranks and some with 3 and 4, and over rc_ib2 on
 # softverbs; and the same programs under --mca pml ob1 (vader, tcp) as the
-# reference that the programs themselves are right. pml_freed also runs
-# where it must fail (UCP's own registration cache on), to show it sees
-# the bug it guards against.
+# reference that the programs themselves are right. pml_failure (a rank
+# killed mid-exchange) runs under pml ib2 only, with 3 ranks. pml_freed
+# and pml_failure also run where they must fail (UCP's own registration
+# cache on; failure detection off), to show they see what they guard
+# against.
 # Skipped, with the reason, where configure found no Open MPI development
 # headers (the component is then not built).
 for v in $(compgen -e | grep '^P2P_\|^UCX_\|^SOFTVERBS_\|^OMPI_'); do
@@ -47,6 +49,13 @@ pml_run() {
         _ "$np" "$pml_bin/$prog" "${pml_mpirun[@]}" "$@"
 }
 
+# pml_failure's victim kills itself: Open MPI's launcher must let the
+# job go on (it then exits 0 whatever the survivors did: their "OK" line
+# is what counts). Not run under ob1: ob1 of Open MPI 4.1.4 leaves a
+# receive from the dead rank pending for good, over vader and over tcp
+# (checked: the survivors give up at the bound).
+pml_recovery=(--mca orte_enable_recovery 1)
+
 pml_progs=(pml_pingpong pml_modes pml_match pml_probe pml_persist pml_dtype
            pml_comms pml_truncate pml_threads pml_freed)
 
@@ -66,7 +75,21 @@ for tls in shm tcp; do
     done
     pml_run "ib2-$tls/pml_match-3" 3 pml_match --mca pml ib2 -x UCX_TLS=$tls
     pml_run "ib2-$tls/pml_comms-4" 4 pml_comms --mca pml ib2 -x UCX_TLS=$tls
+    pml_run "ib2-$tls/pml_failure-3" 3 pml_failure --mca pml ib2 \
+        "${pml_recovery[@]}" -x UCX_TLS=$tls
 done
+
+# pml_failure sees a failure that is never reported: with p2p's
+# same-host check and UCP's keepalive off, shared memory never tells the
+# survivors, and they must give up at the bound, not pass.
+ib2_check pml/ib2-shm/pml_failure-sees-no-report bash -c '
+    out=$("$@" 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "still pending after 5 s" &&
+    ! echo "$out" | grep -q "^pml_failure: OK"' \
+    _ "${pml_mpirun[@]}" -np 3 --mca pml ib2 "${pml_recovery[@]}" \
+    -x UCX_TLS=shm -x P2P_KEEPALIVE_INTERVAL=0 -x UCX_KEEPALIVE_INTERVAL=inf \
+    -x PML_FAILURE_BOUND=5 "$pml_bin/pml_failure"
 
 # Reference: ob1 with vader's single copy off, since ob1 of Open MPI
 # 4.1.4 writes a truncated rendezvous message past the receive buffer
@@ -98,6 +121,8 @@ for p in "${pml_progs[@]}"; do
     pml_run "ib2-rc_ib2/$p" 2 "$p" --mca pml ib2 --mca btl self \
         -x UCX_TLS=rc_ib2,ud_verbs:aux
 done
+pml_run "ib2-rc_ib2/pml_failure-3" 3 pml_failure --mca pml ib2 \
+    --mca btl self "${pml_recovery[@]}" -x UCX_TLS=rc_ib2,ud_verbs:aux
 
 # pml_freed sees the bug it guards against: with UCX 1.13's own
 # registration cache on, which p2p leaves off, UCP merges its memory
