@@ -335,6 +335,8 @@ void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
 void p2p_rndv_refuse(p2p_request_t *req, uint64_t sreq, int error);
 void p2p_mid_start(p2p_request_t *req, void *desc, size_t length);
 
+#include "p2p_packed.h"
+
 /* Eager data into a matched receive: what fits, and TRUNCATE if not all */
 static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
                                  size_t len)
@@ -345,10 +347,12 @@ static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
         n                 = req->recv.len;
         req->status.error = P2P_ERR_TRUNCATE;
     }
-    if (n != 0) {   /* a zero-byte receive may have no buffer */
+    req->status.count = n;
+    if (P2P_UNLIKELY(req->recv.pack != NULL)) {
+        p2p_packed_unpack(req, 0, data, n);
+    } else if (n != 0) {   /* a zero-byte receive may have no buffer */
         memcpy(req->recv.buf, data, n);
     }
-    req->status.count = n;
 }
 
 /* p2p_unexp.c */
@@ -429,6 +433,7 @@ static inline int p2p_peer_ep(p2p_peer_t *peer, ucp_ep_h *ep_p)
  * P2P_OK; p2p_send_args_ok is the inline test of the hot paths. */
 int  p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, p2p_request_t **req_p, const char *fn);
+int  p2p_check_src_tag(p2p_comm_t *comm, int src, int tag, const char *fn);
 
 static inline int p2p_send_args_ok(const p2p_comm_t *comm, const void *buf,
                                    size_t len, int dest, int tag,

@@ -31,10 +31,17 @@ static void pml_ib2_req_construct(pml_ib2_req_t *r)
     r->tmp             = NULL;
     r->comm            = NULL;
     r->dt              = NULL;
+    r->conv_ready      = 0;
+    OBJ_CONSTRUCT(&r->conv, opal_convertor_t);
+}
+
+static void pml_ib2_req_destruct(pml_ib2_req_t *r)
+{
+    OBJ_DESTRUCT(&r->conv);
 }
 
 OBJ_CLASS_INSTANCE(pml_ib2_req_t, ompi_request_t, pml_ib2_req_construct,
-                   NULL);
+                   pml_ib2_req_destruct);
 
 pml_ib2_req_t *pml_ib2_req_new(int kind, bool persistent,
                                ompi_communicator_t *comm)
@@ -92,10 +99,10 @@ void pml_ib2_req_release(pml_ib2_req_t *r)
 {
     if (r->kind == PML_IB2_REQ_BSEND) {
         mca_pml_base_bsend_request_free(r->tmp);
+        r->tmp = NULL;
     } else {
-        free(r->tmp);
+        pml_ib2_dt_release(r);
     }
-    r->tmp = NULL;
     if (r->dt != NULL) {
         OBJ_RELEASE(r->dt);
         r->dt = NULL;
@@ -151,8 +158,7 @@ static void pml_ib2_req_finish(pml_ib2_req_t *r)
     } else {
         r->ompi.req_status.MPI_ERROR = pml_ib2_err(ret);
     }
-    free(r->tmp);
-    r->tmp = NULL;
+    pml_ib2_dt_release(r);
     if (!r->freed) {
         ompi_request_complete(&r->ompi, true);
     }

@@ -57,7 +57,10 @@ pml_run() {
 pml_recovery=(--mca orte_enable_recovery 1)
 
 pml_progs=(pml_pingpong pml_modes pml_match pml_probe pml_persist pml_dtype
-           pml_comms pml_truncate pml_threads pml_freed)
+           pml_comms pml_truncate pml_threads pml_freed pml_bigdt)
+# the derived-datatype programs once more with every non-contiguous
+# message in pieces (none staged whole), small ones too
+pml_piece_progs=(pml_dtype pml_truncate pml_probe)
 
 # the component is the one running, and says what it set up
 ib2_check pml/ib2-is-selected bash -c '
@@ -77,7 +80,22 @@ for tls in shm tcp; do
     pml_run "ib2-$tls/pml_comms-4" 4 pml_comms --mca pml ib2 -x UCX_TLS=$tls
     pml_run "ib2-$tls/pml_failure-3" 3 pml_failure --mca pml ib2 \
         "${pml_recovery[@]}" -x UCX_TLS=$tls
+    for p in "${pml_piece_progs[@]}"; do
+        pml_run "ib2-$tls/$p-in-pieces" 2 "$p" --mca pml ib2 \
+            --mca pml_ib2_stage_max 0 -x UCX_TLS=$tls
+    done
 done
+
+# pml_bigdt sees a whole-message copy: with the PML told to stage
+# messages up to 1 GiB whole, its peak resident size rises by the 64 MiB
+# copy and the PML's staging count says so; it must fail.
+ib2_check pml/ib2-shm/pml_bigdt-sees-staging bash -c '
+    out=$("$@" 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "peak resident size rose by" &&
+    ! echo "$out" | grep -q "^pml_bigdt: OK"' \
+    _ "${pml_mpirun[@]}" -np 2 --mca pml ib2 --mca pml_ib2_stage_max \
+    1073741824 -x UCX_TLS=shm "$pml_bin/pml_bigdt"
 
 # pml_failure sees a failure that is never reported: with p2p's
 # same-host check and UCP's keepalive off, shared memory never tells the
@@ -123,6 +141,10 @@ for p in "${pml_progs[@]}"; do
 done
 pml_run "ib2-rc_ib2/pml_failure-3" 3 pml_failure --mca pml ib2 \
     --mca btl self "${pml_recovery[@]}" -x UCX_TLS=rc_ib2,ud_verbs:aux
+for p in "${pml_piece_progs[@]}"; do
+    pml_run "ib2-rc_ib2/$p-in-pieces" 2 "$p" --mca pml ib2 --mca btl self \
+        --mca pml_ib2_stage_max 0 -x UCX_TLS=rc_ib2,ud_verbs:aux
+done
 
 # pml_freed sees the bug it guards against: with UCX 1.13's own
 # registration cache on, which p2p leaves off, UCP merges its memory
