@@ -289,8 +289,10 @@ static int pml_ib2_req_free(ompi_request_t **rptr)
     return OMPI_SUCCESS;
 }
 
-/* Receives not matched yet complete as cancelled; p2p does not cancel
- * sends, which then complete normally (MPI_Test_cancelled: false). */
+/* Receives not matched yet complete as cancelled. Sends complete
+ * normally (MPI_Test_cancelled: false), as MPI allows: their message is
+ * at the receiver already, and p2p has no way to take it back
+ * (README.md, "Cancel"). */
 static int pml_ib2_req_cancel(ompi_request_t *req, int complete)
 {
     pml_ib2_req_t *r = (pml_ib2_req_t*)req;
