@@ -39,17 +39,24 @@ ib2_check pml/ompi_info-lists-ib2 bash -c '
     echo "$out" | grep -q "MCA pml: ib2" &&
     echo "$out" | grep -q "pml_ib2_priority"'
 
+# Longer ends for programs that move hundreds of MiB: pml_bigdt takes 4 s
+# alone here, about a minute while other builds and suites share the two
+# cores (at nice 19).
+declare -A pml_prog_timeout=([pml_bigdt]=400)
+
 # pml_run NAME NP PROGRAM [mpirun args...]: passes when the program says OK
 pml_run() {
-    local name=$1 np=$2 prog=$3
+    local name=$1 np=$2 prog=$3 t
     shift 3
+    t=${pml_prog_timeout[$prog]:-$PML_TEST_TIMEOUT}
     ib2_check "pml/$name" bash -c '
-        np=$1 prog=$2; shift 2
-        out=$("$@" -np "$np" "$prog" 2>&1)
+        np=$1 prog=$2 t=$3; shift 3
+        out=$(PML_TEST_TIMEOUT=$t "$@" -np "$np" "$prog" 2>&1)
         rc=$?
         echo "$out"
         [ $rc -eq 0 ] && echo "$out" | grep -q "^$(basename "$prog"): OK ($np ranks)"' \
-        _ "$np" "$pml_bin/$prog" "${pml_mpirun[@]}" "$@"
+        _ "$np" "$pml_bin/$prog" "$t" "${pml_mpirun[@]}" \
+        --timeout $((t + 30)) "$@"
 }
 
 # pml_failure's victim kills itself: Open MPI's launcher must let the
@@ -94,12 +101,12 @@ done
 # messages up to 1 GiB whole, its peak resident size rises by the 64 MiB
 # copy and the PML's staging count says so; it must fail.
 ib2_check pml/ib2-shm/pml_bigdt-sees-staging bash -c '
-    out=$("$@" 2>&1)
+    out=$(PML_TEST_TIMEOUT=400 "$@" 2>&1)
     echo "$out"
     echo "$out" | grep -q "peak resident size rose by" &&
     ! echo "$out" | grep -q "^pml_bigdt: OK"' \
-    _ "${pml_mpirun[@]}" -np 2 --mca pml ib2 --mca pml_ib2_stage_max \
-    1073741824 -x UCX_TLS=shm "$pml_bin/pml_bigdt"
+    _ "${pml_mpirun[@]}" --timeout 430 -np 2 --mca pml ib2 \
+    --mca pml_ib2_stage_max 1073741824 -x UCX_TLS=shm "$pml_bin/pml_bigdt"
 
 # pml_failure sees a failure that is never reported: with p2p's
 # same-host check and UCP's keepalive off, shared memory never tells the
