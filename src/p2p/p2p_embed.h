@@ -45,6 +45,51 @@ P2P_API int p2p_comm_create_from_ranks(p2p_context_t *ctx, uint32_t id,
  * progresses once with p2p_progress, then asks each. */
 P2P_API int p2p_request_done(const p2p_request_t *req);
 
+/*
+ * Messages whose bytes the caller packs and unpacks itself, piece by
+ * piece (an MPI library's derived datatypes): no copy of the whole
+ * message is made anywhere. A message's packed form is len bytes.
+ *
+ * pack writes the packed bytes from offset on to dest, at most length of
+ * them, and says in *packed how many: it may stop short (at an element
+ * boundary, as Open MPI's convertor does), but must write at least one
+ * byte. unpack places the packed bytes [offset, offset + length) from
+ * src; the pieces of a message come in order, from offset 0, but for
+ * UCP's own fragments, which may come in any order, and their
+ * boundaries fall anywhere (an element may be split). Both return 0, or
+ * non-zero to fail the request (P2P_ERR_INVALID). They are called while
+ * p2p progresses, in any thread that progresses it (with
+ * P2P_INIT_F_THREAD_MULTIPLE under the context's lock), and must not
+ * call p2p. ops must live until the request completes.
+ *
+ * On the wire these are ordinary messages: a packed send matches any
+ * receive and a packed receive any send. A packed send goes by UCP's
+ * protocols (its pack is asked for each fragment UCP sends). A packed
+ * receive is given eager data in one piece, UCP's fragments as they
+ * come, and a rendezvous (the sender's buffer read by RDMA) through two
+ * bounce buffers of P2P_PACKED_CHUNK bytes read in turn. A message
+ * longer than the receive is unpacked up to len and completes with
+ * P2P_ERR_TRUNCATE, as p2p_irecv.
+ */
+typedef struct p2p_pack_ops {
+    int (*pack)(void *arg, size_t offset, void *dest, size_t length,
+                size_t *packed);
+    int (*unpack)(void *arg, size_t offset, const void *src, size_t length);
+} p2p_pack_ops_t;
+
+#define P2P_PACKED_CHUNK (256 * 1024)
+
+/* sync: 1 completes only once a receive matched it (p2p_issend) */
+P2P_API int p2p_isend_packed(const p2p_pack_ops_t *ops, void *arg,
+                             size_t len, int dest, int tag, int sync,
+                             p2p_comm_t *comm, p2p_request_t **req_p);
+P2P_API int p2p_irecv_packed(const p2p_pack_ops_t *ops, void *arg,
+                             size_t len, int src, int tag, p2p_comm_t *comm,
+                             p2p_request_t **req_p);
+P2P_API int p2p_imrecv_packed(const p2p_pack_ops_t *ops, void *arg,
+                              size_t len, p2p_message_t **msg_p,
+                              p2p_request_t **req_p);
+
 #ifdef __cplusplus
 }
 #endif

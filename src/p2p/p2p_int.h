@@ -314,6 +314,8 @@ static inline void p2p_copy(void *dst, const void *src, size_t n)
     }
 }
 
+#include "p2p_packed.h"
+
 /* Eager data into a matched receive: what fits, and TRUNCATE if not all */
 static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
                                  size_t len)
@@ -324,8 +326,12 @@ static inline void p2p_recv_copy(p2p_request_t *req, const void *data,
         n                 = req->recv.len;
         req->status.error = P2P_ERR_TRUNCATE;
     }
-    p2p_copy(req->recv.buf, data, n);  /* n 0: there may be no buffer */
     req->status.count = n;
+    if (P2P_UNLIKELY(req->recv.pack != NULL)) {
+        p2p_packed_unpack(req, 0, data, n);
+    } else {
+        p2p_copy(req->recv.buf, data, n);  /* n 0: there may be no buffer */
+    }
 }
 
 /* p2p_unexp.c */
@@ -406,6 +412,7 @@ static inline int p2p_peer_ep(p2p_peer_t *peer, ucp_ep_h *ep_p)
  * P2P_OK; p2p_send_args_ok is the inline test of the hot paths. */
 int  p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                     int tag, p2p_request_t **req_p, const char *fn);
+int  p2p_check_src_tag(p2p_comm_t *comm, int src, int tag, const char *fn);
 
 static inline int p2p_send_args_valid(const p2p_comm_t *comm,
                                       const void *buf, size_t len, int dest,

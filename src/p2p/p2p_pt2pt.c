@@ -45,8 +45,7 @@ int p2p_check_send(p2p_comm_t *comm, const void *buf, size_t len,
     return P2P_OK;
 }
 
-static int p2p_check_src_tag(p2p_comm_t *comm, int src, int tag,
-                             const char *fn)
+int p2p_check_src_tag(p2p_comm_t *comm, int src, int tag, const char *fn)
 {
     if (p2p_check_comm(comm, fn) != P2P_OK) {
         return P2P_ERR_INVALID;
@@ -159,6 +158,7 @@ p2p_request_t *p2p_recv_req(p2p_comm_t *comm, void *buf, size_t len,
     req->recv.buf         = buf;
     req->recv.len         = len;
     req->recv.rkey        = NULL;
+    req->recv.pack        = NULL;
     req->recv.mq.queued   = 0;
     ++ctx->live_reqs;
     return req;
@@ -193,17 +193,15 @@ static int p2p_recv_refused(p2p_comm_t *comm, p2p_request_t *req, int src)
     return 0;
 }
 
+/* Post req, fresh from p2p_recv_req: matched at once with a queued
+ * message, refused, or put in the posted queue. */
 static inline __attribute__((always_inline))
-int p2p_post_recv_inline(p2p_comm_t *comm, void *buf, size_t len, int src,
-                         int tag, p2p_request_t **req_p)
+int p2p_post_recv_req(p2p_comm_t *comm, p2p_request_t *req, int src, int tag,
+                      p2p_request_t **req_p)
 {
-    p2p_request_t    *req = p2p_recv_req(comm, buf, len, src, tag);
     struct p2p_unexp *u;
     p2p_peer_t       *peer;
 
-    if (P2P_UNLIKELY(req == NULL)) {
-        return P2P_ERR_NO_MEMORY;
-    }
     *req_p = req;
     u = (struct p2p_unexp*)p2p_mq_find_unexp(&comm->mq, src, tag, 1);
     if (u != NULL) {
@@ -227,12 +225,39 @@ int p2p_post_recv_inline(p2p_comm_t *comm, void *buf, size_t len, int src,
     return P2P_OK;
 }
 
+static inline __attribute__((always_inline))
+int p2p_post_recv_inline(p2p_comm_t *comm, void *buf, size_t len, int src,
+                         int tag, p2p_request_t **req_p)
+{
+    p2p_request_t *req = p2p_recv_req(comm, buf, len, src, tag);
+
+    if (P2P_UNLIKELY(req == NULL)) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    return p2p_post_recv_req(comm, req, src, tag, req_p);
+}
+
 /* Receive without the user-tag check (the library's collectives use
  * reserved tags). */
 int p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
                   p2p_request_t **req_p)
 {
     return p2p_post_recv_inline(comm, buf, len, src, tag, req_p);
+}
+
+/* A packed receive (p2p_embed.h), arguments checked */
+int p2p_post_recv_packed(p2p_comm_t *comm, const p2p_pack_ops_t *ops,
+                         void *arg, size_t len, int src, int tag,
+                         p2p_request_t **req_p)
+{
+    p2p_request_t *req = p2p_recv_req(comm, NULL, len, src, tag);
+
+    if (P2P_UNLIKELY(req == NULL)) {
+        return P2P_ERR_NO_MEMORY;
+    }
+    req->recv.pack     = ops;
+    req->recv.pack_arg = arg;
+    return p2p_post_recv_req(comm, req, src, tag, req_p);
 }
 
 int p2p_irecv_st(void *buf, size_t len, int src, int tag,
@@ -422,8 +447,10 @@ int p2p_mprobe_st(int src, int tag, p2p_comm_t *comm,
                             "p2p_mprobe");
 }
 
-int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
-                  p2p_request_t **req_p)
+static int p2p_imrecv_common(void *buf, size_t len,
+                             const p2p_pack_ops_t *ops, void *arg,
+                             p2p_message_t **msg_p, p2p_request_t **req_p,
+                             const char *fn)
 {
     struct p2p_unexp *u;
     p2p_comm_t       *comm;
@@ -431,15 +458,15 @@ int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
 
     if ((msg_p == NULL) || (*msg_p == NULL) || (req_p == NULL)) {
         p2p_set_error((msg_p != NULL && *msg_p != NULL) ?
-                      (*msg_p)->comm->ctx : NULL, "p2p_imrecv: %s",
+                      (*msg_p)->comm->ctx : NULL, "%s: %s", fn,
                       (req_p == NULL) ? "NULL request pointer" :
                       "no message handle (NULL, or already received)");
         return P2P_ERR_INVALID;
     }
     u = *msg_p;
-    if ((buf == NULL) && (len != 0)) {
-        p2p_set_error(u->comm->ctx, "p2p_imrecv: NULL buffer with length "
-                      "%zu", len);
+    if ((buf == NULL) && (len != 0) && (ops == NULL)) {
+        p2p_set_error(u->comm->ctx, "%s: NULL buffer with length %zu", fn,
+                      len);
         return P2P_ERR_INVALID;
     }
     comm = u->comm;
@@ -447,6 +474,8 @@ int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
     if (req == NULL) {
         return P2P_ERR_NO_MEMORY;
     }
+    req->recv.pack     = ops;
+    req->recv.pack_arg = arg;
     *msg_p = NULL;
     *req_p = req;
     p2p_comm_unprobed(comm, u);
@@ -454,6 +483,20 @@ int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
     /* the request never looks at comm again: it is not queued there */
     p2p_comm_probed_done(comm);
     return P2P_OK;
+}
+
+int p2p_imrecv_st(void *buf, size_t len, p2p_message_t **msg_p,
+                  p2p_request_t **req_p)
+{
+    return p2p_imrecv_common(buf, len, NULL, NULL, msg_p, req_p,
+                             "p2p_imrecv");
+}
+
+int p2p_imrecv_packed_st(const p2p_pack_ops_t *ops, void *arg, size_t len,
+                         p2p_message_t **msg_p, p2p_request_t **req_p)
+{
+    return p2p_imrecv_common(NULL, len, ops, arg, msg_p, req_p,
+                             "p2p_imrecv_packed");
 }
 
 int p2p_mrecv_st(void *buf, size_t len, p2p_message_t **msg_p,

@@ -42,7 +42,7 @@ int p2p_rkey_valid(const void *buf, size_t len)
     return 1;
 }
 
-static void p2p_rndv_finish(p2p_request_t *req, ucs_status_t status)
+void p2p_rndv_finish(p2p_request_t *req, ucs_status_t status)
 {
     if (req->recv.rkey != NULL) {
         ucp_rkey_destroy(req->recv.rkey);
@@ -154,6 +154,10 @@ void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
         p2p_rndv_finish(req, UCS_ERR_INVALID_PARAM);
         return;
     }
+    if (P2P_UNLIKELY(req->recv.pack != NULL)) {
+        p2p_packed_get(req, ep, address, n);
+        return;
+    }
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send      = p2p_get_cb;
@@ -186,7 +190,8 @@ static void p2p_mid_recv_cb(void *ucp_req, ucs_status_t status,
  * not to be believed, so nothing of that length is allocated. The data
  * goes through a generic datatype whose unpack keeps the bytes that fit
  * in the user's buffer and drops the rest. The "buffer" UCP hands the
- * datatype is the request.
+ * datatype is the request. A packed receive takes the same way, its
+ * pieces going to the caller's unpack.
  */
 static void *p2p_sink_start_unpack(void *context, void *buffer, size_t count)
 {
@@ -205,11 +210,16 @@ static ucs_status_t p2p_sink_unpack(void *state, size_t offset,
                                     const void *src, size_t length)
 {
     p2p_request_t *req = state;
+    size_t        n;
 
     if (offset < req->recv.len) {
-        memcpy((char*)req->recv.buf + offset, src,
-               (length < req->recv.len - offset) ? length :
-               req->recv.len - offset);
+        n = (length < req->recv.len - offset) ? length :
+            req->recv.len - offset;
+        if (req->recv.pack != NULL) {
+            p2p_packed_unpack(req, offset, src, n);
+        } else {
+            memcpy((char*)req->recv.buf + offset, src, n);
+        }
     }
     return UCS_OK;
 }
@@ -220,7 +230,8 @@ static void p2p_sink_finish(void *state)
 
 /* A send buffer that could not be registered (read-only memory a memory
  * domain refuses, no locked memory left) is sent by UCP's copying
- * protocols through the same datatype: the "buffer" is the request. */
+ * protocols through the same datatype: the "buffer" is the request. So
+ * is a packed send, whose pieces the caller's pack writes. */
 static void *p2p_copy_start_pack(void *context, const void *buffer,
                                  size_t count)
 {
@@ -234,6 +245,9 @@ static size_t p2p_copy_pack(void *state, size_t offset, void *dest,
     size_t        n    = req->status.count - offset;
 
     n = (n < max_length) ? n : max_length;
+    if (req->send.buf == NULL) {
+        return p2p_packed_pack(req, offset, dest, n);
+    }
     memcpy(dest, (const char*)req->send.buf + offset, n);
     return n;
 }
@@ -280,6 +294,8 @@ void p2p_mid_start(p2p_request_t *req, void *desc, size_t length)
     if (length > req->recv.len) {
         req->status.error  = P2P_ERR_TRUNCATE;
         req->status.count  = req->recv.len;
+    }
+    if ((length > req->recv.len) || (req->recv.pack != NULL)) {
         req->recv.msg_len  = length;
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
         param.datatype      = req->ctx->sink_dt;

@@ -163,6 +163,39 @@ static inline void p2p_send_req_init(p2p_request_t *req, p2p_peer_t *peer,
     req->send.bblock   = NULL;
 }
 
+/* MID: UCP picks the protocol; ACK only if synchronous */
+static void p2p_send_mid(p2p_comm_t *comm, p2p_request_t *req, ucp_ep_h ep,
+                         const void *buf, size_t len, int dest, int tag,
+                         int sync, ucp_request_param_t *param)
+{
+    p2p_context_t    *ctx  = comm->ctx;
+    p2p_peer_t       *peer = req->peer;
+    ucs_status_ptr_t sp;
+
+    param->flags = p2p_auth_flag(peer);
+    req->pending = 1;
+    if (sync) {
+        if (p2p_wait_link(req) != P2P_OK) {
+            p2p_set_error(ctx, "out of memory for a request id");
+            p2p_send_refused(req, P2P_ERR_NO_MEMORY);
+            return;
+        }
+        req->pending = 2;
+    }
+    p2p_fill_match(&req->send.hdr.sync.m, P2P_WIRE_MID, comm, peer, tag,
+                   comm->send_seq[dest]);
+    req->send.hdr.sync.sreq = P2P_LE64(req->rid);
+    ++comm->send_seq[dest];
+    if (len < ctx->cfg.rndv_thresh) {
+        ++ctx->stats.mid_sent;
+    } else {
+        ++ctx->stats.rndv_ucp_sent;
+    }
+    sp = p2p_am_send(ctx, ep, &req->send.hdr.sync,
+                     sizeof(req->send.hdr.sync), buf, len, param);
+    p2p_send_posted(req, sp, &comm->send_seq[dest]);
+}
+
 int p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                  int tag, int sync, int small_tried, p2p_request_t **req_p)
 {
@@ -251,29 +284,7 @@ int p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
         buf                 = req;
     }
     if (region == NULL) {
-        /* UCP picks the protocol; ACK only if synchronous */
-        param.flags  = p2p_auth_flag(peer);
-        req->pending = 1;
-        if (sync) {
-            if (p2p_wait_link(req) != P2P_OK) {
-                p2p_set_error(ctx, "out of memory for a request id");
-                p2p_send_refused(req, P2P_ERR_NO_MEMORY);
-                return P2P_OK;
-            }
-            req->pending = 2;
-        }
-        p2p_fill_match(&req->send.hdr.sync.m, P2P_WIRE_MID, comm, peer, tag,
-                       seq);
-        req->send.hdr.sync.sreq = P2P_LE64(req->rid);
-        ++comm->send_seq[dest];
-        if (len < ctx->cfg.rndv_thresh) {
-            ++ctx->stats.mid_sent;
-        } else {
-            ++ctx->stats.rndv_ucp_sent;
-        }
-        sp = p2p_am_send(ctx, ep, &req->send.hdr.sync,
-                         sizeof(req->send.hdr.sync), buf, len, &param);
-        p2p_send_posted(req, sp, &comm->send_seq[dest]);
+        p2p_send_mid(comm, req, ep, buf, len, dest, tag, sync, &param);
         return P2P_OK;
     }
 
@@ -445,4 +456,48 @@ int p2p_send_blocking(p2p_comm_t *comm, const void *buf, size_t len,
     }
     ret = p2p_send_req(comm, buf, len, dest, tag, sync, small_tried, &req);
     return (ret != P2P_OK) ? ret : p2p_wait_st(&req, NULL);
+}
+
+/* A message the caller packs (p2p_embed.h): always by UCP's protocols,
+ * through the copying datatype, whose pack asks the caller for each
+ * piece UCP sends. */
+int p2p_send_packed(p2p_comm_t *comm, const p2p_pack_ops_t *ops, void *arg,
+                    size_t len, int dest, int tag, int sync,
+                    p2p_request_t **req_p)
+{
+    p2p_context_t       *ctx  = comm->ctx;
+    p2p_peer_t          *peer = p2p_comm_peer(comm, dest);
+    ucp_request_param_t param;
+    p2p_request_t       *req;
+    ucp_ep_h            ep;
+    int                 ret;
+
+    req = p2p_req_get(ctx, P2P_REQ_SEND);
+    if (req == NULL) {
+        p2p_set_error(ctx, "out of memory for a send request");
+        return P2P_ERR_NO_MEMORY;
+    }
+    *req_p = req;
+    p2p_send_req_init(req, peer, dest, tag, len);
+    req->send.buf      = NULL;
+    req->send.pack     = ops;
+    req->send.pack_arg = arg;
+    if (peer->failed) {
+        p2p_send_refused(req, peer->fail_error);
+        return P2P_OK;
+    }
+    ret = p2p_peer_ep(peer, &ep);
+    if (ret != P2P_OK) {
+        p2p_send_refused(req, ret);
+        return P2P_OK;
+    }
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_FLAGS |
+                         UCP_OP_ATTR_FIELD_DATATYPE;
+    param.cb.send      = p2p_send_cb;
+    param.user_data    = req;
+    param.datatype     = ctx->sink_dt;
+    p2p_send_mid(comm, req, ep, req, len, dest, tag, sync, &param);
+    return P2P_OK;
 }

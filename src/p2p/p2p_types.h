@@ -12,6 +12,7 @@
 #include "p2p_wire.h"
 #include "p2p_fault.h"
 #include "p2p_lock.h"
+#include "p2p_embed.h"
 
 #include <rcache.h>
 #include <pmix.h>
@@ -237,6 +238,9 @@ struct p2p_request {
             const void      *buf;     /* copied by UCP (p2p_rndv.c) */
             void            *bblock;  /* buffered send: its block in the
                                          attached buffer (p2p_bsend.c) */
+            /* with buf NULL: the caller packs (p2p_packed.c) */
+            const p2p_pack_ops_t *pack;
+            void            *pack_arg;
         } send;
         struct {
             p2p_mq_recv_t  mq;
@@ -253,6 +257,10 @@ struct p2p_request {
                                               progressing */
             size_t         msg_len;   /* truncating UCP protocol: length
                                          the sender declared */
+            /* a packed receive (p2p_packed.c): buf is NULL */
+            const p2p_pack_ops_t *pack;
+            void           *pack_arg;
+            struct p2p_pget *pget;    /* its rendezvous read in pieces */
         } recv;
     };
 };

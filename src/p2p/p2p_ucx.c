@@ -91,9 +91,46 @@ static int p2p_user_set_mm_errors(void)
     return 0;
 }
 
+/*
+ * UCX 1.13's UCP registration cache (UCX_RCACHE_ENABLE) holds both the
+ * user memory ucp_mem_map registers and the memory UCP allocates for
+ * itself (its memory pools' chunks), and merges a new allocation with a
+ * region already there. A region of freed heap memory is still there
+ * while anyone holds it: p2p's leave-pinned cache keeps a rendezvous
+ * buffer's mapping until the memory is unmapped, and free() of heap
+ * memory unmaps nothing. The merged handle then starts at the old
+ * region: UCP writes its chunk header there, into the heap, and frees
+ * that address at ucp_cleanup ("free(): invalid pointer" in
+ * uct_mem_free). p2p caches its mappings itself and the memory domains
+ * cache theirs, so UCP's cache is left off in 1.13 unless the user set
+ * UCX_RCACHE_ENABLE (later UCX keeps its allocations out of the cache).
+ */
+static int p2p_ucp_config_rcache(p2p_context_t *ctx, ucp_config_t *config)
+{
+    unsigned     major, minor, release;
+    ucs_status_t status;
+
+    ucp_get_version(&major, &minor, &release);
+    if ((major != 1) || (minor != 13) ||
+        (getenv("UCX_RCACHE_ENABLE") != NULL)) {
+        return P2P_OK;
+    }
+    status = ucp_config_modify(config, "RCACHE_ENABLE", "n");
+    if (status != UCS_OK) {
+        p2p_set_error(ctx, "turning UCP's registration cache off failed: "
+                      "%s", ucs_status_string(status));
+        return P2P_ERR_INIT;
+    }
+    return P2P_OK;
+}
+
 static int p2p_ucp_config(p2p_context_t *ctx, ucp_config_t *config)
 {
     ucs_status_t status;
+
+    if (p2p_ucp_config_rcache(ctx, config) != P2P_OK) {
+        return P2P_ERR_INIT;
+    }
 
     /* UCX 1.13's shared-memory FIFO transports (posix, sysv) can tell a
      * dead peer (they check its process) but offer peer error handling

@@ -15,6 +15,7 @@
 #include "ompi/datatype/ompi_datatype.h"
 #include "ompi/request/request.h"
 #include "opal/class/opal_free_list.h"
+#include "opal/datatype/opal_convertor.h"
 
 #include <p2p.h>
 #include <p2p_embed.h>
@@ -46,10 +47,15 @@ typedef struct pml_ib2_req {
     int                      peer, tag;
     mca_pml_base_send_mode_t mode;
     ompi_communicator_t      *comm;
-    /* packed copy of a non-contiguous datatype, or a buffered send's
-     * block in Open MPI's bsend buffer (PML_IB2_REQ_BSEND) */
+    /* packed copy of a small non-contiguous message (counted in the
+     * staging figures), or a buffered send's block in Open MPI's bsend
+     * buffer (PML_IB2_REQ_BSEND) */
     void                     *tmp;
     size_t                   tmp_len;
+    /* a larger non-contiguous message: packed or unpacked piece by piece
+     * as p2p asks (p2p_isend_packed/p2p_irecv_packed) */
+    opal_convertor_t         conv;
+    int                      conv_ready;
 } pml_ib2_req_t;
 
 OBJ_CLASS_DECLARATION(pml_ib2_req_t);
@@ -61,6 +67,12 @@ typedef struct pml_ib2_module {
     opal_free_list_t      reqs;
     int                   priority;
     int                   verbose;
+    /* non-contiguous messages up to this many packed bytes are staged
+     * whole (p2p's eager sizes); larger ones go in pieces */
+    size_t                stage_max;
+    /* bytes in staging copies now, and the most at once (MPI_T
+     * performance variable pml_ib2_staging_peak) */
+    size_t                staging, staging_peak;
 } pml_ib2_module_t;
 
 extern pml_ib2_module_t ompi_pml_ib2;
@@ -116,6 +128,15 @@ int  pml_ib2_dt_pack(const void *buf, size_t count, ompi_datatype_t *dt,
                      void *out, size_t len);
 int  pml_ib2_dt_unpack(void *buf, size_t count, ompi_datatype_t *dt,
                        const void *in, size_t len);
+/* r's non-contiguous layout of len packed bytes for p2p: r->tmp packed
+ * whole (send) or to unpack at completion (receive), for small ones;
+ * else r's convertor, prepared for pml_ib2_pack_ops. MPI error. */
+int  pml_ib2_dt_stage(pml_ib2_req_t *r, size_t len, bool send);
+/* the staging copy and convertor of r, if any, let go */
+void pml_ib2_dt_release(pml_ib2_req_t *r);
+/* ops for p2p's packed calls; arg is the request */
+extern const p2p_pack_ops_t pml_ib2_pack_ops;
+void pml_ib2_dt_register_pvars(void);
 
 /* pml_ib2_send.c, pml_ib2_recv.c, pml_ib2_probe.c */
 int pml_ib2_isend_init(const void *buf, size_t count, ompi_datatype_t *dt,

@@ -17,6 +17,8 @@ static mca_pml_base_module_t *pml_ib2_init(int *priority,
                                            bool enable_mpi_threads);
 static int pml_ib2_fini(void);
 
+static long pml_ib2_stage_param;
+
 mca_pml_base_component_2_0_0_t mca_pml_ib2_component = {
     .pmlm_version = {
         MCA_PML_BASE_VERSION_2_0_0,
@@ -50,6 +52,15 @@ static int pml_ib2_register(void)
         "Verbosity of the ib2 PML (0: errors only, 1: start-up and "
         "communicators)", MCA_BASE_VAR_TYPE_INT, NULL, 0, 0,
         OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_LOCAL, &ompi_pml_ib2.verbose);
+    pml_ib2_stage_param = -1;
+    (void)mca_base_component_var_register(
+        &mca_pml_ib2_component.pmlm_version, "stage_max",
+        "Largest non-contiguous message (packed bytes) packed whole into a "
+        "staging copy; larger ones are packed and unpacked in pieces as "
+        "p2p sends and receives them (-1: p2p's eager limit)",
+        MCA_BASE_VAR_TYPE_LONG, NULL, 0, 0, OPAL_INFO_LVL_5,
+        MCA_BASE_VAR_SCOPE_LOCAL, &pml_ib2_stage_param);
+    pml_ib2_dt_register_pvars();
     return OMPI_SUCCESS;
 }
 
@@ -67,9 +78,15 @@ static mca_pml_base_module_t *pml_ib2_init(int *priority,
                                            bool enable_progress_threads,
                                            bool enable_mpi_threads)
 {
+    p2p_stats_t st;
+
     if (pml_ib2_open_context(enable_mpi_threads) != OMPI_SUCCESS) {
         return NULL;
     }
+    /* small ones whole: one eager message, no pieces */
+    p2p_get_stats(ompi_pml_ib2.ctx, &st);
+    ompi_pml_ib2.stage_max = (pml_ib2_stage_param >= 0) ?
+                             (size_t)pml_ib2_stage_param : st.eager_limit;
     if (mca_pml_base_bsend_init(enable_mpi_threads) != OMPI_SUCCESS) {
         PML_IB2_ERROR("Open MPI's buffered-send support did not start");
         pml_ib2_close_context();
@@ -77,8 +94,10 @@ static mca_pml_base_module_t *pml_ib2_init(int *priority,
     }
     opal_progress_register(pml_ib2_progress);
     *priority = ompi_pml_ib2.priority;
-    PML_IB2_VERBOSE(1, "initialised (threads: %s), priority %d",
-                    enable_mpi_threads ? "multiple" : "single", *priority);
+    PML_IB2_VERBOSE(1, "initialised (threads: %s), priority %d, "
+                    "non-contiguous messages over %zu bytes in pieces",
+                    enable_mpi_threads ? "multiple" : "single", *priority,
+                    ompi_pml_ib2.stage_max);
     return &ompi_pml_ib2.super;
 }
 

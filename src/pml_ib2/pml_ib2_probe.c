@@ -127,15 +127,16 @@ int pml_ib2_imrecv(void *buf, size_t count, ompi_datatype_t *dt,
     r->tag   = MPI_ANY_TAG;   /* the status keeps the tag p2p reports */
     r->ompi.req_state = OMPI_REQUEST_ACTIVE;
     if (!pml_ib2_dt_contig(buf, count, dt, &ptr, &len)) {
-        r->tmp = malloc(len);
-        if (r->tmp == NULL) {
+        ret = pml_ib2_dt_stage(r, len, false);
+        if (ret != MPI_SUCCESS) {
             pml_ib2_req_release(r);
-            return OMPI_ERR_OUT_OF_RESOURCE;
+            return ret;
         }
-        r->tmp_len = len;
-        ptr        = r->tmp;
+        ptr = r->tmp;
     }
-    ret = p2p_imrecv(ptr, len, &pm, &r->p2p);
+    ret = r->conv_ready ?
+          p2p_imrecv_packed(&pml_ib2_pack_ops, r, len, &pm, &r->p2p) :
+          p2p_imrecv(ptr, len, &pm, &r->p2p);
     if (ret != P2P_OK) {
         pml_ib2_req_release(r);
         return pml_ib2_err(ret);

@@ -1,10 +1,9 @@
 /*
- * Receives, and starting persistent requests. A non-contiguous datatype
- * is received into a packed buffer and unpacked at completion.
+ * Receives, and starting persistent requests. A small non-contiguous
+ * message is received into a staging copy and unpacked at completion, a
+ * larger one unpacked piece by piece as it arrives (pml_ib2_dt.c).
  */
 #include "pml_ib2.h"
-
-#include <stdlib.h>
 
 int pml_ib2_recv_start(pml_ib2_req_t *r)
 {
@@ -16,17 +15,18 @@ int pml_ib2_recv_start(pml_ib2_req_t *r)
 
     r->ompi.req_state = OMPI_REQUEST_ACTIVE;
     if (!pml_ib2_dt_contig(r->buf, r->count, r->dt, &ptr, &len)) {
-        r->tmp = malloc(len);
-        if (r->tmp == NULL) {
-            return MPI_ERR_NO_MEM;
+        ret = pml_ib2_dt_stage(r, len, false);
+        if (ret != MPI_SUCCESS) {
+            return ret;
         }
-        r->tmp_len = len;
-        ptr        = r->tmp;
+        ptr = r->tmp;
     }
-    ret = p2p_irecv(ptr, len, r->peer, tag, pc, &r->p2p);
+    ret = r->conv_ready ?
+          p2p_irecv_packed(&pml_ib2_pack_ops, r, len, r->peer, tag, pc,
+                           &r->p2p) :
+          p2p_irecv(ptr, len, r->peer, tag, pc, &r->p2p);
     if (ret != P2P_OK) {
-        free(r->tmp);
-        r->tmp = NULL;
+        pml_ib2_dt_release(r);
         return pml_ib2_err(ret);
     }
     pml_ib2_req_track(r);

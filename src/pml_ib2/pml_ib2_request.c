@@ -31,10 +31,17 @@ static void pml_ib2_req_construct(pml_ib2_req_t *r)
     r->tmp             = NULL;
     r->comm            = NULL;
     r->dt              = NULL;
+    r->conv_ready      = 0;
+    OBJ_CONSTRUCT(&r->conv, opal_convertor_t);
+}
+
+static void pml_ib2_req_destruct(pml_ib2_req_t *r)
+{
+    OBJ_DESTRUCT(&r->conv);
 }
 
 OBJ_CLASS_INSTANCE(pml_ib2_req_t, ompi_request_t, pml_ib2_req_construct,
-                   NULL);
+                   pml_ib2_req_destruct);
 
 pml_ib2_req_t *pml_ib2_req_new(int kind, bool persistent,
                                ompi_communicator_t *comm)
@@ -92,10 +99,10 @@ void pml_ib2_req_release(pml_ib2_req_t *r)
 {
     if (r->kind == PML_IB2_REQ_BSEND) {
         mca_pml_base_bsend_request_free(r->tmp);
+        r->tmp = NULL;
     } else {
-        free(r->tmp);
+        pml_ib2_dt_release(r);
     }
-    r->tmp = NULL;
     if (r->dt != NULL) {
         OBJ_RELEASE(r->dt);
         r->dt = NULL;
@@ -151,8 +158,7 @@ static void pml_ib2_req_finish(pml_ib2_req_t *r)
     } else {
         r->ompi.req_status.MPI_ERROR = pml_ib2_err(ret);
     }
-    free(r->tmp);
-    r->tmp = NULL;
+    pml_ib2_dt_release(r);
     if (!r->freed) {
         ompi_request_complete(&r->ompi, true);
     }
@@ -283,8 +289,10 @@ static int pml_ib2_req_free(ompi_request_t **rptr)
     return OMPI_SUCCESS;
 }
 
-/* Receives not matched yet complete as cancelled; p2p does not cancel
- * sends, which then complete normally (MPI_Test_cancelled: false). */
+/* Receives not matched yet complete as cancelled. Sends complete
+ * normally (MPI_Test_cancelled: false), as MPI allows: their message is
+ * at the receiver already, and p2p has no way to take it back
+ * (README.md, "Cancel"). */
 static int pml_ib2_req_cancel(ompi_request_t *req, int complete)
 {
     pml_ib2_req_t *r = (pml_ib2_req_t*)req;

@@ -62,20 +62,18 @@ int pml_ib2_send_start(pml_ib2_req_t *r)
         return pml_ib2_bsend_start(r, pc, tag);
     }
     if (!pml_ib2_dt_contig(r->buf, r->count, r->dt, &ptr, &len)) {
-        r->tmp = malloc(len);
-        if (r->tmp == NULL) {
-            return MPI_ERR_NO_MEM;
-        }
-        r->tmp_len = len;
-        if (pml_ib2_dt_pack(r->buf, r->count, r->dt, r->tmp, len) !=
-            OMPI_SUCCESS) {
-            free(r->tmp);
-            r->tmp = NULL;
-            return MPI_ERR_INTERN;
+        ret = pml_ib2_dt_stage(r, len, true);
+        if (ret != MPI_SUCCESS) {
+            return ret;
         }
         ptr = r->tmp;
     }
-    switch (r->mode) {
+    if (r->conv_ready) {
+        /* ready mode is standard here too (p2p_irsend) */
+        ret = p2p_isend_packed(&pml_ib2_pack_ops, r, len, r->peer, tag,
+                               r->mode == MCA_PML_BASE_SEND_SYNCHRONOUS,
+                               pc, &r->p2p);
+    } else switch (r->mode) {
     case MCA_PML_BASE_SEND_SYNCHRONOUS:
         ret = p2p_issend(ptr, len, r->peer, tag, pc, &r->p2p);
         break;
@@ -87,8 +85,7 @@ int pml_ib2_send_start(pml_ib2_req_t *r)
         break;
     }
     if (ret != P2P_OK) {
-        free(r->tmp);
-        r->tmp = NULL;
+        pml_ib2_dt_release(r);
         return pml_ib2_err(ret);
     }
     pml_ib2_req_track(r);

@@ -3,7 +3,8 @@
  * sent, MPI_Probe gives source, tag and MPI_Get_count of the message;
  * MPI_Mprobe/MPI_Mrecv and MPI_Improbe/MPI_Imrecv receive exactly the
  * message probed even when another with the same envelope follows; eager
- * and rendezvous sizes.
+ * and rendezvous sizes. A matched-probed message received into a strided
+ * vector (every other int), from contiguous ints and from the vector.
  */
 #include "pml_test.h"
 
@@ -82,6 +83,46 @@ int main(int argc, char **argv)
         }
         free(a);
         free(b);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    for (int vsend = 0; vsend < 2; ++vsend) {
+        int          n = counts[1];
+        int          *v = malloc(2 * (size_t)n * sizeof(int));
+        MPI_Datatype vec;
+        MPI_Message  msg;
+        MPI_Request  req;
+
+        CHECK(v != NULL, "out of memory");
+        MPI_Type_vector(n, 1, 2, MPI_INT, &vec);
+        MPI_Type_commit(&vec);
+        if (pml_rank == 1) {
+            for (int i = 0; i < 2 * n; ++i) {
+                v[i] = vsend ? ((i & 1) ? -5 : 7 * (i / 2)) : 7 * i;
+            }
+            CHECK_MPI(vsend ? MPI_Send(v, 1, vec, 0, 22, MPI_COMM_WORLD) :
+                      MPI_Send(v, n, MPI_INT, 0, 22, MPI_COMM_WORLD));
+        } else if (pml_rank == 0) {
+            for (int i = 0; i < 2 * n; ++i) {
+                v[i] = -1;
+            }
+            CHECK_MPI(MPI_Mprobe(1, 22, MPI_COMM_WORLD, &msg, &st));
+            if (vsend) {
+                CHECK_MPI(MPI_Imrecv(v, 1, vec, &msg, &req));
+                CHECK_MPI(MPI_Wait(&req, &st));
+            } else {
+                CHECK_MPI(MPI_Mrecv(v, 1, vec, &msg, &st));
+            }
+            MPI_Get_count(&st, vec, &count);
+            CHECK(count == 1, "vector count %d", count);
+            for (int i = 0; i < n; ++i) {
+                CHECK(v[2 * i] == 7 * i && v[2 * i + 1] == -1,
+                      "vector from %s: element %d: %d, hole %d",
+                      vsend ? "a vector" : "ints", i, v[2 * i],
+                      v[2 * i + 1]);
+            }
+        }
+        MPI_Type_free(&vec);
+        free(v);
         MPI_Barrier(MPI_COMM_WORLD);
     }
     pml_test_done("pml_probe");
