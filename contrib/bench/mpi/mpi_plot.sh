@@ -50,9 +50,14 @@ if gnuplot -e 'set terminal pngcairo' 2>/dev/null; then
 fi
 
 # One "plot" clause per column: colour from the part before '/', dash and
-# point from the part after it, both by order of first appearance.
+# point from the part after it, both by order of first appearance (a
+# table of one WHAT only gets a colour per transport).
 plot_clause() {   # plot_clause TABLE
     awk -v file="$1" 'NR == 1 {
+        for (i = 2; i <= NF; i++) {
+            w = $i; sub(/\/.*/, "", w)
+            if (!(w in whats)) { whats[w] = 1; nw++ }
+        }
         for (i = 2; i <= NF; i++) {
             what = $i; tl = ""
             if (index($i, "/")) {
@@ -67,7 +72,8 @@ plot_clause() {   # plot_clause TABLE
             if (tl != "") name = name " / " tl
             printf "%s\"%s\" using 1:%d title \"%s\" with linespoints " \
                    "linecolor %d dashtype %d pointtype %d linewidth 2",
-                   (i > 2) ? ", " : "", file, i, name, col[what],
+                   (i > 2) ? ", " : "", file, i, name,
+                   (nw > 1) ? col[what] : dash[tl],
                    dash[tl], 2 * dash[tl] + 3
         }
         exit }' "$1"

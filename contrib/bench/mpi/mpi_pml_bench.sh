@@ -218,8 +218,8 @@ for t in "${tl_list[@]}"; do
 done
 
 # ---- which transports carry the messages ---------------------------------
-echo "MPI ping-pong and streaming bandwidth, 2 ranks: pml ib2, pml ucx" \
-     "and pml ob1 ($(ompi_info --version 2>/dev/null | head -n 1))"
+echo "MPI ping-pong and streaming bandwidth, 2 ranks: pml ${PMLS//,/, pml }" \
+     "($(ompi_info --version 2>/dev/null | head -n 1))"
 [ -n "${DEVICE:-}" ] && echo "verbs device: $DEVICE"
 echo "configurations:"
 for c in "${CONFIGS[@]}"; do
@@ -387,14 +387,22 @@ echo "A latency ratio below 1.00 and a bandwidth ratio above 1.00: pml ib2" \
      "is ahead."
 for t in "${tl_list[@]}"; do
     echo
+    # what each PML of the table runs on
+    how=()
+    for p in "${pml_list[@]}"; do
+        case $p/$t in
+        ob1/shm)    how+=("pml ob1: btl vader") ;;
+        ob1/rc_ib2) how+=("pml ob1: btl openib on the same device") ;;
+        */shm)      how+=("pml $p: UCX_TLS=shm") ;;
+        *)          how+=("pml $p: UCX_TLS=rc_ib2,ud_verbs:aux") ;;
+        esac
+    done
     if [ "$t" = shm ]; then
-        echo "over shared memory (pml ib2 and pml ucx: UCX_TLS=shm;" \
-             "pml ob1: btl vader)"
+        echo "over shared memory"
     else
         echo "over rc_ib2 on $DEVICE"
-        echo "(pml ib2 and pml ucx: UCX_TLS=rc_ib2,ud_verbs:aux;" \
-             "pml ob1: btl openib on the same device)"
     fi
+    (IFS=';'; echo "(${how[*]})" | sed 's/;/; /g')
     printf '%9s | %-*s | %s\n' "" \
         $(( ${#pml_list[@]} * 10 + ${#ratios[@]} * 8 - 1 )) \
         "latency (us)" "bandwidth (MB/s)"
