@@ -38,6 +38,11 @@
 #                 size, one line per PML and transport, log scales) and
 #                 the tables it is drawn from, PREFIX-latency.txt and
 #                 PREFIX-bandwidth.txt (medians; "-" where not measured)
+#     -T SECONDS  a run (one mpirun) that takes longer fails the script
+#                 (default 1800; on a quiet machine a run of the default
+#                 sizes takes well under a minute, on a loaded one the
+#                 ranks wait for a core at every message and runs take
+#                 many times that)
 #
 # Variables of the caller (UCX_*, OMPI_*, P2P_*, SOFTVERBS_*) are cleared:
 # only the options change what is measured. Timings of a machine loaded by
@@ -60,7 +65,8 @@ WINDOW=
 WINDOWS=
 BIND=
 PLOT=
-while getopts "r:s:p:t:b:n:W:N:B:P:h" opt; do
+RUN_TIMEOUT=1800
+while getopts "r:s:p:t:b:n:W:N:B:P:T:h" opt; do
     case $opt in
     r) ROUNDS=$OPTARG ;;
     s) SIZES=$OPTARG ;;
@@ -72,6 +78,7 @@ while getopts "r:s:p:t:b:n:W:N:B:P:h" opt; do
     N) WINDOWS=$OPTARG ;;
     B) BIND=$OPTARG ;;
     P) PLOT=$OPTARG ;;
+    T) RUN_TIMEOUT=$OPTARG ;;
     h) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
     esac
@@ -84,6 +91,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 case $ROUNDS in
 ''|*[!0-9]*|0) die "-r: ROUNDS must be a positive number" ;;
+esac
+case $RUN_TIMEOUT in
+''|*[!0-9]*|0) die "-T: SECONDS must be a positive number" ;;
 esac
 for v in BATCHES ITERS WINDOW WINDOWS; do   # mpi_pingpong checks ranges
     case ${!v} in
@@ -203,8 +213,13 @@ run_mpi() {
     shift
     mapfile -t args < <(config_args "$pml" "$tl")
     [ "$tl" = rc_ib2 ] && runner=("${RUNNER[@]}")
-    if ! timeout 600 "${runner[@]}" "$MPIRUN" "${MPI_COMMON[@]}" \
-            "${args[@]}" "${extra[@]}" "$BENCH" "$@" >"$log" 2>&1; then
+    local rc=0
+    timeout "$RUN_TIMEOUT" "${runner[@]}" "$MPIRUN" "${MPI_COMMON[@]}" \
+        "${args[@]}" "${extra[@]}" "$BENCH" "$@" >"$log" 2>&1 || rc=$?
+    if [ $rc -ne 0 ]; then
+        [ $rc -ne 124 ] ||
+            echo "mpi_pml_bench: pml $pml over $tl took more than" \
+                 "$RUN_TIMEOUT s (-T)" >&2
         echo "mpi_pml_bench: pml $pml over $tl failed (mpirun" \
              "${MPI_COMMON[*]} ${args[*]} ${extra[*]} $BENCH $*):" >&2
         tail -n 30 "$log" >&2
