@@ -93,7 +93,8 @@ set terminal $TERM_PNG
 set output "$OUT"
 set termoption noenhanced
 set datafile missing "-"
-set key top left
+# latency and bandwidth both grow with size: the bottom right is free
+set key bottom right opaque box
 set grid
 set logscale x 2
 set logscale y 10
