@@ -8,20 +8,39 @@
 # and streaming bandwidth per message size, medians over the rounds, and
 # the ratio rc_ib2 / rc_verbs.
 #
-# Where the machine has no RDMA device, both verbs transports run on
+# Then the MPI view: the same sizes through Open MPI, pml ib2 (this
+# product's PML, on p2p) next to Open MPI's pml ucx, over rc_ib2 and over
+# shared memory (contrib/bench/mpi/mpi_pml_bench.sh), with the ratios and
+# whether the targets hold. Both tables are also drawn, latency and
+# bandwidth against message size with log scales, one line per transport
+# and PML: OUT/p2p.png and OUT/mpi.png, next to the tables they are
+# drawn from (OUT/*-latency.txt, OUT/*-bandwidth.txt).
+#
+# Where the machine has no RDMA device, the verbs transports run on
 # softverbs, the software device built here.
 #
 #   contrib/main-job.sh BUILD_DIR [ROUNDS]
 #
-# MAIN_JOB_BENCH_ARGS adds options to p2p_bench (e.g. "-m 1048576").
+# MAIN_JOB_OUT is OUT (default BUILD_DIR/main-job).
+# MAIN_JOB_BENCH_ARGS adds options to p2p_bench (e.g. "-m 1048576");
+# MAIN_JOB_MPI_ARGS to mpi_pml_bench.sh (e.g. "-b 21"; "-p ib2,ucx,ob1"
+# adds ob1).
 #
 set -euo pipefail
 BUILD=$(cd "${1:?usage: main-job.sh BUILD_DIR [ROUNDS]}" && pwd)
 ROUNDS=${2:-3}
+OUT=${MAIN_JOB_OUT:-$BUILD/main-job}
 BENCH=$BUILD/contrib/bench/p2p/p2p_bench
+MPI_BENCH=$(cd "$(dirname "$0")" && pwd)/bench/mpi/mpi_pml_bench.sh
+PLOT=$(dirname "$MPI_BENCH")/mpi_plot.sh
 IB2_LIB=$BUILD/src/uct_ib2/.libs/libuct_ib2.so
 MPIRUN=$(command -v mpirun) || {
     echo "main-job: mpirun not found: install openmpi-bin" \
+         "(contrib/setup.sh does)" >&2
+    exit 1
+}
+command -v gnuplot >/dev/null || {
+    echo "main-job: gnuplot not found: install gnuplot-nox" \
          "(contrib/setup.sh does)" >&2
     exit 1
 }
@@ -33,6 +52,7 @@ case $ROUNDS in
 ''|*[!0-9]*|0) echo "main-job: ROUNDS must be a positive number" >&2
                exit 2 ;;
 esac
+mkdir -p "$OUT" || { echo "main-job: cannot create $OUT" >&2; exit 1; }
 
 # No variable of the caller's may change what is measured.
 for v in $(compgen -e | grep '^UCX_\|^P2P_\|^SOFTVERBS_'); do unset "$v"; done
@@ -118,3 +138,29 @@ awk 'FILENAME == ARGV[1] { vl[$1] = $2; vb[$1] = $3; next }
 echo "(latency ratio below 1 and bandwidth ratio above 1: rc_ib2 is ahead)"
 echo "full output of each run: p2p_bench, also next to UCP's tag API;"
 echo "see docs/p2p.md and docs/uct_ib2.md"
+
+# p2p's medians as plot tables: one column per transport
+for k in 2:latency 3:bandwidth; do
+    {
+        echo "bytes p2p/rc_ib2 p2p/rc_verbs p2p/shm"
+        awk -v c="${k%%:*}" '
+            FILENAME == ARGV[1] { v[$1] = $c; next }
+            FILENAME == ARGV[2] { s[$1] = $c; next }
+            { print $1, $c, (($1 in v) ? v[$1] : "-"),
+                    (($1 in s) ? s[$1] : "-") }' \
+            "$TMP/m_verbs" "$TMP/m_shm" "$TMP/m_ib2"
+    } >"$OUT/p2p-${k#*:}.txt"
+done
+"$PLOT" -t "p2p over UCP, 2 processes: medians of $ROUNDS rounds" \
+    "$OUT/p2p.png" "$OUT/p2p-latency.txt" "$OUT/p2p-bandwidth.txt"
+
+# The MPI view: pml ib2 and pml ucx over rc_ib2 and shm. Fewer batches
+# than the benchmark's default keep the main job to a few minutes.
+echo
+echo "---- MPI: Open MPI with pml ib2 (on p2p) and pml ucx ----"
+# shellcheck disable=SC2086
+"$MPI_BENCH" -r "$ROUNDS" -p ib2,ucx -t rc_ib2,shm -b 7 -P "$OUT/mpi" \
+    ${MAIN_JOB_MPI_ARGS:-} "$BUILD"
+echo
+echo "plots: $OUT/p2p.png (p2p by transport), $OUT/mpi.png (MPI by PML" \
+     "and transport); docs/pml_ib2.md has a reference run's"

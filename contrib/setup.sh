@@ -39,7 +39,8 @@ as_root() {
     $SUDO env DEBIAN_FRONTEND=noninteractive "$@"
 }
 
-# Everything the product builds against, tests with or benchmarks against.
+# Everything the product builds against, tests with or benchmarks against
+# (gnuplot-nox draws the main job's plots).
 PACKAGES=(
     build-essential autoconf automake libtool pkg-config dpkg-dev
     libucx-dev ucx-utils libucx0
@@ -49,6 +50,7 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev
     libgtest-dev
     valgrind hyperfine
+    gnuplot-nox
 )
 
 install_packages() {

@@ -1,5 +1,6 @@
 /*
- * MPI ping-pong between two ranks: rank 0 sends a message with MPI_Send,
+ * MPI ping-pong between two ranks, and streaming bandwidth (-m, in
+ * mpi_stream.c). Ping-pong: rank 0 sends a message with MPI_Send,
  * rank 1 receives it and sends it back. The time of one iteration is a full
  * round trip; the latency printed is half of it, as one-way latency is
  * usually quoted, and the bandwidth is message size over that latency.
@@ -13,7 +14,7 @@
  * when both ranks are running.
  *
  *   mpirun -np 2 mpi_pingpong [-s SIZES] [-n ITERS] [-b BATCHES] [-w WARMUP]
- *                             [-i]
+ *                             [-i] [-m lat|bw|both] [-W WINDOW] [-N WINDOWS]
  *
  * -i sends with MPI_Isend and MPI_Wait instead of MPI_Send: an MPI library
  * may take different protocols for the two (Open MPI's pml ucx sends
@@ -23,7 +24,12 @@
  * Output, one line per size after a '#' header:
  *   bytes iterations latency_us(median batch) latency_us(best batch)
  *   latency_us(10th percentile of round trips) MB/s(median batch)
+ * and with -m bw or both, after the latency lines, one line per size
+ * that starts with "bw" (so readers of the ping-pong lines skip it):
+ *   bw bytes window windows_per_batch MB/s(median batch) MB/s(best batch)
  */
+#include "mpb.h"
+
 #include <mpi.h>
 
 #include <errno.h>
@@ -36,9 +42,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MPB_MAX_SIZES     32
-#define MPB_MAX_BATCHES   101
-#define MPB_TAG           17
 /* Iterations per batch when not given: about this many bytes each way,
  * within the bounds below. Short batches keep one descheduling from
  * spoiling much; the median batch is what a user of a loaded machine
@@ -48,15 +51,7 @@
 #define MPB_MAX_ITERS     200ul
 /* -n at most: every round trip's time is kept until the size is done. */
 #define MPB_MAX_ITERS_OPT 100000ul
-
-typedef struct {
-    size_t   sizes[MPB_MAX_SIZES];
-    unsigned num_sizes;
-    unsigned long iters;    /* 0: from the size */
-    unsigned batches;
-    unsigned long warmup;
-    int isend;              /* MPI_Isend + MPI_Wait instead of MPI_Send */
-} mpb_opts_t;
+#define MPB_MAX_WINDOW    1024ul
 
 /* Argument errors: every rank finds them, rank 0 says so. */
 static int mpb_quiet;
@@ -86,8 +81,15 @@ static void mpb_usage(FILE *f)
         "  -b BATCHES  timed batches per size, median and best reported\n"
         "              (default 21, at most %d)\n"
         "  -w WARMUP   untimed ping-pongs before the batches (default 50)\n"
-        "  -i          send with MPI_Isend + MPI_Wait instead of MPI_Send\n",
-        MPB_MIN_ITERS, MPB_MAX_ITERS, MPB_MAX_BATCHES);
+        "  -i          send with MPI_Isend + MPI_Wait instead of MPI_Send\n"
+        "  -m MODE     lat: ping-pong latency (default); bw: streaming\n"
+        "              bandwidth; both: latency, then bandwidth\n"
+        "  -W WINDOW   streaming: MPI_Isend in flight per window, answered\n"
+        "              by one message (default 32, at most %lu; fewer where\n"
+        "              a window would exceed 64 MiB)\n"
+        "  -N WINDOWS  streaming: windows per batch (default: about 16 MiB\n"
+        "              per batch, 2 to 100)\n",
+        MPB_MIN_ITERS, MPB_MAX_ITERS, MPB_MAX_BATCHES, MPB_MAX_WINDOW);
 }
 
 /* "65536", "64k", "4m" -> bytes; 0 on error. */
@@ -169,11 +171,14 @@ static int mpb_parse_args(int argc, char **argv, mpb_opts_t *o)
     o->batches = 21;
     o->warmup  = 50;
     o->isend   = 0;
+    o->modes   = MPB_MODE_LAT;
+    o->window  = 32;
+    o->windows = 0;
     if (mpb_parse_sizes(defaults, o) != 0) {
         return -1;
     }
     opterr = 0;
-    while ((c = getopt(argc, argv, "s:n:b:w:ih")) != -1) {
+    while ((c = getopt(argc, argv, "s:n:b:w:im:W:N:h")) != -1) {
         switch (c) {
         case 's':
             if (mpb_parse_sizes(optarg, o) != 0) {
@@ -200,6 +205,31 @@ static int mpb_parse_args(int argc, char **argv, mpb_opts_t *o)
             break;
         case 'i':
             o->isend = 1;
+            break;
+        case 'm':
+            if (strcmp(optarg, "lat") == 0) {
+                o->modes = MPB_MODE_LAT;
+            } else if (strcmp(optarg, "bw") == 0) {
+                o->modes = MPB_MODE_BW;
+            } else if (strcmp(optarg, "both") == 0) {
+                o->modes = MPB_MODE_LAT | MPB_MODE_BW;
+            } else {
+                mpb_err("-m: \"%s\" is not a mode: give lat, bw or both\n",
+                        optarg);
+                return -1;
+            }
+            break;
+        case 'W':
+            if (mpb_parse_count("-W", optarg, 1, MPB_MAX_WINDOW, &v) != 0) {
+                return -1;
+            }
+            o->window = (unsigned)v;
+            break;
+        case 'N':
+            if (mpb_parse_count("-N", optarg, 1, 1000000ul,
+                                &o->windows) != 0) {
+                return -1;
+            }
             break;
         case 'h':
             return 1;
@@ -242,8 +272,7 @@ static unsigned char mpb_pattern(int rank, unsigned long round, size_t i)
                            ^ (i >> 12));
 }
 
-static void mpb_fill(unsigned char *buf, size_t size, int rank,
-                     unsigned long round)
+void mpb_fill(unsigned char *buf, size_t size, int rank, unsigned long round)
 {
     size_t i;
 
@@ -253,8 +282,8 @@ static void mpb_fill(unsigned char *buf, size_t size, int rank,
 }
 
 /* 0 if buf holds what `from` sent in `round`, else reports and -1. */
-static int mpb_check(const unsigned char *buf, size_t size, int from,
-                     unsigned long round, int rank)
+int mpb_check(const unsigned char *buf, size_t size, int from,
+              unsigned long round, int rank)
 {
     size_t i;
 
@@ -349,11 +378,17 @@ static double mpb_batch(unsigned char *sbuf, unsigned char *rbuf,
     return t / (double)iters;
 }
 
-static int mpb_cmp_double(const void *a, const void *b)
+int mpb_cmp_double(const void *a, const void *b)
 {
     double x = *(const double*)a, y = *(const double*)b;
 
     return (x > y) - (x < y);
+}
+
+double mpb_median(double *v, unsigned n)
+{
+    qsort(v, n, sizeof(v[0]), mpb_cmp_double);
+    return (n % 2) ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static int mpb_run(const mpb_opts_t *o, int rank)
@@ -408,9 +443,7 @@ static int mpb_run(const mpb_opts_t *o, int rank)
                              rt + b * iters);
         }
         if (rank == 0) {
-            qsort(t, o->batches, sizeof(t[0]), mpb_cmp_double);
-            med = (o->batches % 2) ? t[o->batches / 2] :
-                  (t[o->batches / 2 - 1] + t[o->batches / 2]) / 2;
+            med = mpb_median(t, o->batches);
             lat = med / 2;
             n   = iters * o->batches;
             qsort(rt, n, sizeof(rt[0]), mpb_cmp_double);
@@ -453,7 +486,13 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    rc = mpb_run(&opts, rank);
+    rc = 0;
+    if (opts.modes & MPB_MODE_LAT) {
+        rc = mpb_run(&opts, rank);
+    }
+    if ((rc == 0) && (opts.modes & MPB_MODE_BW)) {
+        rc = mpb_stream_run(&opts, rank);
+    }
     MPI_Finalize();
     return (rc == 0) ? 0 : 1;
 }
