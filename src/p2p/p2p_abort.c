@@ -166,6 +166,56 @@ static void p2p_abort_absent(p2p_comm_t *comm, uint32_t wrank)
     }
 }
 
+static inline uint64_t p2p_origin_key(uint32_t cid, uint32_t cepoch)
+{
+    return ((uint64_t)cid << 32) | cepoch;
+}
+
+void p2p_abort_index_origin(p2p_comm_t *comm)
+{
+    p2p_context_t *ctx = comm->ctx;
+    khiter_t      it;
+    int           ret;
+
+    it = kh_put(p2p_origin, &ctx->origins,
+                p2p_origin_key(comm->origin_cid, comm->origin_epoch), &ret);
+    if (ret == UCS_KH_PUT_FAILED) {
+        /* not indexed: notices look through the table while it lives */
+        ++ctx->origins_unindexed;
+        comm->origin_counted = P2P_ORIGIN_UNINDEXED;
+        return;
+    }
+    if (ret != UCS_KH_PUT_KEY_PRESENT) {
+        kh_val(&ctx->origins, it) = 0;
+    }
+    ++kh_val(&ctx->origins, it);
+    comm->origin_counted = P2P_ORIGIN_INDEXED;
+}
+
+static void p2p_abort_unindex_origin(p2p_comm_t *comm)
+{
+    p2p_context_t *ctx = comm->ctx;
+    khiter_t      it;
+
+    if (comm->origin_counted == P2P_ORIGIN_NOT) {
+        return;     /* made by no creation, or uncounted already */
+    }
+    if (comm->origin_counted == P2P_ORIGIN_UNINDEXED) {
+        ucs_assert(ctx->origins_unindexed > 0);
+        --ctx->origins_unindexed;
+        comm->origin_counted = P2P_ORIGIN_NOT;
+        return;
+    }
+    it = kh_get(p2p_origin, &ctx->origins,
+                p2p_origin_key(comm->origin_cid, comm->origin_epoch));
+    ucs_assert(it != kh_end(&ctx->origins));
+    ucs_assert(kh_val(&ctx->origins, it) > 0);
+    if (--kh_val(&ctx->origins, it) == 0) {
+        kh_del(p2p_origin, &ctx->origins, it);
+    }
+    comm->origin_counted = P2P_ORIGIN_NOT;
+}
+
 /* The communicator that creation `creation` on parent (cid, cepoch) made
  * here, if any, takes wrank as absent. Found by the origin it records, not
  * through the parent: a member that kept the new communicator may have
@@ -177,6 +227,12 @@ static int p2p_abort_child(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
     uint32_t   i;
     int        found = 0;
 
+    if ((ctx->origins_unindexed == 0) &&
+        (kh_get(p2p_origin, &ctx->origins, p2p_origin_key(cid, cepoch)) ==
+         kh_end(&ctx->origins))) {
+        return 0;   /* no creation of that parent made one here: a notice
+                       (even a forged one) costs no scan */
+    }
     for (i = 0; i < ctx->ncomms; ++i) {
         comm = ctx->comms[i];
         if ((comm != NULL) && (comm->origin_cid != UINT32_MAX) &&
@@ -363,6 +419,7 @@ void p2p_abort_forget_comm(p2p_comm_t *comm)
     p2p_context_t         *ctx = comm->ctx;
     struct p2p_abort_note *n, *tmp;
 
+    p2p_abort_unindex_origin(comm);
     ucs_list_for_each_safe(n, tmp, &ctx->abort_notes, link) {
         if ((n->cid == comm->cid) && (n->cepoch == comm->cepoch)) {
             ucs_list_del(&n->link);
@@ -385,5 +442,8 @@ void p2p_abort_cleanup(p2p_context_t *ctx)
     }
     ucs_list_head_init(&ctx->abort_notes);
     ucs_list_head_init(&ctx->aborts_out);
+    ucs_assert(kh_size(&ctx->origins) == 0);
+    kh_destroy_inplace(p2p_origin, &ctx->origins);
+    kh_init_inplace(p2p_origin, &ctx->origins);
     ctx->n_abort_notes = 0;
 }

@@ -78,6 +78,7 @@ int p2p_init(const p2p_init_params_t *params, p2p_context_t **ctx_p)
         return P2P_ERR_NO_MEMORY;
     }
     kh_init_inplace(p2p_early, &ctx->early);
+    kh_init_inplace(p2p_origin, &ctx->origins);
     ucs_list_head_init(&ctx->detached);
     kh_init_inplace(p2p_ep_rank, &ctx->ep_rank);
     ucs_list_head_init(&ctx->answers);

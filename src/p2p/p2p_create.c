@@ -58,6 +58,21 @@ static int p2p_cid_round(p2p_comm_t *comm, const char *out, size_t esz,
                           P2P_FROM_LE32(o.window), window);
             return P2P_ERR_TRANSPORT;
         }
+        if ((int32_t)(P2P_FROM_LE32(o.epoch) - comm->ctx->epoch) >
+            P2P_WIRE_EPOCH_AHEAD_MAX) {
+            /* Taken, it would move every member's epoch so far that
+             * messages of communicators freed before compare as early
+             * instead of stale after a few such creations. */
+            p2p_set_error(comm->ctx, "communicator creation: member %d "
+                          "offered epoch %u, more than %u above this "
+                          "process's %u: it does not follow the protocol "
+                          "(or created that many communicators without "
+                          "this one since they last created one together)",
+                          i, P2P_FROM_LE32(o.epoch),
+                          (unsigned)P2P_WIRE_EPOCH_AHEAD_MAX,
+                          comm->ctx->epoch);
+            return P2P_ERR_TRANSPORT;
+        }
         if ((i == 0) || ((int32_t)(P2P_FROM_LE32(o.epoch) - epoch) > 0)) {
             epoch = P2P_FROM_LE32(o.epoch);
         }
@@ -197,6 +212,7 @@ int p2p_comm_commit(p2p_comm_t *parent, int ret, p2p_comm_t *comm,
             comm->origin_cid      = parent->cid;
             comm->origin_epoch    = parent->cepoch;
             comm->origin_creation = parent->n_creations - 1;
+            p2p_abort_index_origin(comm);
             p2p_comm_install(comm);
         }
         p2p_abort_creation_over(parent, comm);

@@ -472,6 +472,8 @@ void p2p_abort_seq_reached(p2p_comm_t *parent, int crank);
 void p2p_abort_creation_over(p2p_comm_t *parent, p2p_comm_t *comm);
 /* comm is freed: notices of creations on it go. */
 void p2p_abort_forget_comm(p2p_comm_t *comm);
+/* comm, made by a creation, is entered in ctx->origins */
+void p2p_abort_index_origin(p2p_comm_t *comm);
 /* After the worker is gone: notices kept or in flight. */
 void p2p_abort_cleanup(p2p_context_t *ctx);
 

@@ -179,6 +179,16 @@ typedef struct p2p_early_q {
 } p2p_early_q_t;
 KHASH_MAP_INIT_INT(p2p_early, p2p_early_q_t)
 
+/* live communicators by the creation that made them: (parent cid, parent
+ * epoch) -> how many (p2p_abort.c) */
+KHASH_MAP_INIT_INT64(p2p_origin, uint32_t)
+enum {
+    P2P_ORIGIN_NOT = 0,         /* not counted (made by no creation, or
+                                   gone from the table) */
+    P2P_ORIGIN_INDEXED,         /* in ctx->origins */
+    P2P_ORIGIN_UNINDEXED        /* in ctx->origins_unindexed */
+};
+
 struct p2p_comm {
     p2p_context_t *ctx;
     uint32_t      cid;
@@ -207,6 +217,7 @@ struct p2p_comm {
     uint32_t      n_creations;
     int           creating;
     uint32_t      origin_cid, origin_epoch, origin_creation;
+    int           origin_counted; /* P2P_ORIGIN_*: where it is counted */
     p2p_mq_t      mq;
 };
 
@@ -348,6 +359,11 @@ struct p2p_context {
     uint32_t      ncomms;       /* capacity of comms[] */
     uint32_t      epoch;        /* the highest communicator epoch seen */
     khash_t(p2p_early) early;   /* held: for communicators not created yet */
+    /* which creations made the live communicators, so that a notice of a
+     * creation that made none here costs no scan of comms[] (p2p_abort.c);
+     * origins_unindexed: those that could not be entered (no memory) */
+    khash_t(p2p_origin) origins;
+    uint32_t      origins_unindexed;
     size_t        early_table;  /* bytes of early's table, charged */
     /* which peer a token we handed out is (attributes early messages) */
     khash_t(p2p_token) tokens;

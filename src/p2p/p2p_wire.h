@@ -31,7 +31,7 @@
  * FIN, ACK, TOKEN and ABORT are always sent with the reply flag.
  *
  * Byte order: every multi-byte field is little-endian; the token is opaque
- * bytes. Alignment: none; a receiver copies the header out of UCP's buffer
+ * bytes. Reserved fields are sent as 0 and ignored by receivers. Alignment: none; a receiver copies the header out of UCP's buffer
  * before reading it.
  *
  * Every header starts with the type (p2p_wire_type_t) and the version
@@ -204,9 +204,13 @@ typedef struct __attribute__((packed)) p2p_wire_abort {
  * the first round in which a slot is free at all members: the new
  * communicator's id is the lowest such slot, its epoch one above the
  * highest epoch offered (compared as a signed 32-bit difference). A
- * contribution of another length fails the creation.
+ * contribution of another length fails the creation, and so does an
+ * offered epoch more than P2P_WIRE_EPOCH_AHEAD_MAX above the receiver's
+ * own: epochs advance by one per creation, and a jump near 2^31 would
+ * make messages of freed communicators compare as early, not stale.
  */
 #define P2P_WIRE_CID_WINDOW     256
+#define P2P_WIRE_EPOCH_AHEAD_MAX (1 << 24)
 
 typedef struct __attribute__((packed)) p2p_wire_cid_offer {
     uint32_t epoch;         /* the highest communicator epoch the member

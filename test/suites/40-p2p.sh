@@ -271,13 +271,15 @@ for tl in shm tcp; do
     # after its parent was freed; notices flooded; a forged notice naming
     # the origin of communicators made by no creation; notices for more
     # parents than the old context-wide bound; a notice ahead of its
-    # sender's last message; its sender's next barrier begun after it
+    # sender's last message; its sender's next barrier begun after it; a
+    # creation offered an epoch far above (the fourth review's S2)
     for mode in freed:NoticeReachesChildOfFreedParent \
                 flood:FloodedNoticesAreRefused \
                 sentinel:SentinelNoticeLeavesWorldAlone \
                 parents:NoticesOfManyParentsAreKept \
                 ahead:NoticeAheadOfMessagesIsLookedAtAgain \
-                next:NextCollectiveIsNotTheRounds; do
+                next:NextCollectiveIsNotTheRounds \
+                epoch:CreationWithForgedEpochFails; do
         P2PTEST_RAW_RANK=2 P2PTEST_RAW_MODE=${mode%%:*} ib2_gtest \
             "p2p-$tl-review4-${mode%%:*}" "$p2p_mpirun" "${p2p_mpi[@]}" \
             -x P2PTEST_RAW_RANK -x P2PTEST_RAW_MODE -np 3 \

@@ -17,4 +17,7 @@ void raw_abort(p2ptest::RawPeer &raw, int dest, uint32_t cid,
 /* test_review4_next.cc */
 int raw_next(p2ptest::RawPeer &raw);
 
+/* test_review4_epoch.cc */
+int raw_epoch(p2ptest::RawPeer &raw);
+
 #endif

@@ -14,6 +14,8 @@
  *   NoticeAheadOfMessagesIsLookedAtAgain -np 3, rank 2 raw (mode ahead)
  *   NextCollectiveIsNotTheRounds    -np 3, rank 2 raw (mode next;
  *                                   test_review4_next.cc)
+ *   CreationWithForgedEpochFails    -np 3, rank 2 raw (mode epoch;
+ *                                   test_review4_epoch.cc)
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -477,9 +479,11 @@ int main(int argc, char **argv)
             rc = raw_ahead(peer);
         } else if (m == "next") {
             rc = raw_next(peer);
+        } else if (m == "epoch") {
+            rc = raw_epoch(peer);
         } else {
             fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood, "
-                    "sentinel, lag, parents, ahead or next\n");
+                    "sentinel, lag, parents, ahead, next or epoch\n");
         }
         peer.finalize();
         return rc;
