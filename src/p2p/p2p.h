@@ -146,7 +146,10 @@ P2P_API p2p_context_t *p2p_comm_context(const p2p_comm_t *comm);
  * live members -- except when a member dies during its last round: then
  * one live member may keep the new communicator and another not. The
  * latter tells the former, at which every operation with it on the new
- * communicator completes with P2P_ERR_COMM_ABORTED (docs/p2p.md). */
+ * communicator completes with P2P_ERR_COMM_ABORTED (docs/p2p.md). It
+ * fails at every member if one of them has made 2^30 more communicators
+ * than another since they last made one together (a gap that stays;
+ * P2P_WIRE_EPOCH_AHEAD_MAX in p2p_wire.h). */
 P2P_API int  p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p);
 /* Processes with the same color form a communicator, ranked by key then by
  * rank in comm; color P2P_UNDEFINED gives *newcomm_p = NULL. */

@@ -166,9 +166,14 @@ static void p2p_abort_absent(p2p_comm_t *comm, uint32_t wrank)
     }
 }
 
-static inline uint64_t p2p_origin_key(uint32_t cid, uint32_t cepoch)
+/* The index's key: parent id, epoch and creation mixed into 64 bits. Two
+ * creations may share a key; that only costs the scan a notice of one of
+ * them makes, which compares all three. */
+static inline uint64_t p2p_origin_key(uint32_t cid, uint32_t cepoch,
+                                      uint32_t creation)
 {
-    return ((uint64_t)cid << 32) | cepoch;
+    return (((uint64_t)cid << 32) | cepoch) +
+           (uint64_t)creation * 0x9e3779b97f4a7c15ull;
 }
 
 void p2p_abort_index_origin(p2p_comm_t *comm)
@@ -178,7 +183,8 @@ void p2p_abort_index_origin(p2p_comm_t *comm)
     int           ret;
 
     it = kh_put(p2p_origin, &ctx->origins,
-                p2p_origin_key(comm->origin_cid, comm->origin_epoch), &ret);
+                p2p_origin_key(comm->origin_cid, comm->origin_epoch,
+                               comm->origin_creation), &ret);
     if (ret == UCS_KH_PUT_FAILED) {
         /* not indexed: notices look through the table while it lives */
         ++ctx->origins_unindexed;
@@ -207,7 +213,8 @@ static void p2p_abort_unindex_origin(p2p_comm_t *comm)
         return;
     }
     it = kh_get(p2p_origin, &ctx->origins,
-                p2p_origin_key(comm->origin_cid, comm->origin_epoch));
+                p2p_origin_key(comm->origin_cid, comm->origin_epoch,
+                               comm->origin_creation));
     ucs_assert(it != kh_end(&ctx->origins));
     ucs_assert(kh_val(&ctx->origins, it) > 0);
     if (--kh_val(&ctx->origins, it) == 0) {
@@ -228,7 +235,8 @@ static int p2p_abort_child(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
     int        found = 0;
 
     if ((ctx->origins_unindexed == 0) &&
-        (kh_get(p2p_origin, &ctx->origins, p2p_origin_key(cid, cepoch)) ==
+        (kh_get(p2p_origin, &ctx->origins,
+                p2p_origin_key(cid, cepoch, creation)) ==
          kh_end(&ctx->origins))) {
         return 0;   /* no creation of that parent made one here: a notice
                        (even a forged one) costs no scan */
@@ -297,7 +305,9 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
     done = parent->n_creations - (parent->creating ? 1 : 0);
     if ((int32_t)(creation - done) < 0) {
         /* over here: its communicator, if this member has it */
-        p2p_abort_child(ctx, cid, cepoch, creation, peer->rank);
+        if (!p2p_abort_child(ctx, cid, cepoch, creation, peer->rank)) {
+            ++ctx->stats.rx_stale_comm;     /* made nothing here */
+        }
         return;
     }
     if ((int32_t)(creation - parent->n_creations) > 0) {

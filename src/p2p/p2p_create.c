@@ -65,9 +65,10 @@ static int p2p_cid_round(p2p_comm_t *comm, const char *out, size_t esz,
              * instead of stale after a few such creations. */
             p2p_set_error(comm->ctx, "communicator creation: member %d "
                           "offered epoch %u, more than %u above this "
-                          "process's %u: it does not follow the protocol "
-                          "(or created that many communicators without "
-                          "this one since they last created one together)",
+                          "process's %u: it does not follow the protocol, "
+                          "or made that many communicators without this "
+                          "process since they last made one together (the "
+                          "gap stays: every creation with both fails)",
                           i, P2P_FROM_LE32(o.epoch),
                           (unsigned)P2P_WIRE_EPOCH_AHEAD_MAX,
                           comm->ctx->epoch);

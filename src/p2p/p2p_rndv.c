@@ -149,8 +149,18 @@ void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
         return;
     }
     if (p2p_rkey_maps_sender(req->recv.rkey, address)) {
-        p2p_rx_malformed(req->ctx, "rendezvous key for memory mapped into "
-                         "this process", sizeof(p2p_wire_rts_t));
+        ++req->ctx->stats.rx_malformed;
+        if (!(req->ctx->warned & P2P_WARNED_MAPPED)) {
+            req->ctx->warned |= P2P_WARNED_MAPPED;
+            p2p_warn(req->ctx, "rank %u sent a rendezvous key for memory "
+                     "the transport maps into this process (a shared-"
+                     "memory segment), which is read without a bound: "
+                     "the receive fails. p2p packs keys only for user "
+                     "memory; memory from ucp_mem_map(ALLOCATE) can map "
+                     "so when UCX_RCACHE_ENABLE=y: send from other memory. "
+                     "Further ones are only counted (rx_malformed).",
+                     peer->rank);
+        }
         p2p_rndv_finish(req, UCS_ERR_INVALID_PARAM);
         return;
     }

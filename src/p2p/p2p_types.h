@@ -425,7 +425,8 @@ struct p2p_context {
 enum {
     P2P_WARNED_MALFORMED = 1u << 0,
     P2P_WARNED_SOURCE    = 1u << 1,
-    P2P_WARNED_ABORT     = 1u << 2
+    P2P_WARNED_ABORT     = 1u << 2,
+    P2P_WARNED_MAPPED    = 1u << 3
 };
 
 

@@ -205,12 +205,15 @@ typedef struct __attribute__((packed)) p2p_wire_abort {
  * communicator's id is the lowest such slot, its epoch one above the
  * highest epoch offered (compared as a signed 32-bit difference). A
  * contribution of another length fails the creation, and so does an
- * offered epoch more than P2P_WIRE_EPOCH_AHEAD_MAX above the receiver's
- * own: epochs advance by one per creation, and a jump near 2^31 would
- * make messages of freed communicators compare as early, not stale.
+ * offered epoch more than P2P_WIRE_EPOCH_AHEAD_MAX (2^30) above the
+ * receiver's own: epochs advance by one per creation, and a jump near
+ * 2^31 would make messages of freed communicators compare as early, not
+ * stale. Honest members reach such a gap only when one has made 2^30
+ * more communicators than the other since they last made one together;
+ * the gap then stays, and every creation with both fails.
  */
 #define P2P_WIRE_CID_WINDOW     256
-#define P2P_WIRE_EPOCH_AHEAD_MAX (1 << 24)
+#define P2P_WIRE_EPOCH_AHEAD_MAX (1 << 30)
 
 typedef struct __attribute__((packed)) p2p_wire_cid_offer {
     uint32_t epoch;         /* the highest communicator epoch the member

@@ -18,10 +18,11 @@ using namespace p2ptest;
 using namespace p2pfix;
 
 /*
- * Rank 2 (a raw peer) offers epoch 2^30 in the world's next creation.
+ * Rank 2 (a raw peer) offers epoch 0x7fff0000 (about 2^31) in the world's
+ * next creation.
  * Ranks 0 and 1 refuse it: the creation fails at both with a message
- * naming rank 2, and they still talk on the world. Before, both took 2^30 + 1
- * as the new communicator's epoch; two more such creations and messages
+ * naming rank 2, and they still talk on the world. Before, both took it + 1
+ * as the new communicator's epoch; one more such creation and messages
  * of communicators freed before would be held as early, not dropped as
  * stale.
  */
@@ -52,14 +53,14 @@ TEST(P2PReview4, CreationWithForgedEpochFails)
     EXPECT_EQ(1 - rank, w);
 }
 
-/* Rank 2, epoch: its offer with epoch 2^30 to both, theirs, the commit
+/* Rank 2, epoch: its offer with epoch 0x7fff0000 to both, theirs, the commit
  * round (its byte says "fine": the others fail it), and finalize's. */
 int raw_epoch(RawPeer &raw)
 {
     p2p_wire_cid_offer_t o;
 
     memset(&o, 0, sizeof(o));
-    o.epoch = 1u << 30;
+    o.epoch = 0x7fff0000u;  /* past the bound, 2^30 */
     for (size_t i = 0; i < sizeof(o.free) / sizeof(o.free[0]); ++i) {
         o.free[i] = ~0ull;
     }
