@@ -4,9 +4,11 @@
 # two processes exchange messages through p2p over UCP over the rc_ib2
 # transport, and the same two processes run again over UCX's own
 # transports -- rc_verbs on the same device, and shared memory -- rounds
-# alternating. It prints one table: latency (half a ping-pong round trip)
-# and streaming bandwidth per message size, medians over the rounds, and
-# the ratio rc_ib2 / rc_verbs.
+# alternating; and rc_ib2 once more on an iWARP device, connected through
+# rdmacm (always softverbs' iWARP device type, beside a RoCE port that
+# carries UCP's wire-up through ud_verbs). It prints one table: latency
+# (half a ping-pong round trip) and streaming bandwidth per message size,
+# medians over the rounds, and the ratio rc_ib2 / rc_verbs.
 #
 # Then the MPI view: the same sizes through Open MPI, pml ib2 (this
 # product's PML, on p2p) next to Open MPI's pml ucx, over rc_ib2 and over
@@ -70,16 +72,29 @@ else
     DEVICE="softverbs (software RDMA device: no adapter on this machine)"
 fi
 
-# name | UCX_TLS | runs on the verbs device
+# name | UCX_TLS | runs on: 1 the verbs device, 0 none, iwarp softverbs'
+# iWARP device (rc_ib2 connects through rdmacm there)
 CONFIGS=(
     "rc_ib2|rc_ib2,ud_verbs:aux|1"
     "rc_verbs|rc_verbs,ud_verbs:aux|1"
     "shm|shm|0"
+    "rc_ib2_iwarp|rc_ib2,ud_verbs:aux|iwarp"
 )
+SV_RUN=$BUILD/contrib/softverbs/softverbs-run
 
 run_bench() {   # run_bench NAME TLS ON_VERBS OUT
     local runner=() vars=(UCX_TLS="$2")
     [ "$3" = 1 ] && runner=("${RUNNER[@]}")
+    if [ "$3" = iwarp ]; then
+        # UCP's wire-up needs ud_verbs, which iWARP lacks: a RoCE port
+        # carries it. rc_ib2 opens on both ports; one rail keeps the data
+        # on the first lane, and the check below makes sure that lane is
+        # the iWARP port's.
+        runner=("$SV_RUN" --shm "$SHM-iw")
+        vars+=(SOFTVERBS_DEVICES=iw0:iwarp:1,roce0:eth:1
+               UCX_NET_DEVICES=iw0:1,roce0:1 UCX_MAX_EAGER_RAILS=1
+               UCX_MAX_RNDV_RAILS=1 UCX_LOG_LEVEL=info)
+    fi
     # p2p loads the transport itself when told where it is
     [ "$1" = rc_ib2 ] && vars+=(P2P_UCT_IB2="$IB2_LIB")
     # shellcheck disable=SC2086
@@ -90,6 +105,14 @@ run_bench() {   # run_bench NAME TLS ON_VERBS OUT
         tail -n 20 "$4.log" >&2
         exit 1
     fi
+    if [ "$3" = iwarp ] &&
+       ! grep -q 'ep_cfg\[.*tag(rc_ib2/iw0:1) .*am(rc_ib2/iw0:1)' \
+            "$4.log"; then
+        echo "main-job: over $1, UCP did not put its tag and am lanes on" \
+             "rc_ib2/iw0:1 alone (see $4.log)" >&2
+        grep 'ep_cfg' "$4.log" >&2 || true
+        exit 1
+    fi
     # bytes latency_us bandwidth_MBs of p2p, one line per size
     awk '$1 ~ /^[0-9]+$/ && NF == 7 { print $1, $2, $5 }' "$4.log" >>"$4"
 }
@@ -97,6 +120,7 @@ run_bench() {   # run_bench NAME TLS ON_VERBS OUT
 echo "p2p over UCP: two processes, latency and bandwidth by message size"
 echo "verbs device: $DEVICE"
 echo "transports: rc_ib2 (this product), rc_verbs and shm (UCX's own);"
+echo "iWARP: rc_ib2 on softverbs' iWARP device, connected through rdmacm;"
 echo "$ROUNDS rounds, transports alternating in each; medians"
 for r in $(seq 1 "$ROUNDS"); do
     for c in "${CONFIGS[@]}"; do
@@ -123,19 +147,22 @@ medians() {   # medians FILE -> "bytes lat bw" per size, in size order
 medians "$TMP/rc_ib2" >"$TMP/m_ib2"
 medians "$TMP/rc_verbs" >"$TMP/m_verbs"
 medians "$TMP/shm" >"$TMP/m_shm"
+medians "$TMP/rc_ib2_iwarp" >"$TMP/m_iw"
 
 echo
-printf '%9s | %-37s | %-37s\n' "" "latency (us)" "bandwidth (MB/s)"
-printf '%9s | %9s %9s %6s %9s | %9s %9s %6s %9s\n' bytes rc_ib2 rc_verbs \
-    ratio shm rc_ib2 rc_verbs ratio shm
+printf '%9s | %-47s | %-47s\n' "" "latency (us)" "bandwidth (MB/s)"
+printf '%9s | %9s %9s %6s %9s %9s | %9s %9s %6s %9s %9s\n' bytes rc_ib2 \
+    rc_verbs ratio shm iWARP rc_ib2 rc_verbs ratio shm iWARP
 awk 'FILENAME == ARGV[1] { vl[$1] = $2; vb[$1] = $3; next }
      FILENAME == ARGV[2] { sl[$1] = $2; sb[$1] = $3; next }
-     ($1 in vl) && ($1 in sl) {
-         printf "%9d | %9.3f %9.3f %6.2f %9.3f | %9.1f %9.1f %6.2f %9.1f\n",
-                $1, $2, vl[$1], $2 / vl[$1], sl[$1], $3, vb[$1],
-                $3 / vb[$1], sb[$1] }' "$TMP/m_verbs" "$TMP/m_shm" \
-    "$TMP/m_ib2"
-echo "(latency ratio below 1 and bandwidth ratio above 1: rc_ib2 is ahead)"
+     FILENAME == ARGV[3] { wl[$1] = $2; wb[$1] = $3; next }
+     ($1 in vl) && ($1 in sl) && ($1 in wl) {
+         printf "%9d | %9.3f %9.3f %6.2f %9.3f %9.3f | %9.1f %9.1f %6.2f " \
+                "%9.1f %9.1f\n", $1, $2, vl[$1], $2 / vl[$1], sl[$1], \
+                wl[$1], $3, vb[$1], $3 / vb[$1], sb[$1], wb[$1] }' \
+    "$TMP/m_verbs" "$TMP/m_shm" "$TMP/m_iw" "$TMP/m_ib2"
+echo "(latency ratio below 1 and bandwidth ratio above 1: rc_ib2 is ahead;"
+echo " iWARP: rc_ib2 over rdmacm on softverbs' iWARP device type)"
 echo "full output of each run: p2p_bench, also next to UCP's tag API;"
 echo "see docs/p2p.md and docs/uct_ib2.md"
 
