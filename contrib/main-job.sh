@@ -96,7 +96,7 @@ run_bench() {   # run_bench NAME TLS ON_VERBS OUT
                UCX_MAX_RNDV_RAILS=1 UCX_LOG_LEVEL=info)
     fi
     # p2p loads the transport itself when told where it is
-    [ "$1" = rc_ib2 ] && vars+=(P2P_UCT_IB2="$IB2_LIB")
+    case $1 in rc_ib2*) vars+=(P2P_UCT_IB2="$IB2_LIB") ;; esac
     # shellcheck disable=SC2086
     if ! env "${vars[@]}" timeout 600 "${runner[@]}" "$MPIRUN" \
             --allow-run-as-root --bind-to none -np 2 "$BENCH" -r 1 \
