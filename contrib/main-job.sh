@@ -169,13 +169,14 @@ echo "see docs/p2p.md and docs/uct_ib2.md"
 # p2p's medians as plot tables: one column per transport
 for k in 2:latency 3:bandwidth; do
     {
-        echo "bytes p2p/rc_ib2 p2p/rc_verbs p2p/shm"
+        echo "bytes p2p/rc_ib2 p2p/rc_verbs p2p/shm p2p/rc_ib2-iWARP"
         awk -v c="${k%%:*}" '
             FILENAME == ARGV[1] { v[$1] = $c; next }
             FILENAME == ARGV[2] { s[$1] = $c; next }
+            FILENAME == ARGV[3] { w[$1] = $c; next }
             { print $1, $c, (($1 in v) ? v[$1] : "-"),
-                    (($1 in s) ? s[$1] : "-") }' \
-            "$TMP/m_verbs" "$TMP/m_shm" "$TMP/m_ib2"
+                    (($1 in s) ? s[$1] : "-"), (($1 in w) ? w[$1] : "-") }' \
+            "$TMP/m_verbs" "$TMP/m_shm" "$TMP/m_iw" "$TMP/m_ib2"
     } >"$OUT/p2p-${k#*:}.txt"
 done
 "$PLOT" -t "p2p over UCP, 2 processes: medians of $ROUNDS rounds" \
