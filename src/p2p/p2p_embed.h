@@ -52,8 +52,13 @@ P2P_API int p2p_request_done(const p2p_request_t *req);
  *
  * pack writes the packed bytes from offset on to dest, at most length of
  * them, and says in *packed how many: it may stop short (at an element
- * boundary, as Open MPI's convertor does), but must write at least one
- * byte. unpack places the packed bytes [offset, offset + length) from
+ * boundary, as Open MPI's convertor does), also at 0 bytes when less room
+ * is left than an element needs; p2p then has it pack that element into
+ * a carry of P2P_PACK_CARRY (32) bytes and splits it itself (a larger
+ * element fails the send). pack is asked for any offset, not only the
+ * next. If pack fails, the send fails, but the receiver, already sent
+ * part of the message, gets zeros for the rest and is not told. unpack
+ * places the packed bytes [offset, offset + length) from
  * src; the pieces of a message come in order, from offset 0, but for
  * UCP's own fragments, which may come in any order, and their
  * boundaries fall anywhere (an element may be split). Both return 0, or

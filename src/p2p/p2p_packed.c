@@ -28,25 +28,60 @@ typedef struct p2p_pget {
     char          *bounce;      /* 2 * P2P_PACKED_CHUNK */
 } p2p_pget_t;
 
+/*
+ * UCP gets exactly the length it asks for: UCX 1.13 places the header of
+ * a multi-fragment eager message after the bytes it asked the first
+ * fragment for, not after those packed, so a short piece would move the
+ * header into the data. The caller's pack stops at element boundaries;
+ * an element that straddles the end is packed whole into the request's
+ * carry, its first bytes end this piece and the rest begin the next.
+ */
 size_t p2p_packed_pack(p2p_request_t *req, size_t offset, void *dest,
                        size_t length)
 {
-    size_t packed = 0;
+    const p2p_pack_ops_t *ops  = req->send.pack;
+    char                 *d    = dest;
+    size_t               done  = 0, packed = 0, k;
 
-    if (length == 0) {
-        return 0;
+    if ((req->send.carry_len != 0) && (offset >= req->send.carry_off) &&
+        (offset - req->send.carry_off < req->send.carry_len)) {
+        k = req->send.carry_off + req->send.carry_len - offset;
+        k = (k < length) ? k : length;
+        memcpy(d, req->send.carry + (offset - req->send.carry_off), k);
+        done = k;
     }
-    if ((req->send.pack->pack(req->send.pack_arg, offset, dest, length,
-                              &packed) != 0) ||
-        (packed == 0) || (packed > length)) {
-        /* UCP cannot be told: the rest goes as zeros, the send fails */
-        p2p_set_error(req->ctx, "a packed send's pack failed at byte %zu "
-                      "(of %zu asked it wrote %zu)", offset, length, packed);
-        p2p_req_fail(req, P2P_ERR_INVALID);
-        memset(dest, 0, length);
-        return length;
+    while (done < length) {
+        packed = 0;
+        if ((ops->pack(req->send.pack_arg, offset + done, d + done,
+                       length - done, &packed) != 0) ||
+            (packed > length - done)) {
+            goto failed;
+        }
+        if (packed == 0) {
+            if ((ops->pack(req->send.pack_arg, offset + done,
+                           req->send.carry, P2P_PACK_CARRY, &packed) != 0) ||
+                (packed == 0) || (packed > P2P_PACK_CARRY)) {
+                goto failed;
+            }
+            req->send.carry_off = offset + done;
+            req->send.carry_len = (uint32_t)packed;
+            packed = (packed < length - done) ? packed : length - done;
+            memcpy(d + done, req->send.carry, packed);
+        }
+        done += packed;
     }
-    return packed;
+    return length;
+
+failed:
+    /* UCP cannot be told: the rest goes as zeros, the send fails (the
+     * receiver cannot know; a pack that fails is the caller's bug) */
+    p2p_set_error(req->ctx, "a packed send's pack failed at byte %zu (of %zu "
+                  "asked it wrote %zu; an element of more than %d bytes "
+                  "cannot be split)", offset + done, length - done, packed,
+                  P2P_PACK_CARRY);
+    p2p_req_fail(req, P2P_ERR_INVALID);
+    memset(d + done, 0, length - done);
+    return length;
 }
 
 void p2p_packed_unpack(p2p_request_t *req, size_t offset, const void *src,
@@ -120,6 +155,10 @@ static void p2p_pget_run(p2p_pget_t *g)
                                   g->bounce + (size_t)s * P2P_PACKED_CHUNK,
                                   slot->length);
                 g->unpacked += slot->length;
+                if (req->status.error == P2P_ERR_INVALID) {
+                    /* the caller's unpack failed: read no more */
+                    g->status = UCS_ERR_INVALID_PARAM;
+                }
             }
             if ((g->status == UCS_OK) && (g->next < g->total)) {
                 status = p2p_pget_start(g, s);

@@ -482,6 +482,7 @@ int p2p_send_packed(p2p_comm_t *comm, const p2p_pack_ops_t *ops, void *arg,
     req->send.buf      = NULL;
     req->send.pack     = ops;
     req->send.pack_arg = arg;
+    req->send.carry_len = 0;
     if (peer->failed) {
         p2p_send_refused(req, peer->fail_error);
         return P2P_OK;

@@ -14,6 +14,10 @@
 #include "p2p_lock.h"
 #include "p2p_embed.h"
 
+/* room for one basic element of a packed send (an MPI long double
+ * complex is 32 bytes) */
+#define P2P_PACK_CARRY 32
+
 #include <rcache.h>
 #include <pmix.h>
 #include <ucp/api/ucp.h>
@@ -252,6 +256,11 @@ struct p2p_request {
             /* with buf NULL: the caller packs (p2p_packed.c) */
             const p2p_pack_ops_t *pack;
             void            *pack_arg;
+            /* the element that straddled the end of the last piece UCP
+             * asked for: packed whole, [carry_off, + carry_len) */
+            uint64_t        carry_off;
+            uint32_t        carry_len;
+            char            carry[P2P_PACK_CARRY];
         } send;
         struct {
             p2p_mq_recv_t  mq;

@@ -121,6 +121,12 @@ static int pml_ib2_unpack_piece(void *arg, size_t offset, const void *src,
                       offset, offset + length);
         return -1;
     }
+    if (max != length) {
+        /* bytes the datatype did not take would be lost unsaid */
+        PML_IB2_ERROR("unpacking bytes %zu..%zu of a message: the datatype "
+                      "took %zu of them", offset, offset + length, max);
+        return -1;
+    }
     return 0;
 }
 

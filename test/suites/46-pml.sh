@@ -68,10 +68,10 @@ pml_recovery=(--mca orte_enable_recovery 1)
 
 pml_progs=(pml_pingpong pml_modes pml_match pml_probe pml_persist pml_dtype
            pml_comms pml_truncate pml_threads pml_freed pml_bigdt
-           pml_sendcancel)
+           pml_sendcancel pml_dtfrag)
 # the derived-datatype programs once more with every non-contiguous
 # message in pieces (none staged whole), small ones too
-pml_piece_progs=(pml_dtype pml_truncate pml_probe)
+pml_piece_progs=(pml_dtype pml_truncate pml_probe pml_dtfrag)
 
 # the component is the one running, and says what it set up
 ib2_check pml/ib2-is-selected bash -c '
@@ -96,6 +96,13 @@ for tls in shm tcp; do
             --mca pml_ib2_stage_max 0 -x UCX_TLS=$tls
     done
 done
+
+# elements straddling UCP's fragments over shm too: p2p's eager limit
+# below UCP's rendezvous threshold makes UCP cut 1-40 KB messages into
+# eager fragments there as well
+pml_run "ib2-shm/pml_dtfrag-fragments" 2 pml_dtfrag --mca pml ib2 \
+    --mca pml_ib2_stage_max 0 -x UCX_TLS=shm -x P2P_EAGER_LIMIT=1k \
+    -x UCX_RNDV_THRESH=100k
 
 # pml_bigdt sees a whole-message copy: with the PML told to stage
 # messages up to 1 GiB whole, its peak resident size rises by the 64 MiB
