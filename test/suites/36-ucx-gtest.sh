@@ -13,13 +13,14 @@ for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_'); do unset "$v"; done
 ucxg=$SRC/contrib/ucx-gtest
 . "$ucxg/modes.sh"
 
-# IB2_UCXG_MODES names the modes to run (default: all of modes.sh). Keep
+# IB2_UCXG_MODES names the modes to run (default: modes.sh's UCXG_MODES,
+# all but X). Keep
 # verbs among them: a test that skips itself on rc_ib2 is judged against
 # its rc_verbs result.
 if [ -n "${IB2_UCXG_MODES:-}" ]; then
     for mode in $IB2_UCXG_MODES; do
         if ! ucxg_mode_tl "$mode" >/dev/null; then
-            ib2_result FAIL "ucx-gtest/IB2_UCXG_MODES (unknown mode '$mode': use some of $UCXG_MODES)"
+            ib2_result FAIL "ucx-gtest/IB2_UCXG_MODES (unknown mode '$mode': use some of $UCXG_MODES_ALL)"
             return 0
         fi
     done
