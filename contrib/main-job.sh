@@ -191,4 +191,4 @@ echo "---- MPI: Open MPI with pml ib2 (on p2p) and pml ucx ----"
     ${MAIN_JOB_MPI_ARGS:-} "$BUILD"
 echo
 echo "plots: $OUT/p2p.png (p2p by transport), $OUT/mpi.png (MPI by PML" \
-     "and transport); docs/pml_ib2.md has a reference run's"
+     "and transport); docs/pml_ib2.md explains them"
