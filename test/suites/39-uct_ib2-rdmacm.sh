@@ -69,9 +69,10 @@ ib2_check uct_ib2-rdmacm/ucx_info-ep-address bash -c '
     echo "$out" && echo "$out" | grep -qx "roce0:1 32"' \
     sh "${CMR[@]}"
 
-# X (XRC) queues need the verbs exchange: over rdmacm (iWARP, and RoCE
-# when asked) the interface is refused with the reason; RoCE connected by
-# verbs keeps them (its X endpoint address: 10 + 3 x 2 bytes).
+# X (XRC) queues need XRC and the verbs exchange: on iWARP (no XRC) and
+# over rdmacm (RoCE when asked) the interface is refused with the reason;
+# RoCE connected by verbs keeps them (its X endpoint address: 19 + 3 x 2
+# bytes).
 ib2_check uct_ib2-rdmacm/x-queues-refused bash -c '
     export UCX_IB2_RECEIVE_QUEUES=X,256,1024,512,64:X,8256,512,256,32
     addrs() {   # "DEVICE BYTES" of each rc_ib2 interface that opened
@@ -79,15 +80,15 @@ ib2_check uct_ib2-rdmacm/x-queues-refused bash -c '
              t && /Device:/ { d = \$3 }
              t && /ep address:/ { print d, \$4 }"
     }
-    iw="iw0:1: X (XRC) receive queues cannot be used with rdmacm"
-    iw="$iw connections (iWARP has no XRC): give P or S queues"
+    iw="iw0: the device has no XRC, which X receive queues need: use S"
+    iw="$iw (shared) queues instead (UCX_IB2_RECEIVE_QUEUES)"
     ro="roce0:1: X (XRC) receive queues cannot be used with rdmacm"
     ro="$ro connections (UCX_IB2_CM=rdmacm): give P or S queues in"
     ro="$ro UCX_IB2_RECEIVE_QUEUES, or UCX_IB2_CM=verbs"
     out=$("$@" ucx_info -d 2>&1) || exit 1
     echo "$out"
     echo "$out" | grep -qF "$iw" &&
-    [ "$(echo "$out" | addrs)" = "roce0:1 16" ] &&
+    [ "$(echo "$out" | addrs)" = "roce0:1 25" ] &&
     out=$(UCX_IB2_CM=rdmacm "$@" ucx_info -d 2>&1) &&
     echo "$out" && echo "$out" | grep -qF "$iw" &&
     echo "$out" | grep -qF "$ro" && [ -z "$(echo "$out" | addrs)" ]' \

@@ -188,6 +188,8 @@ private:
 
 /* Connect ep (of a) to peer_ep (of b) and back. */
 void connect_pair(Entity &a, uct_ep_h a_ep, Entity &b, uct_ep_h b_ep);
+/* Queue connections made through rdmacm by e, as initiator and acceptor */
+uint64_t cm_connections(const Entity &e);
 
 /* Two entities in this process with an endpoint each way. */
 struct Pair {

@@ -594,9 +594,20 @@ TEST(DeadPeer, KilledWithSendsHeldBack)
     Card peer;
     ASSERT_TRUE(peer.recv(child.chan()));
     ASSERT_TRUE(card_of(e, ep, local).send(child.chan()));
+    uint64_t conn0 = cm_connections(e);
     ASSERT_EQ(connect_to(ep, peer), UCS_OK);
     char c;
     ASSERT_TRUE(child.chan().recv_val(c));
+    if (e.attr.ep_addr_len == 32) {
+        /* Through rdmacm the child's async thread accepts: wait until
+         * every queue is connected, so that the sends below are held
+         * back by the child's credits, not by a connection that its
+         * death would fail only at CM_TIMEOUT. */
+        unsigned nq = (uint8_t)e.ep_addr(ep)[5];  /* ib2_cm_ep_addr_t.nq */
+        ASSERT_TRUE(wait_for([&] { return cm_connections(e) - conn0 >= nq; },
+                             [&] { e.progress(); }, 20000))
+            << "rdmacm connection to the child not made";
+    }
 
     std::deque<Comp> comps;
     Deadline d(3000);
