@@ -269,7 +269,9 @@ TEST_P(CmHostile, CraftedRequestsRefusedWithTheirReason)
         };
         auto none = [](ib2_cm_req_t &) {};
         const uint8_t full = sizeof(ib2_cm_req_t);
-        add("short", none, 12, IB2_CM_REJ_MALFORMED);
+        /* 6 bytes: on RoCE the field arrives padded with zeros to 56,
+         * so the receive queue hash (bytes 8-11) is then 0, not ours */
+        add("short", none, 6, IB2_CM_REJ_MALFORMED);
         add("magic", [](ib2_cm_req_t &r) { r.magic ^= 0xff; }, full,
             IB2_CM_REJ_MALFORMED);
         add("version", [](ib2_cm_req_t &r) { ++r.version; }, full,
