@@ -1,8 +1,7 @@
 /*
  * rc_ib2's connection manager: endpoints connected through rdma_cm instead
  * of the verbs address exchange (ib2_cm.c: the interface's listener and
- * event channel; ib2_cm_addr.c: addresses; ib2_cm_qp.c: QP transitions;
- * ib2_cm_events.c: events, refusals and deadlines;
+ * event channel; ib2_cm_events.c: events, refusals and deadlines;
  * ib2_cm_conn.c: an endpoint's connections; ib2_cm_active.c: the active
  * side and connection events; ib2_cm_accept.c: requests checked, held,
  * accepted or rejected).
@@ -137,10 +136,6 @@ typedef struct ib2_cm {
     int                        watched;    /* the async handler is set */
     int                        broken;     /* the channel failed: no more
                                               connections (said once) */
-    int                        listen_lost; /* the rdma_cm event that took
-                                               the listener (device removed,
-                                               address changed), 0 while it
-                                               listens */
     ucs_time_t                 next_poll;  /* not watched: the next look
                                               at an idle channel */
     int                        resolve_ms; /* rdma_resolve_* timeouts */
@@ -207,21 +202,6 @@ void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason);
 void ib2_cm_reject(ib2_cm_t *cm, struct rdma_cm_id *id, uint8_t reason);
 void ib2_cm_send_reject(struct rdma_cm_id *id, uint8_t reason);
 
-/* Addresses (ib2_cm_addr.c). */
-ucs_status_t ib2_cm_find_addr(ib2_cm_t *cm, const char *text);
-socklen_t ib2_cm_sa_len(const struct sockaddr *sa);
-void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
-                             ib2_cm_peer_t *p);
-socklen_t ib2_cm_peer_to_sockaddr(const ib2_cm_peer_t *p,
-                                  struct sockaddr_storage *ss);
-const char *ib2_cm_peer_str(const ib2_cm_peer_t *p, char *buf, size_t max);
-
-/* QPs (ib2_cm_qp.c). */
-ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,
-                           uint8_t init_depth);
-void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
-                       const void *data, uint8_t len);
-
 /* Endpoints (ib2_cm_conn.c). */
 ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep);
 void ib2_cm_ep_destroy(ib2_ep_t *ep);
@@ -231,12 +211,18 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
 void ib2_cm_conn_event(ib2_cm_t *cm, struct rdma_cm_event *event);
 void ib2_cm_request(ib2_cm_t *cm, struct rdma_cm_id *id,
                     const ib2_cm_req_t *req, uint8_t rd_in, uint8_t rd_out);
-ucs_status_t ib2_cm_req_parse(ib2_cm_t *cm, const void *data,
-                              unsigned len, ib2_cm_req_t *req);
+int ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
+                     ib2_cm_req_t *req);
 void ib2_cm_ep_report(ib2_cm_ep_t *cep, uint8_t what);
 void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why);
 void ib2_cm_q_up(ib2_cm_qconn_t *qc);
+ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,
+                           uint8_t init_depth);
 ucs_status_t ib2_cm_q_start(ib2_cm_qconn_t *qc);
+socklen_t ib2_cm_peer_to_sockaddr(const ib2_cm_peer_t *p,
+                                  struct sockaddr_storage *ss);
+void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
+                       const void *data, uint8_t len);
 
 /* Sends before the connection is up (ib2_cm_defer.c; ib2_cm_defer_post
  * and ib2_cm_defer_abort are declared in ib2_tx.h and ib2.h). */

@@ -9,8 +9,8 @@
 
 #include <ucs/time/time.h>
 
-ucs_status_t ib2_cm_req_parse(ib2_cm_t *cm, const void *data,
-                              unsigned len, ib2_cm_req_t *req)
+int ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
+                     ib2_cm_req_t *req)
 {
     ib2_iface_t *iface = cm->iface;
     const char *why    = NULL;
@@ -33,9 +33,9 @@ ucs_status_t ib2_cm_req_parse(ib2_cm_t *cm, const void *data,
         ucs_diag("%s:%u: rdmacm connect request refused: %s (%u bytes)",
                  iface->md->name, iface->port, why, len);
         ++iface->counters.cm_rejected;
-        return UCS_ERR_INVALID_PARAM;
+        return -1;
     }
-    return UCS_OK;
+    return 0;
 }
 
 /* Not UCS_OK when the endpoint failed: its error handler ran, which may

@@ -23,6 +23,56 @@
 
 #include <arpa/inet.h>
 
+/* ---- addresses ----------------------------------------------------------- */
+
+static void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
+                                    ib2_cm_peer_t *p)
+{
+    memset(p->ip, 0, sizeof(p->ip));
+    if (ss->ss_family == AF_INET) {
+        p->ip[10] = p->ip[11] = 0xff;
+        memcpy(p->ip + 12, &((const struct sockaddr_in*)ss)->sin_addr, 4);
+        p->port = ((const struct sockaddr_in*)ss)->sin_port;
+    } else {
+        memcpy(p->ip, &((const struct sockaddr_in6*)ss)->sin6_addr, 16);
+        p->port = ((const struct sockaddr_in6*)ss)->sin6_port;
+    }
+}
+
+socklen_t ib2_cm_peer_to_sockaddr(const ib2_cm_peer_t *p,
+                                  struct sockaddr_storage *ss)
+{
+    static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          0xff, 0xff};
+    struct sockaddr_in *in   = (struct sockaddr_in*)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6*)ss;
+
+    memset(ss, 0, sizeof(*ss));
+    if (!memcmp(p->ip, v4_mapped, sizeof(v4_mapped))) {
+        in->sin_family = AF_INET;
+        in->sin_port   = p->port;
+        memcpy(&in->sin_addr, p->ip + 12, 4);
+        return sizeof(*in);
+    }
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port   = p->port;
+    memcpy(&in6->sin6_addr, p->ip, 16);
+    return sizeof(*in6);
+}
+
+static const char *ib2_cm_peer_str(const ib2_cm_peer_t *p, char *buf,
+                                   size_t max)
+{
+    struct sockaddr_storage ss;
+    char text[UCS_SOCKADDR_STRING_LEN];
+
+    ib2_cm_peer_to_sockaddr(p, &ss);
+    ucs_snprintf_safe(buf, max, "%s/0x%" PRIx64,
+                      ucs_sockaddr_str((struct sockaddr*)&ss, text,
+                                       sizeof(text)), p->ep_id);
+    return buf;
+}
+
 /* ---- endpoint life ------------------------------------------------------- */
 
 ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep)
@@ -247,6 +297,76 @@ static void ib2_cm_ep_up(ib2_cm_ep_t *cep)
     }
 }
 
+/* ---- QPs ----------------------------------------------------------------- */
+
+/*
+ * InfiniBand and RoCE: RTR and RTS as the connection says, with our
+ * settings where rc_ib2 has its own (ib2_qp_connect's). The RDMA read and
+ * atomic depths are the ones agreed (resp_res: reads the peer may have
+ * outstanding at us; init_depth: ours at it), never more: before the
+ * reply is sent, rdma_init_qp_attr gives the peer's own numbers from the
+ * request, which may exceed what this device or our reply allows.
+ */
+ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,
+                           uint8_t init_depth)
+{
+    ib2_ep_t *ep       = qc->cep->ep;
+    ib2_iface_t *iface = ep->iface;
+    struct ibv_qp *qp  = ep->txq[qc->queue].qp;
+    struct ibv_qp_attr attr;
+    int mask;
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTR;
+    if (rdma_init_qp_attr(qc->id, &attr, &mask) != 0) {
+        ucs_diag("rdma_init_qp_attr(RTR) failed: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+    attr.path_mtu           = ucs_min(attr.path_mtu,
+                                      (enum ibv_mtu)iface->config.mtu_enum);
+    attr.min_rnr_timer      = iface->config.rnr_timer;
+    attr.max_dest_rd_atomic = ucs_min(attr.max_dest_rd_atomic, resp_res);
+    mask                   |= IBV_QP_MAX_DEST_RD_ATOMIC;
+    if (ibv_modify_qp(qp, &attr, mask | IBV_QP_MIN_RNR_TIMER) != 0) {
+        ucs_diag("QP 0x%x to RTR failed: %m", qp->qp_num);
+        return UCS_ERR_IO_ERROR;
+    }
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state = IBV_QPS_RTS;
+    if (rdma_init_qp_attr(qc->id, &attr, &mask) != 0) {
+        ucs_diag("rdma_init_qp_attr(RTS) failed: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+    attr.timeout       = iface->config.timeout;
+    attr.retry_cnt     = iface->config.retry_count;
+    attr.max_rd_atomic = ucs_min(attr.max_rd_atomic, init_depth);
+    mask              |= IBV_QP_MAX_QP_RD_ATOMIC;
+    attr.rnr_retry = (iface->rq.q[qc->queue].type == IB2_RQ_PER_PEER) ? 0 : 7;
+    if (ibv_modify_qp(qp, &attr, mask | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                      IBV_QP_RNR_RETRY) != 0) {
+        ucs_diag("QP 0x%x to RTS failed: %m", qp->qp_num);
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
+void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
+                       const void *data, uint8_t len)
+{
+    ib2_iface_t *iface = qc->cep->ep->iface;
+    int shared         = (iface->rq.q[qc->queue].type == IB2_RQ_SHARED);
+
+    memset(p, 0, sizeof(*p));
+    p->private_data        = data;
+    p->private_data_len    = len;
+    p->responder_resources = iface->config.max_rd_atomic;
+    p->initiator_depth     = iface->config.max_rd_atomic;
+    p->retry_count         = iface->config.retry_count;
+    p->rnr_retry_count     = shared ? 7 : 0;
+    p->srq                 = shared;
+    p->qp_num              = qc->cep->ep->txq[qc->queue].qp->qp_num;
+}
+
 /* ---- connect_to_ep ------------------------------------------------------- */
 
 ucs_status_t ib2_cm_ep_get_address(ib2_ep_t *ep, uct_ep_addr_t *addr)
@@ -402,13 +522,6 @@ static ucs_status_t ib2_cm_ep_connect_locked(ib2_ep_t *ep,
     ucs_status_t status;
     unsigned q;
 
-    if (cm->listen_lost) {
-        ucs_error("%s:%u: rc_ib2 endpoint %p cannot connect: the "
-                  "interface's rdmacm listener is gone (%s); close the "
-                  "interface and open another", iface->md->name, iface->port,
-                  ep, rdma_event_str(cm->listen_lost));
-        return UCS_ERR_UNREACHABLE;
-    }
     if (!ib2_cm_dev_addr_reachable(iface, dev)) {
         ucs_error("%s:%u: the peer does not connect through rdmacm, or is "
                   "not on an iWARP port as we are (UCX_IB2_CM must be the "

@@ -54,7 +54,7 @@ static void ib2_cm_on_request(ib2_cm_t *cm, struct rdma_cm_event *event)
     ib2_cm_req_t req;
 
     if (ib2_cm_req_parse(cm, event->param.conn.private_data,
-                         event->param.conn.private_data_len, &req) != UCS_OK) {
+                         event->param.conn.private_data_len, &req) != 0) {
         ib2_cm_reject(cm, event->id, IB2_CM_REJ_MALFORMED);
         return;
     }
@@ -62,57 +62,6 @@ static void ib2_cm_on_request(ib2_cm_t *cm, struct rdma_cm_event *event)
     ib2_cm_request(cm, event->id, &req,
                    event->param.conn.responder_resources,
                    event->param.conn.initiator_depth);
-}
-
-/*
- * The listener's device went away, or its address changed: nobody reaches
- * the address this interface advertises any more. The listener goes (with
- * the kernel's rdma_cm a device cannot be removed while ids on it remain),
- * held requests are refused, endpoints waiting to be accepted fail now
- * rather than at their deadline, and from now on connect_to_ep and the
- * reachability check refuse at once (ib2_cm_dev_addr_reachable). Our own
- * requests go on through ids of their own: on a removed device those fail
- * by their own events.
- */
-static void ib2_cm_listener_lost(ib2_cm_t *cm,
-                                 const struct rdma_cm_event *event)
-{
-    ib2_iface_t *iface = cm->iface;
-    ib2_cm_held_t *held;
-    ib2_cm_ep_t *cep, *tmp;
-    UCS_LIST_HEAD(failing);
-
-    if ((event->event != RDMA_CM_EVENT_DEVICE_REMOVAL) &&
-        (event->event != RDMA_CM_EVENT_ADDR_CHANGE)) {
-        ucs_debug("rdmacm listener: %s ignored", rdma_event_str(event->event));
-        return;
-    }
-    ucs_error("%s:%u: rdmacm listener: %s: this interface accepts and "
-              "makes no more connections (close it; a new one listens on "
-              "the port's current address)", iface->md->name, iface->port,
-              rdma_event_str(event->event));
-    cm->listen_lost = event->event;
-    while (!ucs_list_is_empty(&cm->held)) {
-        held = ucs_list_head(&cm->held, ib2_cm_held_t, list);
-        ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
-    }
-    rdma_destroy_id(cm->listen_id);
-    cm->listen_id = NULL;
-    /* Off cm->connecting before any is reported (their handlers may
-     * destroy endpoints). */
-    ucs_list_for_each_safe(cep, tmp, &cm->connecting, list) {
-        if (!cep->initiator) {
-            ucs_list_del(&cep->list);
-            ucs_list_add_tail(&failing, &cep->list);
-        }
-    }
-    while (!ucs_list_is_empty(&failing)) {
-        cep = ucs_list_head(&failing, ib2_cm_ep_t, list);
-        ucs_list_del(&cep->list);
-        ucs_list_head_init(&cep->list);
-        ib2_cm_ep_fail(cep, UCS_ERR_UNREACHABLE, "its interface's rdmacm "
-                       "listener is gone: the peer cannot connect to it");
-    }
 }
 
 static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
@@ -125,7 +74,11 @@ static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
     if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
         ib2_cm_on_request(cm, event);
     } else if (event->id == cm->listen_id) {
-        ib2_cm_listener_lost(cm, event);
+        /* The listener itself: the device went away. Endpoints connecting
+         * to us then time out at the peer; ours fail as their QPs do. */
+        ucs_error("%s:%u: rdmacm listener: %s (status %d): no more "
+                  "connections are accepted", iface->md->name, iface->port,
+                  rdma_event_str(event->event), event->status);
     } else if (event->id->context != NULL) {
         ib2_cm_conn_event(cm, event);
     }

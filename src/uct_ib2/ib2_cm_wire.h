@@ -99,16 +99,10 @@ typedef struct ib2_cm_rej {
     uint8_t  reason;        /* IB2_CM_REJ_* */
 } UCS_S_PACKED ib2_cm_rej_t;
 
-/* InfiniBand/RoCE carry 56 bytes in a REQ of the TCP port space. (The
- * tests read this header too, as C++.) */
-#ifdef __cplusplus
-#define IB2_CM_WIRE_ASSERT static_assert
-#else
-#define IB2_CM_WIRE_ASSERT _Static_assert
-#endif
-IB2_CM_WIRE_ASSERT(sizeof(ib2_cm_req_t) == 46, "REQ layout changed: update "
-                   "docs/uct_ib2.md");
-IB2_CM_WIRE_ASSERT(sizeof(ib2_cm_req_t) <= 56, "REQ private data too long");
+/* InfiniBand/RoCE carry 56 bytes in a REQ of the TCP port space. */
+_Static_assert(sizeof(ib2_cm_req_t) == 46, "REQ layout changed: update "
+               "docs/uct_ib2.md");
+_Static_assert(sizeof(ib2_cm_req_t) <= 56, "REQ private data too long");
 
 /* Order of two peers: negative if a is lower (a initiates). */
 static inline int ib2_cm_peer_cmp(const ib2_cm_peer_t *a,

@@ -27,8 +27,8 @@ IB2_TEST_SHM=$cm_shm-gt ib2_gtest uct_ib2-rdmacm \
 # A failed parameterized case prints "[  FAILED  ] Name/Case, where
 # GetParam() = ... (N ms)", which ib2_gtest does not see: count it here.
 cm_param_failures() {   # cm_param_failures NAME
-    local re='^\[  FAILED  \] \([^ ,]*\), where GetParam() = .* ([0-9]* ms)$'
-    sed -n "s|$re|\\1|p" "$LOGDIR/${IB2_PREFIX:-}$1.log" |
+    sed -n 's|^\[  FAILED  \] \([^ ,]*\), where GetParam() = .* ([0-9]* ms)$|\1|p' \
+        "$LOGDIR/${IB2_PREFIX:-}$1.log" |
     while read -r t; do
         ib2_result FAIL "$1/$t"
     done
@@ -41,14 +41,13 @@ cm_param_failures() {   # cm_param_failures NAME
 # makes its side of the connection. Left out: X (XRC) queues (the XOnly
 # and TinyXrq modes and the Xrc tests), which rdmacm cannot connect
 # (x-queues-refused checks that); and on iWARP the atomics (none there:
-# the atomic cases, and Iface.QueryDefaults, which expects them; the
-# two-process data test leaves out its atomic step where the interface
-# has none).
+# the atomic cases, the two-process data test, which ends with atomics,
+# and Iface.QueryDefaults, which expects them).
 cm_uct=$BUILD/test/gtest/uct_ib2/test_uct_ib2
 cm_nox='Xrc*:*XOnly*:*TinyXrq*'
 IB2_TEST_DEVICES=softverbs0:iwarp:1 IB2_TEST_SHM=$cm_shm-uct-iw \
     ib2_gtest uct_ib2-rdmacm/uct-iwarp "$cm_uct" --gtest_color=no \
-    --gtest_filter="-*Atomic*:Iface.QueryDefaults:$cm_nox"
+    --gtest_filter="-*Atomic*:Iface.QueryDefaults:Rq/TwoProcTest.*:$cm_nox"
 cm_param_failures uct_ib2-rdmacm/uct-iwarp
 IB2_TEST_DEVICES=softverbs0:eth:1 IB2_TEST_CM=rdmacm \
     IB2_TEST_SHM=$cm_shm-uct-roce ib2_gtest uct_ib2-rdmacm/uct-roce \
@@ -159,8 +158,7 @@ export UCX_NET_DEVICES=iw0:1,roce0:1
 cm_sv=("$SV_RUN" --shm "$cm_shm-p2p")
 ib2_gtest uct_ib2-rdmacm/p2p-2ranks "${cm_sv[@]}" "$p2p_mpirun" \
     "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p" --gtest_color=no \
-    --gtest_filter='P2P.SendRecvAcrossProtocols:P2P.OrderingStress'\
-':P2P.ThousandsOutstanding'
+    --gtest_filter='P2P.SendRecvAcrossProtocols:P2P.OrderingStress:P2P.ThousandsOutstanding'
 ib2_gtest uct_ib2-rdmacm/p2p-3ranks "${cm_sv[@]}" "$p2p_mpirun" \
     "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p" --gtest_color=no \
     --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'

@@ -12,11 +12,6 @@ int cm_connect_rd_depth = 0;
 bool cm_connect_swallow = false;
 const char *cm_fail_call = nullptr;
 int cm_fail_skip         = 0;
-std::vector<struct rdma_cm_id *> cm_listen_ids;
-int cm_inject_event             = 0;
-struct rdma_cm_id *cm_inject_id = nullptr;
-/* The event handed out by cm_inject_event, not softverbs' to acknowledge. */
-static struct rdma_cm_event cm_injected;
 
 /* True if this call of fn is to fail. */
 static bool cm_fail_now(const char *fn)
@@ -89,36 +84,6 @@ extern "C" int rdma_get_cm_event(struct rdma_event_channel *channel,
                          struct rdma_cm_event **);
     static fn_t real = (fn_t)dlsym(RTLD_NEXT, "rdma_get_cm_event");
 
-    if ((ib2t::cm_inject_event != 0) && (ib2t::cm_inject_id != nullptr) &&
-        (ib2t::cm_inject_id->channel == channel)) {
-        memset(&ib2t::cm_injected, 0, sizeof(ib2t::cm_injected));
-        ib2t::cm_injected.id    = ib2t::cm_inject_id;
-        ib2t::cm_injected.event = (enum rdma_cm_event_type)
-                                  ib2t::cm_inject_event;
-        ib2t::cm_inject_event   = 0;
-        *event                  = &ib2t::cm_injected;
-        return 0;
-    }
     return ib2t::cm_fail_now("rdma_get_cm_event") ? -1 :
            real(channel, event);
-}
-
-extern "C" int rdma_ack_cm_event(struct rdma_cm_event *event)
-{
-    using fn_t = int (*)(struct rdma_cm_event *);
-    static fn_t real = (fn_t)dlsym(RTLD_NEXT, "rdma_ack_cm_event");
-
-    return (event == &ib2t::cm_injected) ? 0 : real(event);
-}
-
-extern "C" int rdma_listen(struct rdma_cm_id *id, int backlog)
-{
-    using fn_t = int (*)(struct rdma_cm_id *, int);
-    static fn_t real = (fn_t)dlsym(RTLD_NEXT, "rdma_listen");
-    int ret          = real(id, backlog);
-
-    if (ret == 0) {
-        ib2t::cm_listen_ids.push_back(id);
-    }
-    return ret;
 }

@@ -3,15 +3,10 @@
  * the plugin's calls bind to the executable's definition, which passes
  * them on to softverbs. A test may make this process's requests offer
  * other RDMA read depths than the transport asked for, as a peer with
- * another adapter or setting would, lose its requests, fail a call, or
- * see an event softverbs does not make (a listener's device removed).
+ * another adapter or setting would, or lose its requests.
  */
 #ifndef IB2_CM_HOOKS_H
 #define IB2_CM_HOOKS_H
-
-#include <vector>
-
-struct rdma_cm_id;
 
 namespace ib2t {
 
@@ -26,14 +21,6 @@ extern bool cm_connect_swallow;
  * cm_fail_skip good ones. */
 extern const char *cm_fail_call;
 extern int cm_fail_skip;
-/* The ids rdma_listen was called on, in order (an interface's listener
- * per interface opened). */
-extern std::vector<struct rdma_cm_id *> cm_listen_ids;
-/* Non-zero: the next rdma_get_cm_event on cm_inject_id's channel returns
- * an event of this type for cm_inject_id instead (softverbs removes no
- * devices and changes no addresses), then this is reset to 0. */
-extern int cm_inject_event;
-extern struct rdma_cm_id *cm_inject_id;
 
 } // namespace ib2t
 

@@ -502,8 +502,7 @@ TEST_P(CmClose, PeerCloseFoundWhenUsedAfterItsMessages)
                          << value_of(a.rx[i]));
             }
             CM_CHECK(a.errors.empty(), m << "the peer's close failed an "
-                     "idle endpoint: "
-                     << ucs_status_string(a.errors[0].second));
+                     "idle endpoint: " << ucs_status_string(a.errors[0].second));
             uint64_t v = 1;
             ucs_status_t ss = retry([&] {
                 return uct_ep_am_short(ab, 5, v, nullptr, 0);

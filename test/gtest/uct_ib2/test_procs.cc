@@ -292,53 +292,49 @@ TEST_P(TwoProcTest, DataAcrossProcesses)
         ++seed;
     }
 
-    /* atomics on the peer's memory, where the device has them (an iWARP
-     * device has none, and the interface says so: the rest above runs
-     * there too) */
-    if (a.cap.flags & UCT_IFACE_FLAG_ATOMIC_DEVICE) {
-        /* beyond what the puts above wrote: still the peer's pattern */
-        uint64_t off = kPeerMem - 64, expect = 0;
-        uint64_t result;
-        Comp c0;
-        ucs_status_t st = retry([&] {
-            return uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 0, &result,
-                                         peer.addr + off, remote.rkey.rkey,
-                                         &c0.c);
-        }, progress);
-        if (st == UCS_INPROGRESS) {
-            ASSERT_TRUE(wait_for([&] { return c0.calls > 0; }, progress));
-        }
-        std::vector<uint8_t> pat(off + 8);
-        fill(pat.data(), off + 8, kPeerSeed);
-        memcpy(&expect, pat.data() + off, 8);
-        ASSERT_EQ(result, expect);
-        for (int i = 0; i < 100; ++i) {
-            ASSERT_EQ(retry([&] {
-                return uct_ep_atomic64_post(ep, UCT_ATOMIC_OP_ADD, 3,
-                                            peer.addr + off, remote.rkey.rkey);
-            }, progress), UCS_OK);
-            expect += 3;
-        }
-        Comp c1;
-        st = retry([&] {
-            return uct_ep_atomic_cswap64(ep, expect, 42, peer.addr + off,
-                                         remote.rkey.rkey, &result, &c1.c);
-        }, progress);
-        if (st == UCS_INPROGRESS) {
-            ASSERT_TRUE(wait_for([&] { return c1.calls > 0; }, progress));
-        }
-        EXPECT_EQ(result, expect) << "adds before the swap";
-        Comp c2;
-        st = retry([&] {
-            return uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 0, &result,
-                                         peer.addr + off, remote.rkey.rkey,
-                                         &c2.c);
-        }, progress);
-        if (st == UCS_INPROGRESS) {
-            ASSERT_TRUE(wait_for([&] { return c2.calls > 0; }, progress));
-        }
-        EXPECT_EQ(result, 42u) << "the swap";
+    /* atomics on the peer's memory */
+    /* beyond what the puts above wrote: still the peer's pattern */
+    uint64_t off = kPeerMem - 64, expect = 0;
+    uint64_t result;
+    Comp c0;
+    ucs_status_t st = retry([&] {
+        return uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 0, &result,
+                                     peer.addr + off, remote.rkey.rkey,
+                                     &c0.c);
+    }, progress);
+    if (st == UCS_INPROGRESS) {
+        ASSERT_TRUE(wait_for([&] { return c0.calls > 0; }, progress));
     }
+    std::vector<uint8_t> pat(off + 8);
+    fill(pat.data(), off + 8, kPeerSeed);
+    memcpy(&expect, pat.data() + off, 8);
+    ASSERT_EQ(result, expect);
+    for (int i = 0; i < 100; ++i) {
+        ASSERT_EQ(retry([&] {
+            return uct_ep_atomic64_post(ep, UCT_ATOMIC_OP_ADD, 3,
+                                        peer.addr + off, remote.rkey.rkey);
+        }, progress), UCS_OK);
+        expect += 3;
+    }
+    Comp c1;
+    st = retry([&] {
+        return uct_ep_atomic_cswap64(ep, expect, 42, peer.addr + off,
+                                     remote.rkey.rkey, &result, &c1.c);
+    }, progress);
+    if (st == UCS_INPROGRESS) {
+        ASSERT_TRUE(wait_for([&] { return c1.calls > 0; }, progress));
+    }
+    EXPECT_EQ(result, expect) << "adds before the swap";
+    Comp c2;
+    st = retry([&] {
+        return uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 0, &result,
+                                     peer.addr + off, remote.rkey.rkey,
+                                     &c2.c);
+    }, progress);
+    if (st == UCS_INPROGRESS) {
+        ASSERT_TRUE(wait_for([&] { return c2.calls > 0; }, progress));
+    }
+    EXPECT_EQ(result, 42u) << "the swap";
     EXPECT_TRUE(e.errors.empty()) << "an endpoint error while the peer lives";
 
     ASSERT_TRUE(ch.send_val(kCmdQuit));
