@@ -310,7 +310,11 @@ static void sv_cm_peer_gone(struct sv_cm_id *id)
 {
     switch (id->state) {
     case SV_CMS_AWAIT_REQ:
-        return; /* the caller frees the id: the program never saw it */
+        /* the reaper frees the id (the program never saw it) once its
+         * socket is closed; left open, sv_cm_conn_ready would read the
+         * end again for ever, holding the lock */
+        sv_cm_close_conn(id);
+        return;
     case SV_CMS_CONNECT:
         /* as the transports report a listener that goes away: IB's CM
          * rejects for the destroyed id, iWARP's TCP connection is reset */
