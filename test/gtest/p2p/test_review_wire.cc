@@ -227,7 +227,8 @@ TEST(P2PReview, MappedKeyRendezvousIsRefused)
     EXPECT_EQ(0u, st.count);
     EXPECT_EQ(s0.rx_malformed + 1, stats().rx_malformed);
     EXPECT_NE(std::string::npos, said.find("rendezvous key for memory "
-                                           "mapped into this process"))
+                                           "the transport maps into this "
+                                           "process"))
         << "said: " << said;
     for (char c : buf) {
         ASSERT_EQ(0x3c, c) << "the receive buffer was written";
