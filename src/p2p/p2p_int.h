@@ -124,6 +124,30 @@ static inline int p2p_fault(p2p_context_t *ctx, int kind)
     return 1;
 }
 
+/* The fields every request has, each written once, for a request fresh
+ * from the pool (which does not clear it); counted live. The kinds'
+ * own fields are their paths'. */
+static inline __attribute__((always_inline))
+void p2p_req_init(p2p_request_t *req, p2p_context_t *ctx, unsigned kind,
+                  int complete, int pending, p2p_peer_t *peer, int source,
+                  int tag, int error, size_t count)
+{
+    req->ctx              = ctx;
+    req->kind             = kind;
+    req->complete         = complete;
+    req->released         = 0;
+    req->waiting          = 0;
+    req->pending          = pending;
+    req->rid              = 0;
+    req->peer             = peer;
+    req->status.source    = source;
+    req->status.tag       = tag;
+    req->status.error     = error;
+    req->status.cancelled = 0;
+    req->status.count     = count;
+    ++ctx->live_reqs;
+}
+
 /* A request from the pool (inline: every message takes one or two) */
 static inline p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind)
 {
@@ -133,16 +157,7 @@ static inline p2p_request_t *p2p_req_get(p2p_context_t *ctx, unsigned kind)
     if (P2P_UNLIKELY(req == NULL)) {
         return NULL;
     }
-    req->ctx       = ctx;
-    req->kind      = kind;
-    req->complete  = 0;
-    req->released  = 0;
-    req->waiting   = 0;
-    req->pending   = 0;
-    req->rid       = 0;
-    req->peer      = NULL;
-    memset(&req->status, 0, sizeof(req->status));
-    ++ctx->live_reqs;
+    p2p_req_init(req, ctx, kind, 0, 0, NULL, 0, 0, P2P_OK, 0);
     return req;
 }
 

@@ -141,26 +141,13 @@ p2p_request_t *p2p_recv_req(p2p_comm_t *comm, void *buf, size_t len,
         p2p_set_error(ctx, "out of memory for a receive request");
         return NULL;
     }
-    req->ctx              = ctx;
-    req->kind             = P2P_REQ_RECV;
-    req->complete         = 0;
-    req->released         = 0;
-    req->waiting          = 0;
-    req->pending          = 1;
-    req->rid              = 0;
-    req->peer             = NULL;
-    req->status.source    = src;
-    req->status.tag       = tag;
-    req->status.error     = P2P_OK;
-    req->status.cancelled = 0;
-    req->status.count     = 0;
-    req->recv.comm        = comm;
-    req->recv.buf         = buf;
-    req->recv.len         = len;
-    req->recv.rkey        = NULL;
-    req->recv.pack        = NULL;
-    req->recv.mq.queued   = 0;
-    ++ctx->live_reqs;
+    p2p_req_init(req, ctx, P2P_REQ_RECV, 0, 1, NULL, src, tag, P2P_OK, 0);
+    req->recv.comm      = comm;
+    req->recv.buf       = buf;
+    req->recv.len       = len;
+    req->recv.rkey      = NULL;
+    req->recv.pack      = NULL;
+    req->recv.mq.queued = 0;
     return req;
 }
 

@@ -319,22 +319,9 @@ static inline void p2p_send_req_done(p2p_request_t *req, p2p_context_t *ctx,
                                      p2p_peer_t *peer, int dest, int tag,
                                      size_t len, int error)
 {
-    req->ctx              = ctx;
-    req->kind             = P2P_REQ_SEND;
-    req->complete         = 1;
-    req->released         = 0;
-    req->waiting          = 0;
-    req->pending          = 0;
-    req->rid              = 0;
-    req->peer             = peer;
-    req->status.source    = dest;
-    req->status.tag       = tag;
-    req->status.error     = error;
-    req->status.cancelled = 0;
-    req->status.count     = len;
-    req->send.region      = NULL;
-    req->send.bblock      = NULL;
-    ++ctx->live_reqs;
+    p2p_req_init(req, ctx, P2P_REQ_SEND, 1, 0, peer, dest, tag, error, len);
+    req->send.region = NULL;
+    req->send.bblock = NULL;
 }
 
 static inline __attribute__((always_inline))

@@ -37,6 +37,21 @@ IB2_INTERNAL ucs_status_t ib2_cm_defer_post(ib2_ep_t *ep, unsigned q,
 /* Send WQEs free for the sends of send queue t: its QP's, or with X
  * queues those of the node's INI QP while the endpoint may send on it
  * (ib2_xnode_tx.c). */
+/* Up to max send completions into wc; a failed poll is said and counts
+ * as none. */
+static UCS_F_ALWAYS_INLINE int ib2_send_cq_poll(ib2_iface_t *iface,
+                                                struct ibv_wc *wc, int max)
+{
+    int n = ibv_poll_cq(iface->send_cq, max, wc);
+
+    if (ucs_unlikely(n < 0)) {
+        ucs_error("%s:%u: ibv_poll_cq(send) failed: %d", iface->md->name,
+                  iface->port, n);
+        return 0;
+    }
+    return n;
+}
+
 static UCS_F_ALWAYS_INLINE int32_t ib2_ep_sq_avail(ib2_ep_t *ep, unsigned t)
 {
     if (ucs_unlikely(ep->iface->xs != NULL)) {

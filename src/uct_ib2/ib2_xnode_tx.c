@@ -265,12 +265,8 @@ unsigned ib2_xnode_tx_progress(ib2_iface_t *iface)
     struct ibv_wc wc[16];
     int i, n;
 
-    n = ibv_poll_cq(iface->send_cq, 16, wc);
-    if (n <= 0) {
-        if (ucs_unlikely(n < 0)) {
-            ucs_error("%s:%u: ibv_poll_cq(send) failed: %d", iface->md->name,
-                      iface->port, n);
-        }
+    n = ib2_send_cq_poll(iface, wc, 16);
+    if (n == 0) {
         return 0;
     }
     for (i = 0; i < n; ++i) {

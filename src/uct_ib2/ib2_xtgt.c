@@ -68,6 +68,21 @@ static void ib2_xtgt_set(ib2_ep_t *ep, ib2_xtgt_t *tgt, uint32_t ini,
     }
 }
 
+/* qp, connected to INI QP `ini`, becomes a TGT QP of the domain and the
+ * endpoint's; without memory for its record it is destroyed. */
+static ucs_status_t ib2_xtgt_take(ib2_ep_t *ep, struct ibv_qp *qp,
+                                  uint32_t ini, uint32_t gen)
+{
+    ib2_xtgt_t *tgt = ib2_xtgt_add(ep->iface, qp, ini);
+
+    if (tgt == NULL) {
+        ibv_destroy_qp(qp);
+        return UCS_ERR_NO_MEMORY;
+    }
+    ib2_xtgt_set(ep, tgt, ini, gen);
+    return UCS_OK;
+}
+
 /* Is a request of generation `gen` older than what the endpoint has? */
 static int ib2_xtgt_stale(ib2_ep_t *ep, uint32_t gen)
 {
@@ -84,7 +99,6 @@ ucs_status_t ib2_xtgt_on_connect(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
 {
     ib2_iface_t *iface = ep->iface;
     ucs_status_t status;
-    ib2_xtgt_t *tgt;
     struct ibv_qp *qp;
 
     if ((ep->x.tgt != NULL) && (ep->x.peer_ini == ini) &&
@@ -104,14 +118,11 @@ ucs_status_t ib2_xtgt_on_connect(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
         ibv_destroy_qp(qp);
         return status;
     }
-    tgt = ib2_xtgt_add(iface, qp, ini);
-    if (tgt == NULL) {
-        ibv_destroy_qp(qp);
-        return UCS_ERR_NO_MEMORY;
+    status = ib2_xtgt_take(ep, qp, ini, gen);
+    if (status == UCS_OK) {
+        *tgt_qpn = ep->x.tgt_qpn;
     }
-    ib2_xtgt_set(ep, tgt, ini, gen);
-    *tgt_qpn = ep->x.tgt_qpn;
-    return UCS_OK;
+    return status;
 }
 
 /*
@@ -168,13 +179,7 @@ ucs_status_t ib2_xtgt_on_xjoin(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
         ibv_destroy_qp(qp);
         return UCS_ERR_NO_ELEM;
     }
-    tgt = ib2_xtgt_add(iface, qp, ini);
-    if (tgt == NULL) {
-        ibv_destroy_qp(qp);
-        return UCS_ERR_NO_MEMORY;
-    }
-    ib2_xtgt_set(ep, tgt, ini, gen);
-    return UCS_OK;
+    return ib2_xtgt_take(ep, qp, ini, gen);
 }
 
 /* The endpoint goes: its TGT QP is let go. */

@@ -1,6 +1,20 @@
-# What the ucx_perftest scripts of this directory share; sourced. The
-# caller sets LIB (libuct_ib2.so), RUNNER (the softverbs runner, or empty
-# on hardware), DEV (device:port) and TMP (a scratch directory).
+# What the ucx_perftest scripts of this directory share; sourced after
+# the caller set BUILD.
+
+# bench_setup NAME: DEV (IB2_BENCH_DEVICE, or softverbs0:1), PORT, LIB
+# (libuct_ib2.so), RUNNER (the softverbs runner on segment NAME-PID, or
+# IB2_BENCH_RUNNER: empty on hardware) and TMP (a scratch directory, gone
+# at exit with the segment); stops unless rc_ib2 is built
+bench_setup() {
+    DEV=${IB2_BENCH_DEVICE:-softverbs0:1}
+    SHM=$1-$$
+    PORT=$((30000 + $$ % 20000))
+    LIB=$BUILD/src/uct_ib2/.libs/libuct_ib2.so
+    RUNNER=${IB2_BENCH_RUNNER-$BUILD/contrib/softverbs/softverbs-run --shm $SHM}
+    TMP=$(mktemp -d)
+    trap 'rm -rf "$TMP" /dev/shm/$SHM /dev/shm/$SHM.* /dev/shm/$SHM-*' EXIT
+    [ -f "$LIB" ] || { echo "no $LIB: build first" >&2; exit 1; }
+}
 
 # run_pair PORT TL ARGS...: prints the client's "Final:" line
 # (called in $(...), so the caller advances PORT)

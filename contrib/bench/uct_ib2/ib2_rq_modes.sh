@@ -15,17 +15,8 @@ set -u
 BUILD=$(cd "${1:?usage: ib2_rq_modes.sh BUILD_DIR [ROUNDS]}" && pwd)
 ROUNDS=${2:-5}
 SRC=$(cd "$(dirname "$0")/../../.." && pwd)
-DEV=${IB2_BENCH_DEVICE:-softverbs0:1}
-SHM=ib2-rqb-$$
-PORT=$((30000 + $$ % 20000))
-LIB=$BUILD/src/uct_ib2/.libs/libuct_ib2.so
-RUNNER=${IB2_BENCH_RUNNER-$BUILD/contrib/softverbs/softverbs-run --shm $SHM}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP" /dev/shm/$SHM /dev/shm/$SHM.* /dev/shm/$SHM-*' EXIT
-
-[ -f "$LIB" ] || { echo "no $LIB: build first" >&2; exit 1; }
-
 . "$SRC/contrib/bench/uct_ib2/bench_lib.sh"
+bench_setup ib2-rqb
 . "$SRC/contrib/ucx-gtest/modes.sh"
 
 MODES=(P S X)
