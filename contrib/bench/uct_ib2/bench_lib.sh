@@ -38,3 +38,79 @@ run_pair() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { m = int((NR + 1) / 2);
     print (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
+
+# Instructions per send operation, exclusive to the transport's function
+# (its inlined helpers included; the device's ibv_post_send excluded).
+# (on the device DEV; callgrind's output stays in $TMP/cg.out)
+count_instr() {   # count_instr PORT TL FUNCTION PERFTEST-ARGS...
+    local PORT=$1 tl=$2 fn=$3
+    shift 3
+    LD_PRELOAD=$LIB timeout 300 $RUNNER ucx_perftest -x "$tl" -d "$DEV" \
+        -p $PORT "$@" >"$TMP/srv" 2>&1 &
+    local spid=$!
+    sleep 1
+    LD_PRELOAD=$LIB timeout 600 $RUNNER valgrind --tool=callgrind \
+        --callgrind-out-file="$TMP/cg.out" ucx_perftest -x "$tl" -d "$DEV" \
+        -p $PORT "$@" localhost >"$TMP/cli" 2>&1
+    wait $spid
+    # Instructions: every line of the flat profile attributed to the
+    # function, whatever file the code came from (code inlined from
+    # headers is listed under the header's name). Calls: in --tree=caller
+    # output a function's line ("* fn") follows the lines of its callers
+    # ("< caller (Nx)"). Run away from the sources: where it finds them,
+    # callgrind_annotate leaves the caller lines out.
+    # FUNCTION may be "fn+helper+...": the helpers the send path calls
+    # out of line count too (per call of fn).
+    local ir=0 calls part
+    for part in ${fn//+/ }; do
+        ir=$((ir + $(cd "$TMP" && callgrind_annotate --auto=no \
+                         --threshold=100 cg.out 2>/dev/null |
+                     awk -v fn="$part" '
+                         $0 !~ / [<>*] / && index($0, ":" fn " ") > 0 ||
+                         $0 ~ (":" fn "$") {
+                             x = $1; gsub(",", "", x); ir += x }
+                         END { print ir + 0 }')))
+    done
+    fn=${fn%%+*}
+    calls=$(cd "$TMP" && callgrind_annotate --auto=no --tree=caller \
+                --threshold=100 cg.out 2>/dev/null |
+            awk -v fn="$fn" '
+                /^$/ { calls = 0; next }
+                / < / { n = $0; sub(/.*\(/, "", n); sub(/x\).*/, "", n);
+                        gsub(",", "", n); calls += n; next }
+                / \* / { if (index($0, ":" fn " ") > 0 && calls > total)
+                            total = calls
+                        calls = 0 }
+                END { print total + 0 }')
+    if [ "$ir" -gt 0 ] && [ "$calls" -gt 0 ]; then
+        awk -v a="$ir" -v b="$calls" 'BEGIN { printf "%.1f\n", a / b }'
+    else
+        echo n/a
+    fi
+}
+
+# Inclusive instructions of FUNCTION per call, from the last count_instr's
+# $TMP/cg.out (everything it calls counted: for a progress function, what
+# one call costs on average, empty polls and messages together)
+incl_per_call() {   # incl_per_call FUNCTION
+    local fn=$1 ir calls
+    ir=$(cd "$TMP" && callgrind_annotate --auto=no --inclusive=yes \
+             --threshold=100 cg.out 2>/dev/null |
+         awk -v fn="$fn" 'index($0, ":" fn " [") > 0 {
+                              x = $1; gsub(",", "", x); print x; exit }')
+    calls=$(cd "$TMP" && callgrind_annotate --auto=no --tree=caller \
+                --threshold=100 cg.out 2>/dev/null |
+            awk -v fn="$fn" '
+                /^$/ { calls = 0; next }
+                / < / { n = $0; sub(/.*\(/, "", n); sub(/x\).*/, "", n);
+                        gsub(",", "", n); calls += n; next }
+                / \* / { if (index($0, ":" fn " ") > 0 && calls > total)
+                            total = calls
+                        calls = 0 }
+                END { print total + 0 }')
+    if [ -n "$ir" ] && [ "$calls" -gt 0 ]; then
+        awk -v a="$ir" -v b="$calls" 'BEGIN { printf "%.1f %d\n", a / b, b }'
+    else
+        echo "n/a 0"
+    fi
+}
