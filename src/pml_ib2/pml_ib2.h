@@ -107,6 +107,9 @@ void pml_ib2_req_release(pml_ib2_req_t *r);
  * error with r released */
 int  pml_ib2_req_post(pml_ib2_req_t *r, int (*start)(pml_ib2_req_t *),
                       ompi_request_t **req);
+/* a blocking call's own p2p request p (no Open MPI request around it),
+ * waited for and freed; its status (may be NULL) and p2p error */
+int  pml_ib2_wait_p2p(p2p_request_t *p, p2p_status_t *status);
 /* the blocking calls: wait for req, give its status (may be
  * MPI_STATUS_IGNORE) and free it; its MPI error */
 int  pml_ib2_req_wait_free(ompi_request_t *req,

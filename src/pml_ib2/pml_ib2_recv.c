@@ -74,13 +74,47 @@ int pml_ib2_irecv(void *buf, size_t count, ompi_datatype_t *dt, int src,
                             pml_ib2_recv_start, req);
 }
 
+/* A blocking receive into contiguous memory needs no Open MPI request:
+ * nobody else can see it (pml_ib2_wait_p2p). */
+static int pml_ib2_recv_contig(void *ptr, size_t len, int src, int tag,
+                               ompi_communicator_t *comm,
+                               ompi_status_public_t *status)
+{
+    int                  t  = tag;
+    p2p_comm_t           *pc = pml_ib2_route(comm, &t);
+    ompi_status_public_t mine;
+    p2p_request_t        *p;
+    p2p_status_t         st;
+    int                  ret;
+
+    ret = p2p_irecv(ptr, len, src, t, pc, &p);
+    if (ret != P2P_OK) {
+        return pml_ib2_err(ret);
+    }
+    ret = pml_ib2_wait_p2p(p, &st);
+    if ((st.tag >= 0) && (tag < 0) && (tag != MPI_ANY_TAG)) {
+        st.tag = -st.tag;   /* came on the collectives' communicator */
+    }
+    if (status == MPI_STATUS_IGNORE) {
+        status = &mine;
+    }
+    pml_ib2_status_from(status, ret, &st);
+    return status->MPI_ERROR;
+}
+
 int pml_ib2_recv(void *buf, size_t count, ompi_datatype_t *dt, int src,
                  int tag, ompi_communicator_t *comm,
                  ompi_status_public_t *status)
 {
     ompi_request_t *req;
-    int            ret = pml_ib2_irecv(buf, count, dt, src, tag, comm, &req);
+    void           *ptr;
+    size_t         len;
+    int            ret;
 
+    if (pml_ib2_dt_contig(buf, count, dt, &ptr, &len)) {
+        return pml_ib2_recv_contig(ptr, len, src, tag, comm, status);
+    }
+    ret = pml_ib2_irecv(buf, count, dt, src, tag, comm, &req);
     if (ret != OMPI_SUCCESS) {
         return ret;
     }

@@ -9,6 +9,7 @@
 #include "ompi/mca/pml/base/pml_base_bsend.h"
 #include "opal/threads/mutex.h"
 
+#include <assert.h>
 #include <stdlib.h>
 
 /* completed requests finished per pass outside the table's lock */
@@ -80,6 +81,31 @@ int pml_ib2_req_post(pml_ib2_req_t *r, int (*start)(pml_ib2_req_t *),
     }
     *req = &r->ompi;
     return OMPI_SUCCESS;
+}
+
+/* p2p_test progresses p2p on every call; the rest of Open MPI (other
+ * PMLs' requests' completions, non-blocking collectives, one-sided
+ * traffic: what a peer may wait for before it answers this request) gets
+ * opal_progress every PML_IB2_OPAL_EVERY polls, as pml ucx gives it. */
+#define PML_IB2_OPAL_EVERY 64
+
+int pml_ib2_wait_p2p(p2p_request_t *p, p2p_status_t *status)
+{
+    unsigned polls = 0;
+    int      flag  = 0, ret;
+
+    for (;;) {
+        ret = p2p_test(&p, &flag, status);
+        if (flag) {
+            return ret;
+        }
+        /* a request p2p_test refuses is a bug here, not the user's */
+        assert(ret == P2P_OK);
+        if (++polls == PML_IB2_OPAL_EVERY) {
+            polls = 0;
+            opal_progress();
+        }
+    }
 }
 
 int pml_ib2_req_wait_free(ompi_request_t *req, ompi_status_public_t *status)

@@ -136,14 +136,47 @@ int pml_ib2_isend(const void *buf, size_t count, ompi_datatype_t *dt,
                             pml_ib2_send_start, req);
 }
 
+/* A blocking send of contiguous data needs no Open MPI request: nobody
+ * else can see it (pml_ib2_wait_p2p). */
+static int pml_ib2_send_contig(void *ptr, size_t len, int dst, int tag,
+                               mca_pml_base_send_mode_t mode,
+                               ompi_communicator_t *comm)
+{
+    p2p_comm_t    *pc = pml_ib2_route(comm, &tag);
+    p2p_request_t *p;
+    int           ret;
+
+    switch (mode) {
+    case MCA_PML_BASE_SEND_SYNCHRONOUS:
+        ret = p2p_issend(ptr, len, dst, tag, pc, &p);
+        break;
+    case MCA_PML_BASE_SEND_READY:
+        ret = p2p_irsend(ptr, len, dst, tag, pc, &p);
+        break;
+    default:
+        ret = p2p_isend(ptr, len, dst, tag, pc, &p);
+        break;
+    }
+    if (ret == P2P_OK) {
+        ret = pml_ib2_wait_p2p(p, NULL);
+    }
+    return pml_ib2_err(ret);
+}
+
 int pml_ib2_send(const void *buf, size_t count, ompi_datatype_t *dt,
                  int dst, int tag, mca_pml_base_send_mode_t mode,
                  ompi_communicator_t *comm)
 {
     ompi_request_t *req;
-    int            ret = pml_ib2_isend(buf, count, dt, dst, tag, mode, comm,
-                                       &req);
+    void           *ptr;
+    size_t         len;
+    int            ret;
 
+    if ((mode != MCA_PML_BASE_SEND_BUFFERED) &&
+        pml_ib2_dt_contig(buf, count, dt, &ptr, &len)) {
+        return pml_ib2_send_contig(ptr, len, dst, tag, mode, comm);
+    }
+    ret = pml_ib2_isend(buf, count, dt, dst, tag, mode, comm, &req);
     if (ret != OMPI_SUCCESS) {
         return ret;
     }
