@@ -124,6 +124,19 @@ if grep -q '^ompicomponent_LTLIBRARIES' "$BUILD/src/pml_ib2/Makefile" \
         [ "$(stat -c %s "$3.png")" -gt 10000 ] ||
             { echo "$3.png is not a PNG image"; exit 1; }' \
         _ "$SRC/contrib/bench/mpi/mpi_pml_bench.sh" "$BUILD" "$mpb_plot"
+    # the instruction counts per message run for both PMLs and give
+    # numbers in every column (few messages, so other threads' and
+    # start-up's varying work can even make one negative: the counts are
+    # not judged here, only that both PMLs ran under callgrind)
+    ib2_check mpi-bench/selfcost-counts bash -c '
+        out=$(MPI_SELFCOST_N1=100 MPI_SELFCOST_N2=300 "$1" "$2" 8) ||
+            { echo "$out"; exit 1; }
+        echo "$out"
+        num="-?[0-9]+\.[0-9]"
+        for p in ib2 ucx; do
+            echo "$out" | grep -Eq "^$p +( +$num){6}$" ||
+                { echo "no counts for pml $p"; exit 1; }
+        done' _ "$SRC/contrib/bench/mpi/mpi_selfcost.sh" "$BUILD"
 else
     ib2_result SKIP "mpi-bench/pml-bench-table-and-plot (pml ib2 not built: Open MPI development headers not found by configure)"
 fi

@@ -21,8 +21,11 @@ command -v valgrind >/dev/null || { echo "mpi_selfcost.sh: needs valgrind" >&2
                                     exit 1; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-N1=2000
-N2=12000
+N1=${MPI_SELFCOST_N1:-2000}   # the two runs' message counts
+N2=${MPI_SELFCOST_N2:-12000}
+[ "$N2" -gt "$N1" ] 2>/dev/null ||
+    { echo "mpi_selfcost.sh: MPI_SELFCOST_N2 must exceed MPI_SELFCOST_N1" >&2
+      exit 2; }
 
 pml_args() {   # pml_args PML
     case $1 in
