@@ -43,7 +43,8 @@ static void ib2i_usage(FILE *out)
 "                     they use shared memory)\n"
 "  --device NAME      connectx (default) or softverbs: limits and queue\n"
 "                     layout; then --max-qp, --max-srq, --sq-wqe, --rq-wqe,\n"
-"                     --srq-wqe, --cqe (bytes) override them\n"
+"                     --srq-wqe, --cqe (bytes), --send-sge, --max-inline\n"
+"                     (what a send QP gets) override them\n"
 "  --tx-queue-len N, --tx-cq-len N, --rx-cq-len N, --tx-bufs-grow N,\n"
 "  --tx-chunks N      rc_ib2 settings (defaults 256, 4096, 8192, 256, 1)\n"
 "  --headroom BYTES   receive headroom the UCT user asks for (default 0)\n"
@@ -96,7 +97,7 @@ static const char *ib2i_auto_rq(const ib2i_opts_t *o, char *buf, size_t max)
 enum {
     OPT_RQ = 256, OPT_VENDOR, OPT_PART, OPT_PARAMS, OPT_FORMS, OPT_NODES,
     OPT_PPN, OPT_INTRA, OPT_DEVICE, OPT_MAX_QP, OPT_MAX_SRQ, OPT_SQ_WQE,
-    OPT_RQ_WQE, OPT_SRQ_WQE, OPT_CQE, OPT_TXQ, OPT_TXCQ, OPT_RXCQ,
+    OPT_RQ_WQE, OPT_SRQ_WQE, OPT_SEND_SGE, OPT_MAX_INLINE, OPT_CQE, OPT_TXQ, OPT_TXCQ, OPT_RXCQ,
     OPT_TXGROW, OPT_TXCHUNKS, OPT_HEADROOM, OPT_THP, OPT_PAGE, OPT_HUGE,
     OPT_BUDGET, OPT_KV, OPT_SWEEP, OPT_HELP
 };
@@ -116,6 +117,8 @@ static const struct option ib2i_long[] = {
     {"sq-wqe", required_argument, NULL, OPT_SQ_WQE},
     {"rq-wqe", required_argument, NULL, OPT_RQ_WQE},
     {"srq-wqe", required_argument, NULL, OPT_SRQ_WQE},
+    {"send-sge", required_argument, NULL, OPT_SEND_SGE},
+    {"max-inline", required_argument, NULL, OPT_MAX_INLINE},
     {"cqe", required_argument, NULL, OPT_CQE},
     {"tx-queue-len", required_argument, NULL, OPT_TXQ},
     {"tx-cq-len", required_argument, NULL, OPT_TXCQ},
@@ -170,6 +173,7 @@ static int ib2i_parse(int argc, char **argv, ib2i_opts_t *o)
             break;
         case OPT_MAX_QP: case OPT_MAX_SRQ: case OPT_SQ_WQE:
         case OPT_RQ_WQE: case OPT_SRQ_WQE: case OPT_CQE:
+        case OPT_SEND_SGE: case OPT_MAX_INLINE:
             if (ib2i_number(name, optarg, 1, UINT32_MAX, &v) != 0) {
                 return -1;
             }
@@ -265,6 +269,12 @@ static int ib2i_parse(int argc, char **argv, ib2i_opts_t *o)
         case OPT_SQ_WQE:  o->dev.sq_wqe  = (unsigned)ov[k].value; break;
         case OPT_RQ_WQE:  o->dev.rq_wqe  = (unsigned)ov[k].value; break;
         case OPT_SRQ_WQE: o->dev.srq_wqe = (unsigned)ov[k].value; break;
+        case OPT_SEND_SGE:
+            o->dev.send_sge = (unsigned)ov[k].value;
+            break;
+        case OPT_MAX_INLINE:
+            o->dev.max_inline = (unsigned)ov[k].value;
+            break;
         default:          o->dev.cqe     = (unsigned)ov[k].value; break;
         }
     }

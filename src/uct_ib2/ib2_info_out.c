@@ -148,6 +148,7 @@ void ib2i_table(const ib2i_opts_t *o, const ib2i_form_t *f, unsigned count)
     IB2I_ROW("send queues MiB", ".2f", r->sq_bytes / IB2I_MIB);
     IB2I_ROW("receive rings MiB", ".2f", r->rq_bytes / IB2I_MIB);
     IB2I_ROW("CQ MiB", ".2f", r->cq_bytes / IB2I_MIB);
+    IB2I_ROW("X send rings MiB (private)", ".2f", r->xring_bytes / IB2I_MIB);
     IB2I_ROW("total MiB", ".2f", r->total_bytes / IB2I_MIB);
     printf("  per node (one adapter)\n");
     IB2I_ROW("QPs", PRIu64, r->node_qps);
@@ -190,10 +191,12 @@ void ib2i_kv(const ib2i_opts_t *o, const ib2i_form_t *f, unsigned count)
         }
         printf("%s.rx_cqe=%" PRIu64 "\n%s.tx_cqe=%" PRIu64 "\n"
                "%s.sq_bytes=%" PRIu64 "\n%s.rq_bytes=%" PRIu64 "\n"
-               "%s.cq_bytes=%" PRIu64 "\n%s.total_bytes=%" PRIu64 "\n"
+               "%s.cq_bytes=%" PRIu64 "\n%s.xring_bytes=%" PRIu64 "\n"
+               "%s.total_bytes=%" PRIu64 "\n"
                "%s.node_qps=%" PRIu64 "\n%s.fit=%s\n",
                l, r->rx_cqe, l, r->tx_cqe, l, r->sq_bytes, l, r->rq_bytes,
-               l, r->cq_bytes, l, r->total_bytes, l, r->node_qps, l,
+               l, r->cq_bytes, l, r->xring_bytes, l, r->total_bytes, l,
+               r->node_qps, l,
                ib2i_fit(o, r, fit, sizeof(fit)));
     }
 }

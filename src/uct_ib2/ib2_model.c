@@ -54,7 +54,8 @@ static const ib2_model_dev_t ib2m_presets[] = {
      * segment first), CQEs 64 bytes, queues of 2^n entries. */
     { .name = "connectx", .max_qp = 262144, .max_srq = 8388608,
       .max_cqe = 4194303, .sq_wqe = 576, .rq_wqe = 16, .srq_wqe = 32,
-      .cqe = 64, .sq_pow2 = 1, .rq_pow2 = 1, .cq_pow2 = 1 },
+      .cqe = 64, .sq_pow2 = 1, .rq_pow2 = 1, .cq_pow2 = 1,
+      .send_sge = 30, .max_inline = 256 },
     /* softverbs' defaults (SOFTVERBS_MAX_QP etc.) and its rings: a
      * receive WQE is 16 bytes plus 16 per entry, a CQE 128 bytes, both
      * in rings of 2^n; a send queue is private memory of 2^n slots of
@@ -62,7 +63,7 @@ static const ib2_model_dev_t ib2m_presets[] = {
     { .name = "softverbs", .max_qp = 4096, .max_srq = 1024,
       .max_cqe = 1048575, .sq_wqe = 16 * 16 + 256, .rq_wqe = 32,
       .srq_wqe = 32, .cqe = 128, .sq_pow2 = 1, .rq_pow2 = 1,
-      .cq_pow2 = 1 },
+      .cq_pow2 = 1, .send_sge = 16, .max_inline = 256 },
 };
 
 int ib2_model_dev_preset(const char *name, ib2_model_dev_t *dev, char *err,
@@ -79,8 +80,8 @@ int ib2_model_dev_preset(const char *name, ib2_model_dev_t *dev, char *err,
     memset(dev, 0, sizeof(*dev));
     snprintf(dev->name, sizeof(dev->name), "%s", name);
     snprintf(err, max, "unknown device \"%s\": give connectx or softverbs, "
-             "or the limits with --max-qp, --max-srq, --sq-wqe, --rq-wqe, "
-             "--cqe", name);
+             "then override its limits with --max-qp, --max-srq, --sq-wqe, "
+             "--rq-wqe, --srq-wqe, --cqe, --send-sge, --max-inline", name);
     return -1;
 }
 
@@ -344,8 +345,20 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->cq_bytes = ((dev->cq_pow2 ? res->tx_cqe + 1 : res->tx_cqe) +
                      (dev->cq_pow2 ? res->rx_cqe + 1 : res->rx_cqe)) *
                     dev->cqe;
+    /* X: each peer node's ring of 2^n slots (n: the send queue's
+     * length rounded up), a slot the request and the larger of its
+     * gather list and its inline bytes (ib2_xnode_get) */
+    if (n_x != 0) {
+        res->xring_bytes = res->peer_nodes *
+                           ib2m_pow2(conf->tx_queue_len) *
+                           ib2m_align_up(lay->xwr +
+                                         ((dev->send_sge * lay->sge >
+                                           dev->max_inline) ?
+                                          dev->send_sge * lay->sge :
+                                          dev->max_inline), 8);
+    }
     res->total_bytes = res->reg_bytes + res->sq_bytes + res->rq_bytes +
-                       res->cq_bytes;
+                       res->cq_bytes + res->xring_bytes;
     res->qps       = (double)(res->qp_rc + res->qp_xrc_ini + res->qp_ud) +
                      res->qp_xrc_tgt;
     res->node_qps  = conf->ppn * (res->qp_rc + res->qp_xrc_ini +

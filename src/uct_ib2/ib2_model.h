@@ -47,6 +47,8 @@ typedef struct ib2_model_layout {
     size_t am_hdr;         /* ib2_hdr_t */
     size_t release_ptr;    /* the uct_recv_desc_t pointer before headroom */
     size_t cache_line;     /* pool alignment */
+    size_t xwr;            /* ib2_xwr_t: a request kept on a node's ring */
+    size_t sge;            /* struct ibv_sge */
 } ib2_model_layout_t;
 
 /* What the device decides. */
@@ -62,6 +64,8 @@ typedef struct ib2_model_dev {
     unsigned sq_pow2;      /* the send queue's bytes round up to 2^n */
     unsigned rq_pow2;      /* receive rings round their entries to 2^n */
     unsigned cq_pow2;      /* a CQ of n entries gets 2^k - 1 >= n */
+    unsigned send_sge;     /* gather entries of a send rc_ib2 gets */
+    unsigned max_inline;   /* inline bytes of a send rc_ib2 gets */
 } ib2_model_dev_t;
 
 /* The job and rc_ib2's settings. */
@@ -111,7 +115,10 @@ typedef struct ib2_model_result {
     uint64_t      sq_bytes;       /* device queue memory */
     uint64_t      rq_bytes;
     uint64_t      cq_bytes;
-    uint64_t      total_bytes;    /* reg_bytes + sq + rq + cq */
+    uint64_t      xring_bytes;    /* X: per peer node, rc_ib2's own record
+                                     of every request on the shared INI
+                                     QP (ib2_xnode.h), private memory */
+    uint64_t      total_bytes;    /* reg_bytes + sq + rq + cq + xring */
     double        qps;            /* qp_rc + ini + ud + tgt (average) */
     /* per node (the adapter's share) */
     unsigned long node_tgt;       /* TGT QPs the node holds */

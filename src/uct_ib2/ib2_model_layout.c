@@ -6,6 +6,7 @@
 #include "ib2.h"
 #include "ib2_model.h"
 #include "ib2_model_layout.h"
+#include "ib2_xnode.h"
 
 #include <ucs/arch/cpu.h>
 
@@ -30,6 +31,8 @@ void ib2_model_layout_get(ib2_model_layout_t *layout)
     layout->am_hdr       = sizeof(ib2_hdr_t);
     layout->release_ptr  = sizeof(uct_recv_desc_t*);
     layout->cache_line   = UCS_SYS_CACHE_LINE_SIZE;
+    layout->xwr          = sizeof(ib2_xwr_t);
+    layout->sge          = sizeof(struct ibv_sge);
 }
 
 int ib2_model_thp_enabled(void)

@@ -45,6 +45,16 @@ ib2_check ib2-model/info-counts bash -c '
     want P.node_qps=64
     kv=$("$1" model --rq "S,1024,64" --nodes 2 --ppn 4 --intra --forms X --kv)
     want X.peers=7; want X.qp_xrc_ini=2; want X.node_tgt=8
+    # X send rings: per peer node 2^n slots of the request and the larger
+    # of gather list and inline bytes; 2048 more inline bytes add 2048
+    # bytes to each of 256 slots on each of the 2 peer nodes
+    ring() { "$1" model --rq "P,128,256,192,128:S,8256,1024,1008,64" \
+                 --nodes 3 --ppn 4 --forms SX --kv --max-inline "$2" |
+             sed -n "s/^$3.xring_bytes=//p"; }
+    a=$(ring "$1" 2048 X) b=$(ring "$1" 4096 X) c=$(ring "$1" 4096 S)
+    [ -n "$a" ] && [ $((b - a)) -eq $((2 * 256 * 2048)) ] && [ "$c" = 0 ] ||
+        { echo "X send rings: $a, $b (want +$((2 * 256 * 2048))), S: $c"
+          exit 1; }
     # a sweep: one line per job size, QPs per process of each form
     sw=$("$1" model --rq "P,128,256,192,128:S,8256,1024,1008,64" --ppn 64 \
          --sweep 64:256) || exit 1

@@ -22,7 +22,7 @@ plot openib  using 1:3 with linespoints pt 1 title "openib default as given (P,1
      qp_limit with lines lw 2 lc rgb "red" title sprintf("max\\_qp / %d = %d", ppn, qp_limit)
 
 set ylabel "MiB per process"
-set title sprintf("memory: registered buffers + queues (budget %d MiB)", budget)
+set title sprintf("memory: registered buffers, queues, X send rings (budget %d MiB)", budget)
 plot openib  using 1:4 with linespoints pt 1 title "openib as given", \
      openib  using 1:7 with linespoints pt 7 title "openib P form", \
      openib  using 1:10 with linespoints pt 5 title "openib S form", \
