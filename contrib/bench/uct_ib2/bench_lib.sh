@@ -39,6 +39,23 @@ run_pair() {
 median() { sort -g | awk '{ v[NR] = $1 } END { m = int((NR + 1) / 2);
     print (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
 
+# Calls of FUNCTION in $TMP/cg.out: in --tree=caller output a function's
+# line ("* fn") follows the lines of its callers ("< caller (Nx)"). Run
+# away from the sources: where it finds them, callgrind_annotate leaves
+# the caller lines out.
+cg_calls() {   # cg_calls FUNCTION
+    (cd "$TMP" && callgrind_annotate --auto=no --tree=caller \
+         --threshold=100 cg.out 2>/dev/null) |
+    awk -v fn="$1" '
+        /^$/ { calls = 0; next }
+        / < / { n = $0; sub(/.*\(/, "", n); sub(/x\).*/, "", n);
+                gsub(",", "", n); calls += n; next }
+        / \* / { if (index($0, ":" fn " ") > 0 && calls > total)
+                    total = calls
+                calls = 0 }
+        END { print total + 0 }'
+}
+
 # Instructions per send operation, exclusive to the transport's function
 # (its inlined helpers included; the device's ibv_post_send excluded).
 # (on the device DEV; callgrind's output stays in $TMP/cg.out)
@@ -55,10 +72,7 @@ count_instr() {   # count_instr PORT TL FUNCTION PERFTEST-ARGS...
     wait $spid
     # Instructions: every line of the flat profile attributed to the
     # function, whatever file the code came from (code inlined from
-    # headers is listed under the header's name). Calls: in --tree=caller
-    # output a function's line ("* fn") follows the lines of its callers
-    # ("< caller (Nx)"). Run away from the sources: where it finds them,
-    # callgrind_annotate leaves the caller lines out.
+    # headers is listed under the header's name); calls: cg_calls.
     # FUNCTION may be "fn+helper+...": the helpers the send path calls
     # out of line count too (per call of fn).
     local ir=0 calls part
@@ -72,16 +86,7 @@ count_instr() {   # count_instr PORT TL FUNCTION PERFTEST-ARGS...
                          END { print ir + 0 }')))
     done
     fn=${fn%%+*}
-    calls=$(cd "$TMP" && callgrind_annotate --auto=no --tree=caller \
-                --threshold=100 cg.out 2>/dev/null |
-            awk -v fn="$fn" '
-                /^$/ { calls = 0; next }
-                / < / { n = $0; sub(/.*\(/, "", n); sub(/x\).*/, "", n);
-                        gsub(",", "", n); calls += n; next }
-                / \* / { if (index($0, ":" fn " ") > 0 && calls > total)
-                            total = calls
-                        calls = 0 }
-                END { print total + 0 }')
+    calls=$(cg_calls "$fn")
     if [ "$ir" -gt 0 ] && [ "$calls" -gt 0 ]; then
         awk -v a="$ir" -v b="$calls" 'BEGIN { printf "%.1f\n", a / b }'
     else
@@ -98,16 +103,7 @@ incl_per_call() {   # incl_per_call FUNCTION
              --threshold=100 cg.out 2>/dev/null |
          awk -v fn="$fn" 'index($0, ":" fn " [") > 0 {
                               x = $1; gsub(",", "", x); print x; exit }')
-    calls=$(cd "$TMP" && callgrind_annotate --auto=no --tree=caller \
-                --threshold=100 cg.out 2>/dev/null |
-            awk -v fn="$fn" '
-                /^$/ { calls = 0; next }
-                / < / { n = $0; sub(/.*\(/, "", n); sub(/x\).*/, "", n);
-                        gsub(",", "", n); calls += n; next }
-                / \* / { if (index($0, ":" fn " ") > 0 && calls > total)
-                            total = calls
-                        calls = 0 }
-                END { print total + 0 }')
+    calls=$(cg_calls "$fn")
     if [ -n "$ir" ] && [ "$calls" -gt 0 ]; then
         awk -v a="$ir" -v b="$calls" 'BEGIN { printf "%.1f %d\n", a / b, b }'
     else
