@@ -426,6 +426,10 @@ static ucs_status_t ib2_cm_ep_connect_self(ib2_ep_t *ep,
     ucs_status_t status;
 
     if (ep->cm->twin != NULL) {
+        /* an earlier call made it, and failed after */
+        ucs_error("%s:%u: connect_to_ep called again on rc_ib2 endpoint %p "
+                  "(connected to itself): call it once per endpoint",
+                  iface->md->name, iface->port, ep);
         return UCS_ERR_ALREADY_EXISTS;
     }
     params.field_mask = UCT_EP_PARAM_FIELD_IFACE;
@@ -522,6 +526,15 @@ static ucs_status_t ib2_cm_ep_connect_locked(ib2_ep_t *ep,
     ucs_status_t status;
     unsigned q;
 
+    /* First: a second call is refused whatever address it gives, and
+     * leaves the connection made or being made by the first alone. */
+    if (cep->have_peer) {
+        ucs_error("%s:%u: connect_to_ep called again on rc_ib2 endpoint %p, "
+                  "which is connected or connecting already: call it once "
+                  "per endpoint (create another endpoint for another peer)",
+                  iface->md->name, iface->port, ep);
+        return UCS_ERR_ALREADY_EXISTS;
+    }
     if (!ib2_cm_dev_addr_reachable(iface, dev)) {
         ucs_error("%s:%u: the peer does not connect through rdmacm, or is "
                   "not on an iWARP port as we are (UCX_IB2_CM must be the "
@@ -535,10 +548,6 @@ static ucs_status_t ib2_cm_ep_connect_locked(ib2_ep_t *ep,
                   "rc_ib2 and UCX_IB2_RECEIVE_QUEUES)", iface->md->name,
                   iface->port, a->version, a->nq);
         return UCS_ERR_UNREACHABLE;
-    }
-    if (cep->have_peer) {
-        ucs_error("rc_ib2 endpoint %p is connected already", ep);
-        return UCS_ERR_ALREADY_EXISTS;
     }
     memcpy(cep->peer.ip, a->ip, sizeof(a->ip));
     cep->peer.port  = a->port;
