@@ -136,6 +136,11 @@ typedef struct ib2_cm {
     int                        watched;    /* the async handler is set */
     int                        broken;     /* the channel failed: no more
                                               connections (said once) */
+    int                        listen_lost; /* the listener had
+                                               DEVICE_REMOVAL or ADDR_CHANGE
+                                               and was destroyed: requests
+                                               cannot reach us (said once) */
+    enum rdma_cm_event_type    lost_event;  /* which of the two */
     ucs_time_t                 next_poll;  /* not watched: the next look
                                               at an idle channel */
     int                        resolve_ms; /* rdma_resolve_* timeouts */

@@ -552,6 +552,17 @@ static ucs_status_t ib2_cm_ep_connect_locked(ib2_ep_t *ep,
     memcpy(cep->peer.ip, a->ip, sizeof(a->ip));
     cep->peer.port  = a->port;
     cep->peer.ep_id = a->ep_id;
+    /* Without a listener no request reaches us: the passive side (and a
+     * connection to itself, which has one) would only wait for its
+     * deadline. */
+    if (cm->listen_lost && (ib2_cm_peer_cmp(&cep->self, &cep->peer) >= 0)) {
+        ucs_error("%s:%u: rc_ib2 endpoint %p cannot connect: it would wait "
+                  "for the peer's request, and the interface's rdmacm "
+                  "listener was lost (%s); open the interface again",
+                  iface->md->name, iface->port, ep,
+                  rdma_event_str(cm->lost_event));
+        return UCS_ERR_UNREACHABLE;
+    }
     if (ib2_cm_peer_cmp(&cep->self, &cep->peer) == 0) {
         return ib2_cm_ep_connect_self(ep, dev);
     }
