@@ -52,10 +52,12 @@ void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason)
 static void ib2_cm_on_request(ib2_cm_t *cm, struct rdma_cm_event *event)
 {
     ib2_cm_req_t req;
+    uint8_t reason;
 
     if (ib2_cm_req_parse(cm, event->param.conn.private_data,
-                         event->param.conn.private_data_len, &req) != 0) {
-        ib2_cm_reject(cm, event->id, IB2_CM_REJ_MALFORMED);
+                         event->param.conn.private_data_len, &req,
+                         &reason) != UCS_OK) {
+        ib2_cm_reject(cm, event->id, reason);
         return;
     }
     /* Our reads against its responder resources and the reverse. */

@@ -19,17 +19,20 @@
  *   accept           ib2_cm_rep_t   echoes the ids and the queue
  *   reject           ib2_cm_rej_t   a reason code
  *
- * Receiver rules (a message that breaks one refuses the connection, or,
- * on the side that initiated, fails the endpoint):
+ * Receiver rules (a message that breaks one refuses the connection with
+ * the reason code below, or, on the side that initiated, fails the
+ * endpoint):
  *
  *   - length at least the structure's; on RoCE the field arrives padded
  *     with zeros to 56 bytes (REQ) or more, on iWARP exactly as sent;
- *   - magic, version and the structure's own length field match;
- *   - REQ: queue below the number of queues, the number of queues and the
- *     receive queue hash equal ours, the destination endpoint id one of
- *     ours, the source (address, port, endpoint id) the peer that endpoint
- *     was connected to, the source the initiator by the rule above, and
- *     the queue not connected yet;
+ *   - magic, version and the structure's own length field match (these
+ *     two: else MALFORMED);
+ *   - REQ: reserved bytes zero and the queue below the number of queues
+ *     (else MALFORMED); the number of queues and the receive queue hash
+ *     equal ours (else MISMATCH); the destination endpoint id one of ours
+ *     (else NO_EP); the source (address, port, endpoint id) the peer that
+ *     endpoint was connected to, the source the initiator by the rule
+ *     above, and the queue not connected yet (else MISMATCH);
  *   - REP: the same endpoint ids and queue as the request.
  */
 #ifndef IB2_CM_WIRE_H
