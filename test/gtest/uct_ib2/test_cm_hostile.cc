@@ -9,6 +9,8 @@
  */
 #include "ib2_cm_test.h"
 
+#include <rdma/rdma_cma.h>
+
 #include <ib2_cm_wire.h>
 
 #include <arpa/inet.h>

@@ -12,6 +12,8 @@
  */
 #include "ib2_cm_test.h"
 
+#include <rdma/rdma_cma.h>
+
 #include "softverbs.h"
 
 using namespace ib2t;
