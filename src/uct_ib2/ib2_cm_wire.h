@@ -102,10 +102,17 @@ typedef struct ib2_cm_rej {
     uint8_t  reason;        /* IB2_CM_REJ_* */
 } UCS_S_PACKED ib2_cm_rej_t;
 
-/* InfiniBand/RoCE carry 56 bytes in a REQ of the TCP port space. */
+/* InfiniBand/RoCE carry 56 bytes in a REQ of the TCP port space. (Tests
+ * written in C++ read this header too.) */
+#ifdef __cplusplus
+#define _Static_assert static_assert
+#endif
 _Static_assert(sizeof(ib2_cm_req_t) == 46, "REQ layout changed: update "
                "docs/uct_ib2.md");
 _Static_assert(sizeof(ib2_cm_req_t) <= 56, "REQ private data too long");
+#ifdef __cplusplus
+#undef _Static_assert
+#endif
 
 /* Order of two peers: negative if a is lower (a initiates). */
 static inline int ib2_cm_peer_cmp(const ib2_cm_peer_t *a,
