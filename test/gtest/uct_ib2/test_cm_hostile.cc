@@ -177,9 +177,10 @@ ib2_cm_req_t valid_req(const std::vector<char> &ep_addr, uint64_t src_id)
 
 /*
  * Against an interface with one endpoint connected to a real peer and
- * two never connected (UCX_IB2_CM_MAX_HELD=1): too short, bad magic, bad
- * version, bad length field, reserved bytes set and a queue beyond the
- * count are MALFORMED; other receive queues (count or hash) are MISMATCH;
+ * two never connected (UCX_IB2_CM_MAX_HELD=1): too short (iWARP; on RoCE
+ * the padding makes it a request with another hash: MISMATCH), bad magic,
+ * bad version, bad length field, reserved bytes set and a queue beyond
+ * the count are MALFORMED; other receive queues (count or hash) are MISMATCH;
  * an unknown endpoint id is NO_EP; a request for the connected endpoint
  * from another source is MISMATCH; a valid request for an unconnected
  * endpoint is held, a second for the other one is BUSY, and the held one
@@ -218,7 +219,12 @@ TEST_P(CmHostile, CraftedRequestsRefusedWithTheirReason)
             cases.push_back({what, q, len, reason});
         };
         const uint8_t full = sizeof(ib2_cm_req_t);
-        add("10 bytes", [](ib2_cm_req_t &) {}, 10, IB2_CM_REJ_MALFORMED);
+        /* iWARP delivers the 10 bytes as sent: too short. RoCE pads the
+         * REQ's private data to 56 bytes with zeros, so the receiver sees
+         * a whole request whose receive queue hash lost its upper half. */
+        add("10 bytes", [](ib2_cm_req_t &) {}, 10,
+            (std::string(f.name) == "iwarp") ? IB2_CM_REJ_MALFORMED :
+                                               IB2_CM_REJ_MISMATCH);
         add("bad magic", [](ib2_cm_req_t &q) { q.magic ^= 0xff; }, full,
             IB2_CM_REJ_MALFORMED);
         add("bad version", [](ib2_cm_req_t &q) { q.version += 1; }, full,

@@ -110,8 +110,12 @@ TEST_P(CmLost, ListenerLostFailsFast)
                      "not fail within 5 s");
 
             if (ev == RDMA_CM_EVENT_ADDR_CHANGE) {
+                CM_CHECK(errors_of(l, lu).empty() && errors_of(p, pu).empty(),
+                         evs << ": the pair that was up failed");
                 p.rx.clear();
                 l.rx.clear();
+                p.errors.clear();   /* the others' (checked above) */
+                l.errors.clear();
                 r = traffic(p, pu, l, lu);
                 CM_CHECK(r.empty(), evs << ": the pair that was up: " << r);
             } else {
