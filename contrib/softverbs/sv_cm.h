@@ -199,6 +199,8 @@ int  sv_cm_valid_chan(struct rdma_event_channel *ch);
 struct sv_cm_chan *sv_cm_chan_of(struct rdma_event_channel *ch);
 struct sv_cm_chan *sv_cm_chan_new(void);
 void sv_cm_chan_free(struct sv_cm_chan *c);
+
+/* sv_cm_event.c */
 /* Queue an event for the program; NULL if out of memory (the caller
  * fails the connection instead). */
 struct sv_cm_event *sv_cm_event_new(struct sv_cm_id *id,
