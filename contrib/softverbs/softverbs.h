@@ -66,6 +66,17 @@ int softverbs_port_bytes(const char *dev, unsigned port, uint64_t *xmit,
  * NULL), or ENODEV (softverbs could not attach). */
 int softverbs_faults(const char *spec, char *err, size_t errlen);
 
+/* rdmacm: raise RDMA_CM_EVENT_DEVICE_REMOVAL or RDMA_CM_EVENT_ADDR_CHANGE
+ * (event) on every id of this process bound to port `port` of device
+ * `dev`, as the kernel does when the device goes or the address of its
+ * network interface changes (docs/softverbs.md, "rdmacm"). On removal a
+ * listening id also stops listening (peers' requests find nobody there);
+ * other ids go on until the program destroys them. *count (if not NULL):
+ * the ids told. Returns 0, EINVAL (another event), ENOENT (no such device
+ * or port) or ENODEV (softverbs could not attach). */
+int softverbs_cm_port_event(const char *dev, unsigned port, int event,
+                            unsigned *count);
+
 /* How many faults the rules of this process have injected so far. */
 uint64_t softverbs_faults_injected(void);
 

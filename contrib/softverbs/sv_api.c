@@ -38,7 +38,7 @@ SV_EXPORT int softverbs_cqe_inline(int on)
 
 /* The index of device dev, which has port `port`: 0, ENODEV (softverbs
  * could not attach) or ENOENT. */
-static int sv_api_port(const char *dev, unsigned port, uint32_t *d)
+int sv_api_port(const char *dev, unsigned port, uint32_t *d)
 {
     if (sv_attach() != 0) {
         return ENODEV;

@@ -199,6 +199,8 @@ int  sv_cm_valid_chan(struct rdma_event_channel *ch);
 struct sv_cm_chan *sv_cm_chan_of(struct rdma_event_channel *ch);
 struct sv_cm_chan *sv_cm_chan_new(void);
 void sv_cm_chan_free(struct sv_cm_chan *c);
+
+/* sv_cm_event.c */
 /* Queue an event for the program; NULL if out of memory (the caller
  * fails the connection instead). */
 struct sv_cm_event *sv_cm_event_new(struct sv_cm_id *id,
@@ -224,6 +226,8 @@ int  sv_cm_create(struct rdma_event_channel *ch, struct rdma_cm_id **out,
 int  sv_cm_bind_dev(struct sv_cm_id *id, uint32_t dev, uint32_t port);
 int  sv_cm_bind(struct sv_cm_id *id, const struct sockaddr *sa);
 void sv_cm_close_conn(struct sv_cm_id *id);
+/* A listener goes: its requests not retrieved are refused. Lock held. */
+void sv_cm_drop_children(struct sv_cm_id *l);
 void sv_cm_name(char *buf, size_t len, uint16_t ps, uint16_t port,
                 const struct sv_ipaddr *ip);
 socklen_t sv_cm_sun(struct sockaddr_un *sun, const char *name);

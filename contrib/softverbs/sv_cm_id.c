@@ -180,7 +180,7 @@ SV_EXPORT int rdma_create_id(struct rdma_event_channel *ch,
 }
 
 /* A listener goes: its requests not retrieved are refused. Lock held. */
-static void sv_cm_drop_children(struct sv_cm_id *l)
+void sv_cm_drop_children(struct sv_cm_id *l)
 {
     struct sv_cm_id *id, *n;
 

@@ -1003,6 +1003,10 @@ struct sv_context *sv_ctx(struct ibv_context *c);
 int  sv_port_valid(uint32_t dev, uint32_t port);
 int  sv_gid_lookup(uint32_t dev, uint32_t port, const union ibv_gid *gid);
 
+/* sv_api.c: the index of the device named dev, which has port `port`: 0,
+ * ENODEV (softverbs could not attach) or ENOENT. */
+int  sv_api_port(const char *dev, unsigned port, uint32_t *d);
+
 /* sv_qpex.c */
 int  sv_qpex_supported(uint64_t send_ops);
 int  sv_qpex_init(struct sv_qp *qp, uint64_t send_ops);

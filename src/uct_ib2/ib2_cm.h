@@ -1,10 +1,13 @@
 /*
  * rc_ib2's connection manager: endpoints connected through rdma_cm instead
  * of the verbs address exchange (ib2_cm.c: the interface's listener and
- * event channel; ib2_cm_events.c: events, refusals and deadlines;
- * ib2_cm_conn.c: an endpoint's connections; ib2_cm_active.c: the active
- * side and connection events; ib2_cm_accept.c: requests checked, held,
- * accepted or rejected).
+ * event channel; ib2_cm_addr.c: the address it listens on;
+ * ib2_cm_events.c: events, refusals, a lost listener and deadlines;
+ * ib2_cm_conn.c: an endpoint's life and failures; ib2_cm_connect.c:
+ * connect_to_ep; ib2_cm_qp.c: a connection's QP; ib2_cm_active.c: the
+ * active side and connection events; ib2_cm_accept.c: requests checked,
+ * held, accepted or rejected; ib2_cm_defer.c: sends kept until the
+ * endpoint is up).
  * iWARP can connect QPs no other way; RoCE does it when UCX_IB2_CM says so.
  *
  * The rest of the transport sees the manager through the hooks below, each
@@ -136,6 +139,11 @@ typedef struct ib2_cm {
     int                        watched;    /* the async handler is set */
     int                        broken;     /* the channel failed: no more
                                               connections (said once) */
+    int                        listen_lost; /* the listener had
+                                               DEVICE_REMOVAL or ADDR_CHANGE
+                                               and was destroyed: requests
+                                               cannot reach us (said once) */
+    enum rdma_cm_event_type    lost_event;  /* which of the two */
     ucs_time_t                 next_poll;  /* not watched: the next look
                                               at an idle channel */
     int                        resolve_ms; /* rdma_resolve_* timeouts */
@@ -192,6 +200,7 @@ extern ucs_config_field_t ib2_cm_config_table[];
 ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
                                const ib2_cm_config_t *config);
 void ib2_cm_iface_cleanup(ib2_iface_t *iface);
+ucs_status_t ib2_cm_find_addr(ib2_cm_t *cm, const char *text);
 unsigned ib2_cm_progress_events(ib2_iface_t *iface);
 unsigned ib2_cm_read_events(ib2_cm_t *cm);
 void ib2_cm_ep_reports(ib2_cm_t *cm);
@@ -202,7 +211,8 @@ void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason);
 void ib2_cm_reject(ib2_cm_t *cm, struct rdma_cm_id *id, uint8_t reason);
 void ib2_cm_send_reject(struct rdma_cm_id *id, uint8_t reason);
 
-/* Endpoints (ib2_cm_conn.c). */
+/* Endpoints (ib2_cm_conn.c; connect_to_ep and its address:
+ * ib2_cm_connect.c; QPs: ib2_cm_qp.c). */
 ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep);
 void ib2_cm_ep_destroy(ib2_ep_t *ep);
 ucs_status_t ib2_cm_ep_get_address(ib2_ep_t *ep, uct_ep_addr_t *addr);
@@ -211,8 +221,8 @@ ucs_status_t ib2_cm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *dev,
 void ib2_cm_conn_event(ib2_cm_t *cm, struct rdma_cm_event *event);
 void ib2_cm_request(ib2_cm_t *cm, struct rdma_cm_id *id,
                     const ib2_cm_req_t *req, uint8_t rd_in, uint8_t rd_out);
-int ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
-                     ib2_cm_req_t *req);
+ucs_status_t ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
+                              ib2_cm_req_t *req, uint8_t *reason);
 void ib2_cm_ep_report(ib2_cm_ep_t *cep, uint8_t what);
 void ib2_cm_ep_fail(ib2_cm_ep_t *cep, ucs_status_t status, const char *why);
 void ib2_cm_q_up(ib2_cm_qconn_t *qc);

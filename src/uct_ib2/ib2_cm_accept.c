@@ -9,12 +9,19 @@
 
 #include <ucs/time/time.h>
 
-int ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
-                     ib2_cm_req_t *req)
+/*
+ * A connect request's private data, checked by the rules of ib2_cm_wire.h
+ * before anything else looks at it. Not UCS_OK: *reason says why for the
+ * rejection, MALFORMED for what no rc_ib2 of this version sends, MISMATCH
+ * for a request of another interface setup (its queues differ).
+ */
+ucs_status_t ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
+                              ib2_cm_req_t *req, uint8_t *reason)
 {
     ib2_iface_t *iface = cm->iface;
     const char *why    = NULL;
 
+    *reason = IB2_CM_REJ_MALFORMED;
     if ((data == NULL) || (len < sizeof(*req))) {
         why = "too short";
     } else {
@@ -22,20 +29,23 @@ int ib2_cm_req_parse(ib2_cm_t *cm, const void *data, unsigned len,
         if ((req->magic != IB2_CM_MAGIC) || (req->version != IB2_CM_VERSION) ||
             (req->length != sizeof(*req))) {
             why = "not an rc_ib2 request of this version";
-        } else if ((req->nq != iface->rq.count) || (req->queue >= req->nq) ||
-                   (req->rq_hash != iface->rq_hash)) {
-            why = "other receive queues (UCX_IB2_RECEIVE_QUEUES differ)";
         } else if (req->reserved[0] || req->reserved[1] || req->reserved[2]) {
             why = "reserved bytes set";
+        } else if (req->queue >= req->nq) {
+            why = "queue beyond the number of queues";
+        } else if ((req->nq != iface->rq.count) ||
+                   (req->rq_hash != iface->rq_hash)) {
+            why     = "other receive queues (UCX_IB2_RECEIVE_QUEUES differ)";
+            *reason = IB2_CM_REJ_MISMATCH;
         }
     }
     if (why != NULL) {
         ucs_diag("%s:%u: rdmacm connect request refused: %s (%u bytes)",
                  iface->md->name, iface->port, why, len);
         ++iface->counters.cm_rejected;
-        return -1;
+        return UCS_ERR_INVALID_PARAM;
     }
-    return 0;
+    return UCS_OK;
 }
 
 /* Not UCS_OK when the endpoint failed: its error handler ran, which may

@@ -52,16 +52,84 @@ void ib2_cm_held_reject(ib2_cm_t *cm, ib2_cm_held_t *held, uint8_t reason)
 static void ib2_cm_on_request(ib2_cm_t *cm, struct rdma_cm_event *event)
 {
     ib2_cm_req_t req;
+    uint8_t reason;
 
     if (ib2_cm_req_parse(cm, event->param.conn.private_data,
-                         event->param.conn.private_data_len, &req) != 0) {
-        ib2_cm_reject(cm, event->id, IB2_CM_REJ_MALFORMED);
+                         event->param.conn.private_data_len, &req,
+                         &reason) != UCS_OK) {
+        ib2_cm_reject(cm, event->id, reason);
         return;
     }
     /* Our reads against its responder resources and the reverse. */
     ib2_cm_request(cm, event->id, &req,
                    event->param.conn.responder_resources,
                    event->param.conn.initiator_depth);
+}
+
+/* The endpoint waits for a request through our listener: it is the
+ * passive side (or its hidden twin is) and a queue has none yet. */
+static int ib2_cm_ep_needs_listener(const ib2_cm_ep_t *cep)
+{
+    unsigned q;
+
+    if (!cep->initiator) {
+        for (q = 0; q < cep->ep->nq; ++q) {
+            if (cep->q[q].state == IB2_CMQ_IDLE) {
+                return 1;
+            }
+        }
+    }
+    return (cep->twin != NULL) && (cep->twin->cm != NULL) &&
+           ib2_cm_ep_needs_listener(cep->twin->cm);
+}
+
+/*
+ * The listener is gone: its device is being removed, or the address it
+ * listens on changed (the kernel says so on the listening id). Requests
+ * can no longer reach this interface, so nothing that waits for one may
+ * wait for its deadline: the id is destroyed (an id that had either event
+ * must be), held requests are refused, every endpoint still waiting for a
+ * request fails now, and connect_to_ep of one that would wait fails at
+ * once (ib2_cm_ep_connect). Endpoints that initiate need no listener of
+ * ours and go on (their own ids hear of a removal).
+ */
+static void ib2_cm_listener_lost(ib2_cm_t *cm,
+                                 const struct rdma_cm_event *event)
+{
+    ib2_iface_t *iface = cm->iface;
+    ib2_cm_held_t *held, *htmp;
+    ib2_cm_ep_t *cep, *ctmp;
+    UCS_LIST_HEAD(failing);
+
+    ucs_error("%s:%u: rdmacm listener lost (%s): it was destroyed; this "
+              "interface accepts no more connections, endpoints waiting for "
+              "a peer's request fail, and connect_to_ep of those that would "
+              "wait for one fails (UCS_ERR_UNREACHABLE): open the interface "
+              "again to listen on the port's current address",
+              iface->md->name, iface->port, rdma_event_str(event->event));
+    cm->listen_lost = 1;
+    cm->lost_event  = event->event;
+    rdma_destroy_id(cm->listen_id);
+    cm->listen_id = NULL;
+    ucs_list_for_each_safe(held, htmp, &cm->held, list) {
+        ib2_cm_held_reject(cm, held, IB2_CM_REJ_FAILED);
+    }
+    /* Off cm->connecting before any is reported: an error handler may
+     * destroy endpoints (ib2_cm_check_deadlines). */
+    ucs_list_for_each_safe(cep, ctmp, &cm->connecting, list) {
+        if (ib2_cm_ep_needs_listener(cep)) {
+            ucs_list_del(&cep->list);
+            ucs_list_add_tail(&failing, &cep->list);
+        }
+    }
+    while (!ucs_list_is_empty(&failing)) {
+        cep = ucs_list_head(&failing, ib2_cm_ep_t, list);
+        ucs_list_del(&cep->list);
+        ucs_list_head_init(&cep->list);
+        ib2_cm_ep_fail(cep, UCS_ERR_UNREACHABLE, "the interface's rdmacm "
+                       "listener was lost while the endpoint waited for the "
+                       "peer's request");
+    }
 }
 
 static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
@@ -73,12 +141,15 @@ static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
               event->id);
     if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
         ib2_cm_on_request(cm, event);
-    } else if (event->id == cm->listen_id) {
-        /* The listener itself: the device went away. Endpoints connecting
-         * to us then time out at the peer; ours fail as their QPs do. */
-        ucs_error("%s:%u: rdmacm listener: %s (status %d): no more "
-                  "connections are accepted", iface->md->name, iface->port,
-                  rdma_event_str(event->event), event->status);
+    } else if ((event->id == cm->listen_id) && (cm->listen_id != NULL)) {
+        if ((event->event == RDMA_CM_EVENT_DEVICE_REMOVAL) ||
+            (event->event == RDMA_CM_EVENT_ADDR_CHANGE)) {
+            ib2_cm_listener_lost(cm, event);
+        } else {
+            ucs_debug("%s:%u: rdmacm listener: %s (status %d) ignored",
+                      iface->md->name, iface->port,
+                      rdma_event_str(event->event), event->status);
+        }
     } else if (event->id->context != NULL) {
         ib2_cm_conn_event(cm, event);
     }

@@ -19,17 +19,20 @@
  *   accept           ib2_cm_rep_t   echoes the ids and the queue
  *   reject           ib2_cm_rej_t   a reason code
  *
- * Receiver rules (a message that breaks one refuses the connection, or,
- * on the side that initiated, fails the endpoint):
+ * Receiver rules (a message that breaks one refuses the connection with
+ * the reason code below, or, on the side that initiated, fails the
+ * endpoint):
  *
  *   - length at least the structure's; on RoCE the field arrives padded
  *     with zeros to 56 bytes (REQ) or more, on iWARP exactly as sent;
- *   - magic, version and the structure's own length field match;
- *   - REQ: queue below the number of queues, the number of queues and the
- *     receive queue hash equal ours, the destination endpoint id one of
- *     ours, the source (address, port, endpoint id) the peer that endpoint
- *     was connected to, the source the initiator by the rule above, and
- *     the queue not connected yet;
+ *   - magic, version and the structure's own length field match (these
+ *     two: else MALFORMED);
+ *   - REQ: reserved bytes zero and the queue below the number of queues
+ *     (else MALFORMED); the number of queues and the receive queue hash
+ *     equal ours (else MISMATCH); the destination endpoint id one of ours
+ *     (else NO_EP); the source (address, port, endpoint id) the peer that
+ *     endpoint was connected to, the source the initiator by the rule
+ *     above, and the queue not connected yet (else MISMATCH);
  *   - REP: the same endpoint ids and queue as the request.
  */
 #ifndef IB2_CM_WIRE_H
@@ -99,10 +102,17 @@ typedef struct ib2_cm_rej {
     uint8_t  reason;        /* IB2_CM_REJ_* */
 } UCS_S_PACKED ib2_cm_rej_t;
 
-/* InfiniBand/RoCE carry 56 bytes in a REQ of the TCP port space. */
+/* InfiniBand/RoCE carry 56 bytes in a REQ of the TCP port space. (Tests
+ * written in C++ read this header too.) */
+#ifdef __cplusplus
+#define _Static_assert static_assert
+#endif
 _Static_assert(sizeof(ib2_cm_req_t) == 46, "REQ layout changed: update "
                "docs/uct_ib2.md");
 _Static_assert(sizeof(ib2_cm_req_t) <= 56, "REQ private data too long");
+#ifdef __cplusplus
+#undef _Static_assert
+#endif
 
 /* Order of two peers: negative if a is lower (a initiates). */
 static inline int ib2_cm_peer_cmp(const ib2_cm_peer_t *a,

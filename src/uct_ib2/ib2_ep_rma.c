@@ -147,7 +147,7 @@ static ucs_status_t ib2_ep_rdma_zcopy(uct_ep_h tl_ep, enum ibv_wr_opcode op,
     struct ibv_sge sge[IB2_MAX_SEND_SGE];
     struct ibv_send_wr wr;
     ucs_status_t status;
-    unsigned flags, n = 0;
+    unsigned flags, max_sge, n = 0;
     size_t i;
 
     UCT_CHECK_IOV_SIZE(iovcnt, (size_t)iface->config.max_send_sge,
@@ -155,12 +155,30 @@ static ucs_status_t ib2_ep_rdma_zcopy(uct_ep_h tl_ep, enum ibv_wr_opcode op,
     UCT_CHECK_LENGTH(uct_iov_total_length(iov, iovcnt), 0,
                      iface->config.max_get_put,
                      (op == IBV_WR_RDMA_WRITE) ? "put_zcopy" : "get_zcopy");
+    /* What the device cannot take is refused first, whatever the
+     * endpoint's state (also while it connects, when the send would
+     * otherwise be kept and fail only at the post). Empty pieces may come
+     * without a memory handle: left out, and not counted. */
+    for (i = 0; i < iovcnt; ++i) {
+        n += (uct_iov_get_length(&iov[i]) != 0);
+    }
+    max_sge = (op == IBV_WR_RDMA_READ) ? iface->config.max_read_sge :
+                                         iface->config.max_send_sge;
+    if (ucs_unlikely(n > max_sge)) {
+        /* iWARP: one scatter entry per READ */
+        ucs_error("%s with %u pieces: %s:%u takes at most %u per %s "
+                  "(uct_iface_attr cap.%s.max_iov): split it",
+                  (op == IBV_WR_RDMA_READ) ? "get_zcopy" : "put_zcopy", n,
+                  iface->md->name, iface->port, max_sge,
+                  (op == IBV_WR_RDMA_READ) ? "READ" : "WRITE",
+                  (op == IBV_WR_RDMA_READ) ? "get" : "put");
+        return UCS_ERR_INVALID_PARAM;
+    }
     status = ib2_ep_tx_check(iface, ep, 0, 0, &flags);
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
     }
-    /* Empty pieces may come without a memory handle: left out. */
-    for (i = 0; i < iovcnt; ++i) {
+    for (i = 0, n = 0; i < iovcnt; ++i) {
         sge[n].length = (uint32_t)uct_iov_get_length(&iov[i]);
         if (sge[n].length == 0) {
             continue;
@@ -168,12 +186,6 @@ static ucs_status_t ib2_ep_rdma_zcopy(uct_ep_h tl_ep, enum ibv_wr_opcode op,
         sge[n].addr = (uintptr_t)iov[i].buffer;
         sge[n].lkey = ib2_memh_mr(iface->md, iov[i].memh)->lkey;
         ++n;
-    }
-    if ((op == IBV_WR_RDMA_READ) && (n > iface->config.max_read_sge)) {
-        /* iWARP: one scatter entry per READ (get.max_iov says so) */
-        ucs_error("get_zcopy with %u pieces: %s takes %u per READ",
-                  n, iface->md->name, iface->config.max_read_sge);
-        return UCS_ERR_INVALID_PARAM;
     }
     wr.opcode              = op;
     wr.sg_list             = sge;
