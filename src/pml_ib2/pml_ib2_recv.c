@@ -75,7 +75,9 @@ int pml_ib2_irecv(void *buf, size_t count, ompi_datatype_t *dt, int src,
 }
 
 /* A blocking receive into contiguous memory needs no Open MPI request:
- * nobody else can see it (pml_ib2_wait_p2p). */
+ * nobody else can see it (pml_ib2_wait_p2p). It holds the communicator
+ * as a request would: another thread's MPI_Comm_free must let it
+ * complete normally, not cancel it under p2p_comm_free. */
 static int pml_ib2_recv_contig(void *ptr, size_t len, int src, int tag,
                                ompi_communicator_t *comm,
                                ompi_status_public_t *status)
@@ -87,11 +89,14 @@ static int pml_ib2_recv_contig(void *ptr, size_t len, int src, int tag,
     p2p_status_t         st;
     int                  ret;
 
+    OBJ_RETAIN(comm);
     ret = p2p_irecv(ptr, len, src, t, pc, &p);
     if (ret != P2P_OK) {
+        OBJ_RELEASE(comm);
         return pml_ib2_err(ret);
     }
     ret = pml_ib2_wait_p2p(p, &st);
+    OBJ_RELEASE(comm);
     if ((st.tag >= 0) && (tag < 0) && (tag != MPI_ANY_TAG)) {
         st.tag = -st.tag;   /* came on the collectives' communicator */
     }

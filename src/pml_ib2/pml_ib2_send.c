@@ -137,7 +137,8 @@ int pml_ib2_isend(const void *buf, size_t count, ompi_datatype_t *dt,
 }
 
 /* A blocking send of contiguous data needs no Open MPI request: nobody
- * else can see it (pml_ib2_wait_p2p). */
+ * else can see it (pml_ib2_wait_p2p). It holds the communicator as a
+ * request would (pml_ib2_recv_contig says why). */
 static int pml_ib2_send_contig(void *ptr, size_t len, int dst, int tag,
                                mca_pml_base_send_mode_t mode,
                                ompi_communicator_t *comm)
@@ -146,6 +147,7 @@ static int pml_ib2_send_contig(void *ptr, size_t len, int dst, int tag,
     p2p_request_t *p;
     int           ret;
 
+    OBJ_RETAIN(comm);
     switch (mode) {
     case MCA_PML_BASE_SEND_SYNCHRONOUS:
         ret = p2p_issend(ptr, len, dst, tag, pc, &p);
@@ -160,6 +162,7 @@ static int pml_ib2_send_contig(void *ptr, size_t len, int dst, int tag,
     if (ret == P2P_OK) {
         ret = pml_ib2_wait_p2p(p, NULL);
     }
+    OBJ_RELEASE(comm);
     return pml_ib2_err(ret);
 }
 
