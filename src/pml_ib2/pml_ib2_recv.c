@@ -87,16 +87,24 @@ static int pml_ib2_recv_contig(void *ptr, size_t len, int src, int tag,
     ompi_status_public_t mine;
     p2p_request_t        *p;
     p2p_status_t         st;
+    bool                 hold = opal_using_threads();   /* else nobody
+                                                           can free it */
     int                  ret;
 
-    OBJ_RETAIN(comm);
+    if (hold) {
+        OBJ_RETAIN(comm);
+    }
     ret = p2p_irecv(ptr, len, src, t, pc, &p);
     if (ret != P2P_OK) {
-        OBJ_RELEASE(comm);
+        if (hold) {
+            OBJ_RELEASE(comm);
+        }
         return pml_ib2_err(ret);
     }
     ret = pml_ib2_wait_p2p(p, &st);
-    OBJ_RELEASE(comm);
+    if (hold) {
+        OBJ_RELEASE(comm);
+    }
     if ((st.tag >= 0) && (tag < 0) && (tag != MPI_ANY_TAG)) {
         st.tag = -st.tag;   /* came on the collectives' communicator */
     }

@@ -96,11 +96,12 @@ int pml_ib2_wait_p2p(p2p_request_t *p, p2p_status_t *status)
 
     for (;;) {
         ret = p2p_test(&p, &flag, status);
-        if (flag) {
+        if (flag || (ret != P2P_OK)) {
+            /* not done but refused: a bug here, not the user's; the
+             * wait ends with p2p's error rather than spin for ever */
+            assert(flag);
             return ret;
         }
-        /* a request p2p_test refuses is a bug here, not the user's */
-        assert(ret == P2P_OK);
         if (++polls == PML_IB2_OPAL_EVERY) {
             polls = 0;
             opal_progress();

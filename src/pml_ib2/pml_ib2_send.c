@@ -145,9 +145,12 @@ static int pml_ib2_send_contig(void *ptr, size_t len, int dst, int tag,
 {
     p2p_comm_t    *pc = pml_ib2_route(comm, &tag);
     p2p_request_t *p;
+    bool          hold = opal_using_threads();   /* as a receive */
     int           ret;
 
-    OBJ_RETAIN(comm);
+    if (hold) {
+        OBJ_RETAIN(comm);
+    }
     switch (mode) {
     case MCA_PML_BASE_SEND_SYNCHRONOUS:
         ret = p2p_issend(ptr, len, dst, tag, pc, &p);
@@ -162,7 +165,9 @@ static int pml_ib2_send_contig(void *ptr, size_t len, int dst, int tag,
     if (ret == P2P_OK) {
         ret = pml_ib2_wait_p2p(p, NULL);
     }
-    OBJ_RELEASE(comm);
+    if (hold) {
+        OBJ_RELEASE(comm);
+    }
     return pml_ib2_err(ret);
 }
 
