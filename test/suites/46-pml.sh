@@ -7,7 +7,9 @@
 # killed mid-exchange) runs under pml ib2 only, with 3 ranks. pml_freed
 # and pml_failure also run where they must fail (UCP's own registration
 # cache on; failure detection off), to show they see what they guard
-# against.
+# against. Open MPI's own example programs (hello, ring, connectivity, the
+# C++ and Fortran rings; contrib/ompi-examples) run under pml ib2 over
+# shm, tcp and rc_ib2 and under ob1, their output checked.
 # Skipped, with the reason, where configure found no Open MPI development
 # headers (the component is then not built).
 for v in $(compgen -e | grep '^P2P_\|^UCX_\|^SOFTVERBS_\|^OMPI_'); do
@@ -144,6 +146,59 @@ for p in "${pml_progs[@]}"; do
     pml_run "ob1-tcp/$p" 2 "$p" --mca pml ob1 --mca btl self,tcp
 done
 
+# Open MPI's own example programs (contrib/ompi-examples/fetch.sh: from
+# the installed Open MPI's source package, built in a cache outside the
+# tree), each run's output checked by test/mpi/ompi-examples-check.sh
+# against what the program prints when every message arrived right: the
+# C ones at 2 and 4 ranks under pml ib2 over shm, tcp and rc_ib2 (below)
+# and under ob1; the C++ and Fortran rings at 4 ranks over shm and ob1.
+pml_ex_c=(hello_c ring_c connectivity_c)
+pml_ex_rings=(ring_cxx ring_mpifh ring_usempi ring_usempif08)
+pml_ex_dir=
+if ib2_check pml/ompi-examples/fetch-and-build \
+        "$SRC/contrib/ompi-examples/fetch.sh"; then
+    pml_ex_dir=$("$SRC/contrib/ompi-examples/fetch.sh" --dir)/bin
+fi
+
+# pml_example NAME NP PROGRAM [mpirun args...]: passes when the program
+# exits 0 and printed what it should
+pml_example() {
+    local name=$1 np=$2 prog=$3
+    shift 3
+    [ -n "$pml_ex_dir" ] || return 0   # fetch-and-build failed, said so
+    if [ ! -x "$pml_ex_dir/$prog" ]; then
+        # fetch.sh builds every C and C++ one or fails
+        ib2_result SKIP "pml/$name ($prog not built: mpifort's gfortran is not installed)"
+        return 0
+    fi
+    ib2_check "pml/$name" bash -c '
+        np=$1 prog=$2 check=$3; shift 3
+        out=$("$@" -np "$np" "$prog" 2>&1)
+        rc=$?
+        echo "$out"
+        echo "exit $rc"
+        [ $rc -eq 0 ] &&
+        printf "%s\n" "$out" | "$check" "$(basename "$prog")" "$np"' \
+        _ "$np" "$pml_ex_dir/$prog" "$SRC/test/mpi/ompi-examples-check.sh" \
+        "${pml_mpirun[@]}" --timeout 60 "$@"
+}
+
+for np in 2 4; do
+    for p in "${pml_ex_c[@]}"; do
+        for tls in shm tcp; do
+            pml_example "ib2-$tls/example-$p-$np" $np $p --mca pml ib2 \
+                -x UCX_TLS=$tls
+        done
+        pml_example "ob1-vader/example-$p-$np" $np $p --mca pml ob1 \
+            --mca btl self,vader
+    done
+done
+for p in "${pml_ex_rings[@]}"; do
+    pml_example "ib2-shm/example-$p-4" 4 $p --mca pml ib2 -x UCX_TLS=shm
+    pml_example "ob1-vader/example-$p-4" 4 $p --mca pml ob1 \
+        --mca btl self,vader
+done
+
 # pml ib2 over rc_ib2 on the softverbs device (as 40-p2p.sh runs p2p):
 # rc_ib2 carries everything, ud_verbs only helps UCP wire up.
 pml_shm=ib2-pml-suite-$$
@@ -162,6 +217,13 @@ pml_run "ib2-rc_ib2/pml_failure-3" 3 pml_failure --mca pml ib2 \
 for p in "${pml_piece_progs[@]}"; do
     pml_run "ib2-rc_ib2/$p-in-pieces" 2 "$p" --mca pml ib2 --mca btl self \
         --mca pml_ib2_stage_max 0 -x UCX_TLS=rc_ib2,ud_verbs:aux
+done
+
+for np in 2 4; do
+    for p in "${pml_ex_c[@]}"; do
+        pml_example "ib2-rc_ib2/example-$p-$np" $np $p --mca pml ib2 \
+            --mca btl self -x UCX_TLS=rc_ib2,ud_verbs:aux
+    done
 done
 
 # pml_freed sees the bug it guards against: with UCX 1.13's own
