@@ -3,7 +3,8 @@
 # and prints "NAME: OK") run under --mca pml ib2 over UCX's shared memory
 # and TCP, with 2 ranks and some with 3 and 4, and over rc_ib2 on
 # softverbs; and the same programs under --mca pml ob1 (vader, tcp) as the
-# reference that the programs themselves are right. pml_failure (a rank
+# reference that the programs themselves are right (pml_intercomm, the
+# intercommunicators, at 2, 3 and 4 ranks). pml_failure (a rank
 # killed mid-exchange) runs under pml ib2 only, with 3 ranks. pml_freed
 # and pml_failure also run where they must fail (UCP's own registration
 # cache on; failure detection off), to show they see what they guard
@@ -70,7 +71,7 @@ pml_recovery=(--mca orte_enable_recovery 1)
 
 pml_progs=(pml_pingpong pml_modes pml_match pml_probe pml_persist pml_dtype
            pml_comms pml_truncate pml_threads pml_freed pml_bigdt
-           pml_sendcancel pml_dtfrag)
+           pml_sendcancel pml_dtfrag pml_intercomm)
 # the derived-datatype programs once more with every non-contiguous
 # message in pieces (none staged whole), small ones too
 pml_piece_progs=(pml_dtype pml_truncate pml_probe pml_dtfrag)
@@ -91,6 +92,12 @@ for tls in shm tcp; do
     done
     pml_run "ib2-$tls/pml_match-3" 3 pml_match --mca pml ib2 -x UCX_TLS=$tls
     pml_run "ib2-$tls/pml_comms-4" 4 pml_comms --mca pml ib2 -x UCX_TLS=$tls
+    # intercommunicators of uneven groups (one against two, one against
+    # three), and two against two
+    pml_run "ib2-$tls/pml_intercomm-3" 3 pml_intercomm --mca pml ib2 \
+        -x UCX_TLS=$tls
+    pml_run "ib2-$tls/pml_intercomm-4" 4 pml_intercomm --mca pml ib2 \
+        -x UCX_TLS=$tls
     pml_run "ib2-$tls/pml_failure-3" 3 pml_failure --mca pml ib2 \
         "${pml_recovery[@]}" -x UCX_TLS=$tls
     for p in "${pml_piece_progs[@]}"; do
@@ -140,6 +147,10 @@ pml_run "ob1-vader/pml_match-3" 3 pml_match --mca pml ob1 \
     --mca btl self,vader --mca btl_vader_single_copy_mechanism none
 pml_run "ob1-vader/pml_comms-4" 4 pml_comms --mca pml ob1 \
     --mca btl self,vader --mca btl_vader_single_copy_mechanism none
+for np in 3 4; do
+    pml_run "ob1-vader/pml_intercomm-$np" $np pml_intercomm --mca pml ob1 \
+        --mca btl self,vader --mca btl_vader_single_copy_mechanism none
+done
 # and over tcp, all but pml_truncate (ob1 crashes there, see above)
 for p in "${pml_progs[@]}"; do
     [ "$p" = pml_truncate ] && continue
@@ -212,6 +223,8 @@ for p in "${pml_progs[@]}"; do
     pml_run "ib2-rc_ib2/$p" 2 "$p" --mca pml ib2 --mca btl self \
         -x UCX_TLS=rc_ib2,ud_verbs:aux
 done
+pml_run "ib2-rc_ib2/pml_intercomm-3" 3 pml_intercomm --mca pml ib2 \
+    --mca btl self -x UCX_TLS=rc_ib2,ud_verbs:aux
 pml_run "ib2-rc_ib2/pml_failure-3" 3 pml_failure --mca pml ib2 \
     --mca btl self "${pml_recovery[@]}" -x UCX_TLS=rc_ib2,ud_verbs:aux
 for p in "${pml_piece_progs[@]}"; do
