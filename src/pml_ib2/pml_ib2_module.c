@@ -178,7 +178,7 @@ static int pml_ib2_add_comm(ompi_communicator_t *comm)
     uint32_t       id     = 2 * comm->c_contextid + 1;
     uint32_t       *local = NULL, *remote = NULL;
     pml_ib2_comm_t *c;
-    int            ret    = P2P_ERR_NO_MEMORY;
+    int            ret;
 
     c = calloc(1, sizeof(*c));
     if (c == NULL) {
