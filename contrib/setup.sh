@@ -27,20 +27,13 @@ case $what in
     *) die "unknown action '$what': use one of main, test, build" ;;
 esac
 
-if [ "$(id -u)" -eq 0 ]; then
-    SUDO=
-elif command -v sudo >/dev/null 2>&1; then
-    SUDO=sudo
-else
-    SUDO=missing
-fi
-as_root() {
-    [ "$SUDO" != missing ] || die "installing packages needs root (or sudo): $*"
-    $SUDO env DEBIAN_FRONTEND=noninteractive "$@"
-}
+# as_root, enable_deb_src
+. "$TOP/contrib/deb-src.sh"
 
 # Everything the product builds against, tests with or benchmarks against
-# (gnuplot-nox draws the main job's plots).
+# (gnuplot-nox draws the main job's plots; gfortran is the compiler
+# Open MPI's mpifort runs, which libopenmpi-dev does not install, for
+# Open MPI's Fortran examples in suite 46).
 PACKAGES=(
     build-essential autoconf automake libtool pkg-config dpkg-dev
     libucx-dev ucx-utils libucx0
@@ -48,6 +41,7 @@ PACKAGES=(
     rdmacm-utils
     libhwloc-dev libpmix-dev
     openmpi-bin libopenmpi-dev
+    gfortran
     libgtest-dev
     valgrind hyperfine
     gnuplot-nox
@@ -68,36 +62,6 @@ install_packages() {
     log "packages: installing ${missing[*]}"
     as_root apt-get update -q
     as_root apt-get install -y -q --no-install-recommends "${missing[@]}"
-}
-
-# apt-get source needs deb-src entries for the suites the binaries came from.
-# They are derived from the machine's own deb entries, so the same mirror and
-# suites are used and nothing else is named here.
-enable_deb_src() {
-    if apt-get indextargets --format '$(CREATED_BY)' 2>/dev/null |
-            grep -q '^Sources$'; then
-        return
-    fi
-    local f out=/etc/apt/sources.list.d/ib2-deb-src.sources tmp
-    tmp=$(mktemp)
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [ -f "$f" ] && [ "$f" != "$out" ] || continue
-        # deb822: each stanza "Types: deb" becomes "Types: deb-src".
-        sed -n -e 's/^Types:.*\bdeb\b.*$/Types: deb-src/' -e 'p' "$f" >>"$tmp"
-        echo >>"$tmp"
-    done
-    if [ -f /etc/apt/sources.list ] &&
-            grep -q '^deb ' /etc/apt/sources.list; then
-        grep '^deb ' /etc/apt/sources.list | sed 's/^deb /deb-src /' \
-            >"$tmp.list"
-        as_root install -m 0644 "$tmp.list" /etc/apt/sources.list.d/ib2-deb-src.list
-    fi
-    if [ -s "$tmp" ]; then
-        as_root install -m 0644 "$tmp" "$out"
-    fi
-    rm -f "$tmp" "$tmp.list"
-    log "apt: enabled deb-src for the configured suites"
-    as_root apt-get update -q
 }
 
 # The transport needs UCX's internal headers of exactly the installed version.
@@ -190,6 +154,9 @@ case $what in
         # clone (docs/ucx-gtest.md); about 15 minutes the first time.
         "$TOP/contrib/ucx-gtest/build.sh" >/dev/null ||
             log "UCX's gtest did not build; suite 36-ucx-gtest reports it"
+        # Open MPI's example programs (suite 46), cached the same way
+        "$TOP/contrib/ompi-examples/fetch.sh" >/dev/null ||
+            log "Open MPI's examples did not build; suite 46-pml reports it"
         exec "$TOP/test/run-tests.sh" "$BUILD" "$ASAN_BUILD" "$TSAN_BUILD"
         ;;
 esac

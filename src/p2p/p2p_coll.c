@@ -276,5 +276,8 @@ int p2p_barrier(p2p_comm_t *comm)
         p2p_set_error(NULL, "p2p_barrier: no communicator (NULL)");
         return P2P_ERR_INVALID;
     }
+    if (p2p_comm_check_intra(comm, "p2p_barrier") != P2P_OK) {
+        return P2P_ERR_INVALID;
+    }
     return p2p_barrier_timeout(comm, -1);
 }

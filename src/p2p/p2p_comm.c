@@ -16,6 +16,7 @@
  * differences. The agreement and the commit round are p2p_create.c's.
  */
 #include "p2p_int.h"
+#include "p2p_embed.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,24 @@ int p2p_comm_rank(const p2p_comm_t *comm)
 
 int p2p_comm_size(const p2p_comm_t *comm)
 {
-    return comm->size;
+    return comm->inter ? comm->local_size : comm->size;
+}
+
+int p2p_comm_remote_size(const p2p_comm_t *comm)
+{
+    return comm->inter ? comm->size : 0;
+}
+
+/* dup, split and the collectives run over one group */
+int p2p_comm_check_intra(const p2p_comm_t *comm, const char *fn)
+{
+    if (P2P_UNLIKELY(comm->inter)) {
+        p2p_set_error(comm->ctx, "%s: communicator %u is an "
+                      "intercommunicator; this works on intracommunicators "
+                      "only", fn, comm->cid);
+        return P2P_ERR_INVALID;
+    }
+    return P2P_OK;
 }
 
 p2p_context_t *p2p_comm_context(const p2p_comm_t *comm)
@@ -121,6 +139,21 @@ int p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
     int ret = p2p_comm_alloc(ctx, cid, cepoch, rank, size, world, comm_p);
 
     if (ret == P2P_OK) {
+        p2p_comm_install(*comm_p);
+    }
+    return ret;
+}
+
+int p2p_intercomm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
+                         int local_rank, int local_size, int remote_size,
+                         const uint32_t *remote_world, p2p_comm_t **comm_p)
+{
+    int ret = p2p_comm_alloc(ctx, cid, cepoch, local_rank, remote_size,
+                             remote_world, comm_p);
+
+    if (ret == P2P_OK) {
+        (*comm_p)->inter      = 1;
+        (*comm_p)->local_size = local_size;
         p2p_comm_install(*comm_p);
     }
     return ret;
@@ -251,6 +284,10 @@ int p2p_comm_dup(p2p_comm_t *comm, p2p_comm_t **newcomm_p)
         return P2P_ERR_INVALID;
     }
     *newcomm_p = NULL;
+    ret = p2p_comm_check_intra(comm, "p2p_comm_dup");
+    if (ret != P2P_OK) {
+        return ret;
+    }
     ret = p2p_cid_agree(comm, NULL, 0, NULL, P2P_OK, &cid, &epoch,
                         &settled);
     agreed = (ret == P2P_OK);
@@ -300,6 +337,9 @@ int p2p_comm_split(p2p_comm_t *comm, int color, int key,
         return P2P_ERR_INVALID;
     }
     *newcomm_p = NULL;
+    if (p2p_comm_check_intra(comm, "p2p_comm_split") != P2P_OK) {
+        return P2P_ERR_INVALID;
+    }
     if ((color < 0) && (color != P2P_UNDEFINED)) {
         p2p_set_error(comm->ctx, "p2p_comm_split: color %d is negative; use "
                       "a color >= 0 or P2P_UNDEFINED", color);

@@ -40,6 +40,29 @@ P2P_API int p2p_comm_create_from_ranks(p2p_context_t *ctx, uint32_t id,
                                        const uint32_t *world_ranks,
                                        p2p_comm_t **comm_p);
 
+/*
+ * An intercommunicator (as MPI's): two disjoint groups, this process in
+ * the local one, the same id and epoch at every member of both (rules as
+ * above), no message exchanged. local_world_ranks lists the local group
+ * in rank order, remote_world_ranks the other; the members of the other
+ * group pass them the other way round. On it a send's dest and a
+ * receive's or probe's source (and a status's source) are ranks in the
+ * remote group, P2P_ANY_SOURCE matches any of them; p2p_comm_rank is the
+ * rank in the local group, p2p_comm_size its size, p2p_comm_remote_size
+ * the remote group's. p2p_comm_dup, p2p_comm_split and p2p_barrier refuse
+ * it (P2P_ERR_INVALID). Free with p2p_comm_free.
+ */
+P2P_API int p2p_comm_create_inter(p2p_context_t *ctx, uint32_t id,
+                                  uint32_t epoch, int local_size,
+                                  const uint32_t *local_world_ranks,
+                                  int remote_size,
+                                  const uint32_t *remote_world_ranks,
+                                  p2p_comm_t **comm_p);
+
+/* The remote group's size of an intercommunicator; 0 for an
+ * intracommunicator. */
+P2P_API int p2p_comm_remote_size(const p2p_comm_t *comm);
+
 /* 1 if the request has completed, else 0, without progressing anything
  * (p2p_test progresses when it is not): a caller polling many requests
  * progresses once with p2p_progress, then asks each. */

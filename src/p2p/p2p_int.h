@@ -452,6 +452,12 @@ int  p2p_post_recv(p2p_comm_t *comm, void *buf, size_t len, int src, int tag,
 int  p2p_comm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
                      int rank, int size, const uint32_t *world,
                      p2p_comm_t **comm_p);
+/* An intercommunicator (kept as p2p_types.h says) */
+int  p2p_intercomm_create(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
+                          int local_rank, int local_size, int remote_size,
+                          const uint32_t *remote_world, p2p_comm_t **comm_p);
+/* P2P_OK, or P2P_ERR_INVALID with fn's error for an intercommunicator */
+int  p2p_comm_check_intra(const p2p_comm_t *comm, const char *fn);
 /* Into the table (early messages replayed, known failures counted). */
 void p2p_comm_install(p2p_comm_t *comm);
 /* Allocated, never installed: freed. */

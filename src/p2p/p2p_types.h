@@ -197,9 +197,16 @@ struct p2p_comm {
     p2p_context_t *ctx;
     uint32_t      cid;
     uint32_t      cepoch;       /* agreed at creation (p2p_comm.c) */
+    /* An intercommunicator (p2p_comm_create_inter) keeps the remote
+     * group in size, world and the sequence numbers -- every peer-indexed
+     * thing addresses a peer -- and its rank in the local group in rank,
+     * which its messages carry as their source: what the other side
+     * matches on. */
     int           rank;
     int           size;
     uint32_t      *world;       /* comm rank -> world rank */
+    int           inter;        /* an intercommunicator */
+    int           local_size;   /* of the local group, if inter */
     uint32_t      *send_seq;    /* next seq to each comm rank */
     uint32_t      *recv_seq;    /* next seq expected from each comm rank */
     khash_t(p2p_held) held;     /* arrived ahead of their seq */

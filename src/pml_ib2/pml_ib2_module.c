@@ -122,49 +122,85 @@ static int pml_ib2_enable(bool enable)
     return OMPI_SUCCESS;
 }
 
-static int pml_ib2_add_comm(ompi_communicator_t *comm)
+/* The world ranks (PMIx ranks) of a group's members, in group order, or
+ * NULL (said why) */
+static uint32_t *pml_ib2_group_ranks(ompi_communicator_t *comm,
+                                     ompi_group_t *group, const char *what)
 {
-    int            size = ompi_comm_size(comm);
-    uint32_t       id   = 2 * comm->c_contextid + 1;
-    pml_ib2_comm_t *c;
-    uint32_t       *ranks;
-    int            i, ret;
+    int      size = ompi_group_size(group);
+    uint32_t *ranks;
+    int      i;
 
-    if (OMPI_COMM_IS_INTER(comm)) {
-        PML_IB2_ERROR("communicator %s: intercommunicators are not "
-                      "supported yet", comm->c_name);
-        return OMPI_ERR_NOT_SUPPORTED;
-    }
-    c     = calloc(1, sizeof(*c));
     ranks = malloc(size * sizeof(*ranks));
-    if ((c == NULL) || (ranks == NULL)) {
-        free(c);
-        free(ranks);
-        return OMPI_ERR_OUT_OF_RESOURCE;
+    if (ranks == NULL) {
+        PML_IB2_ERROR("communicator %s: no memory for its %s",
+                      comm->c_name, what);
+        return NULL;
     }
     for (i = 0; i < size; ++i) {
-        opal_process_name_t n = ompi_group_get_proc_name(comm->c_local_group,
-                                                         i);
+        opal_process_name_t n = ompi_group_get_proc_name(group, i);
         if (n.jobid != OMPI_PROC_MY_NAME->jobid) {
-            PML_IB2_ERROR("communicator %s: member %d is of another job",
-                          comm->c_name, i);
-            free(c);
+            PML_IB2_ERROR("communicator %s: member %d of its %s is of "
+                          "another job, which p2p cannot reach",
+                          comm->c_name, i, what);
             free(ranks);
-            return OMPI_ERR_NOT_SUPPORTED;
+            return NULL;
         }
         ranks[i] = n.vpid;
     }
-    /* epoch 1: the PML never creates communicators through p2p itself */
-    ret = p2p_comm_create_from_ranks(ompi_pml_ib2.ctx, id, 1, size, ranks,
-                                     &c->user);
+    return ranks;
+}
+
+/* One p2p communicator for comm under p2p id id: an intercommunicator
+ * if remote is given. Epoch 1: the PML never creates communicators
+ * through p2p itself. */
+static int pml_ib2_p2p_comm(ompi_communicator_t *comm, uint32_t id,
+                            const uint32_t *local, const uint32_t *remote,
+                            p2p_comm_t **p2p_comm)
+{
+    if (remote == NULL) {
+        return p2p_comm_create_from_ranks(ompi_pml_ib2.ctx, id, 1,
+                                          ompi_comm_size(comm), local,
+                                          p2p_comm);
+    }
+    return p2p_comm_create_inter(ompi_pml_ib2.ctx, id, 1,
+                                 ompi_comm_size(comm), local,
+                                 ompi_comm_remote_size(comm), remote,
+                                 p2p_comm);
+}
+
+/* Open MPI agreed on the group(s) and the context id, at every member of
+ * both groups for an intercommunicator: p2p's communicators follow from
+ * them with no message. */
+static int pml_ib2_add_comm(ompi_communicator_t *comm)
+{
+    int            inter  = OMPI_COMM_IS_INTER(comm);
+    uint32_t       id     = 2 * comm->c_contextid + 1;
+    uint32_t       *local = NULL, *remote = NULL;
+    pml_ib2_comm_t *c;
+    int            ret;
+
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return OMPI_ERR_OUT_OF_RESOURCE;
+    }
+    local = pml_ib2_group_ranks(comm, comm->c_local_group, "group");
+    if ((local == NULL) ||
+        (inter && ((remote = pml_ib2_group_ranks(comm, comm->c_remote_group,
+                                                 "remote group")) == NULL))) {
+        free(local);
+        free(c);
+        return OMPI_ERR_NOT_SUPPORTED;
+    }
+    ret = pml_ib2_p2p_comm(comm, id, local, remote, &c->user);
     if (ret == P2P_OK) {
-        ret = p2p_comm_create_from_ranks(ompi_pml_ib2.ctx, id + 1, 1, size,
-                                         ranks, &c->coll);
+        ret = pml_ib2_p2p_comm(comm, id + 1, local, remote, &c->coll);
         if (ret != P2P_OK) {
             p2p_comm_free(&c->user);
         }
     }
-    free(ranks);
+    free(local);
+    free(remote);
     if (ret != P2P_OK) {
         PML_IB2_ERROR("communicator %s (context id %u): %s",
                       comm->c_name, comm->c_contextid,
@@ -173,9 +209,17 @@ static int pml_ib2_add_comm(ompi_communicator_t *comm)
         return OMPI_ERROR;
     }
     comm->c_pml_comm = (struct mca_pml_comm_t*)c;
-    PML_IB2_VERBOSE(1, "communicator %s: context id %u, %d members, rank %d",
-                    comm->c_name, comm->c_contextid, size,
-                    p2p_comm_rank(c->user));
+    if (inter) {
+        PML_IB2_VERBOSE(1, "communicator %s: context id %u, "
+                        "intercommunicator of %d members and %d remote, "
+                        "rank %d", comm->c_name, comm->c_contextid,
+                        ompi_comm_size(comm), ompi_comm_remote_size(comm),
+                        p2p_comm_rank(c->user));
+    } else {
+        PML_IB2_VERBOSE(1, "communicator %s: context id %u, %d members, "
+                        "rank %d", comm->c_name, comm->c_contextid,
+                        ompi_comm_size(comm), p2p_comm_rank(c->user));
+    }
     return OMPI_SUCCESS;
 }
 

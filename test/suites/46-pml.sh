@@ -3,11 +3,14 @@
 # and prints "NAME: OK") run under --mca pml ib2 over UCX's shared memory
 # and TCP, with 2 ranks and some with 3 and 4, and over rc_ib2 on
 # softverbs; and the same programs under --mca pml ob1 (vader, tcp) as the
-# reference that the programs themselves are right. pml_failure (a rank
+# reference that the programs themselves are right (pml_intercomm, the
+# intercommunicators, at 2, 3 and 4 ranks). pml_failure (a rank
 # killed mid-exchange) runs under pml ib2 only, with 3 ranks. pml_freed
 # and pml_failure also run where they must fail (UCP's own registration
 # cache on; failure detection off), to show they see what they guard
-# against.
+# against. Open MPI's own example programs (hello, ring, connectivity, the
+# C++ and Fortran rings; contrib/ompi-examples) run under pml ib2 over
+# shm, tcp and rc_ib2 and under ob1, their output checked.
 # Skipped, with the reason, where configure found no Open MPI development
 # headers (the component is then not built).
 for v in $(compgen -e | grep '^P2P_\|^UCX_\|^SOFTVERBS_\|^OMPI_'); do
@@ -68,7 +71,7 @@ pml_recovery=(--mca orte_enable_recovery 1)
 
 pml_progs=(pml_pingpong pml_modes pml_match pml_probe pml_persist pml_dtype
            pml_comms pml_truncate pml_threads pml_freed pml_bigdt
-           pml_sendcancel pml_dtfrag)
+           pml_sendcancel pml_dtfrag pml_intercomm)
 # the derived-datatype programs once more with every non-contiguous
 # message in pieces (none staged whole), small ones too
 pml_piece_progs=(pml_dtype pml_truncate pml_probe pml_dtfrag)
@@ -89,6 +92,12 @@ for tls in shm tcp; do
     done
     pml_run "ib2-$tls/pml_match-3" 3 pml_match --mca pml ib2 -x UCX_TLS=$tls
     pml_run "ib2-$tls/pml_comms-4" 4 pml_comms --mca pml ib2 -x UCX_TLS=$tls
+    # intercommunicators of uneven groups (one against two, one against
+    # three), and two against two
+    pml_run "ib2-$tls/pml_intercomm-3" 3 pml_intercomm --mca pml ib2 \
+        -x UCX_TLS=$tls
+    pml_run "ib2-$tls/pml_intercomm-4" 4 pml_intercomm --mca pml ib2 \
+        -x UCX_TLS=$tls
     pml_run "ib2-$tls/pml_failure-3" 3 pml_failure --mca pml ib2 \
         "${pml_recovery[@]}" -x UCX_TLS=$tls
     for p in "${pml_piece_progs[@]}"; do
@@ -138,10 +147,67 @@ pml_run "ob1-vader/pml_match-3" 3 pml_match --mca pml ob1 \
     --mca btl self,vader --mca btl_vader_single_copy_mechanism none
 pml_run "ob1-vader/pml_comms-4" 4 pml_comms --mca pml ob1 \
     --mca btl self,vader --mca btl_vader_single_copy_mechanism none
+for np in 3 4; do
+    pml_run "ob1-vader/pml_intercomm-$np" $np pml_intercomm --mca pml ob1 \
+        --mca btl self,vader --mca btl_vader_single_copy_mechanism none
+done
 # and over tcp, all but pml_truncate (ob1 crashes there, see above)
 for p in "${pml_progs[@]}"; do
     [ "$p" = pml_truncate ] && continue
     pml_run "ob1-tcp/$p" 2 "$p" --mca pml ob1 --mca btl self,tcp
+done
+
+# Open MPI's own example programs (contrib/ompi-examples/fetch.sh: from
+# the installed Open MPI's source package, built in a cache outside the
+# tree), each run's output checked by test/mpi/ompi-examples-check.sh
+# against what the program prints when every message arrived right: the
+# C ones at 2 and 4 ranks under pml ib2 over shm, tcp and rc_ib2 (below)
+# and under ob1; the C++ and Fortran rings at 4 ranks over shm and ob1.
+pml_ex_c=(hello_c ring_c connectivity_c)
+pml_ex_rings=(ring_cxx ring_mpifh ring_usempi ring_usempif08)
+pml_ex_dir=
+if ib2_check pml/ompi-examples/fetch-and-build \
+        "$SRC/contrib/ompi-examples/fetch.sh"; then
+    pml_ex_dir=$("$SRC/contrib/ompi-examples/fetch.sh" --dir)/bin
+fi
+
+# pml_example NAME NP PROGRAM [mpirun args...]: passes when the program
+# exits 0 and printed what it should
+pml_example() {
+    local name=$1 np=$2 prog=$3
+    shift 3
+    [ -n "$pml_ex_dir" ] || return 0   # fetch-and-build failed, said so
+    if [ ! -x "$pml_ex_dir/$prog" ]; then
+        # fetch.sh builds every C and C++ one or fails
+        ib2_result SKIP "pml/$name ($prog not built: mpifort's gfortran is not installed)"
+        return 0
+    fi
+    ib2_check "pml/$name" bash -c '
+        np=$1 prog=$2 check=$3; shift 3
+        out=$("$@" -np "$np" "$prog" 2>&1)
+        rc=$?
+        echo "$out"
+        echo "exit $rc"
+        [ $rc -eq 0 ] &&
+        printf "%s\n" "$out" | "$check" "$(basename "$prog")" "$np"' \
+        _ "$np" "$pml_ex_dir/$prog" "$SRC/test/mpi/ompi-examples-check.sh" \
+        "${pml_mpirun[@]}" --timeout 60 "$@"
+}
+
+for np in 2 4; do
+    for p in "${pml_ex_c[@]}"; do
+        for tls in shm tcp; do
+            pml_example "ib2-$tls/example-$p-$np" $np $p --mca pml ib2 \
+                -x UCX_TLS=$tls
+        done
+        pml_example "ob1-vader/example-$p-$np" $np $p --mca pml ob1 \
+            --mca btl self,vader
+    done
+done
+for p in "${pml_ex_rings[@]}"; do
+    pml_example "ib2-shm/example-$p-4" 4 $p --mca pml ib2 -x UCX_TLS=shm
+    pml_example "ob1-vader/example-$p-4" 4 $p --mca pml ob1 \
+        --mca btl self,vader
 done
 
 # pml ib2 over rc_ib2 on the softverbs device (as 40-p2p.sh runs p2p):
@@ -157,11 +223,20 @@ for p in "${pml_progs[@]}"; do
     pml_run "ib2-rc_ib2/$p" 2 "$p" --mca pml ib2 --mca btl self \
         -x UCX_TLS=rc_ib2,ud_verbs:aux
 done
+pml_run "ib2-rc_ib2/pml_intercomm-3" 3 pml_intercomm --mca pml ib2 \
+    --mca btl self -x UCX_TLS=rc_ib2,ud_verbs:aux
 pml_run "ib2-rc_ib2/pml_failure-3" 3 pml_failure --mca pml ib2 \
     --mca btl self "${pml_recovery[@]}" -x UCX_TLS=rc_ib2,ud_verbs:aux
 for p in "${pml_piece_progs[@]}"; do
     pml_run "ib2-rc_ib2/$p-in-pieces" 2 "$p" --mca pml ib2 --mca btl self \
         --mca pml_ib2_stage_max 0 -x UCX_TLS=rc_ib2,ud_verbs:aux
+done
+
+for np in 2 4; do
+    for p in "${pml_ex_c[@]}"; do
+        pml_example "ib2-rc_ib2/example-$p-$np" $np $p --mca pml ib2 \
+            --mca btl self -x UCX_TLS=rc_ib2,ud_verbs:aux
+    done
 done
 
 # pml_freed sees the bug it guards against: with UCX 1.13's own
