@@ -74,6 +74,9 @@ void ib2_xnode_cleanup(ib2_iface_t *iface)
     ucs_list_for_each_safe(node, tmp, &xs->list, list) {
         ib2_xnode_free(node);
     }
+    if (iface->send_cq != NULL) {
+        ib2_xnode_cq_check(iface);   /* nothing is outstanding now */
+    }
     kh_foreach_value(&xs->tgts, tgt, {
         ibv_destroy_qp(tgt->qp);
         ucs_free(tgt);
@@ -142,6 +145,8 @@ void ib2_xnode_destroy_qp(ib2_xnode_t *node)
         ucs_warn("ibv_destroy_qp(INI 0x%x) failed: %m", node->qp->qp_num);
     }
     node->qp = NULL;
+    /* what it never completed gives no completion now */
+    ib2_xnode_cq_back(node, node->cq_out);
 }
 
 static ucs_status_t ib2_xnode_new_qp(ib2_xnode_t *node)

@@ -58,6 +58,9 @@ typedef struct ib2_xnode {
     uint32_t          probe_srqn;   /* the SRQ the probe names */
     ib2_dev_addr_t    peer;         /* the port its TGT QP is on */
     int32_t           sq_avail;     /* WQEs left, of tx_qp_len */
+    uint32_t          cq_out;       /* completions its QP may still give,
+                                       each a unit of the interface's
+                                       tx_cq_avail (ib2_xnode_cq_back) */
     uint32_t          sn;           /* requests posted */
     uint32_t          acked;        /* requests completed */
     uint32_t          signaled_sn;  /* the last posted signaled */
@@ -114,6 +117,24 @@ static UCS_F_ALWAYS_INLINE ib2_xwr_t *ib2_xnode_at(const ib2_xnode_t *node,
     return (ib2_xwr_t*)(base + (size_t)i * node->slot);
 }
 
+/* A completion of the node's QP came, or can no longer come (retired by a
+ * later one, flushed, or the QP destroyed): its CQ budget is back. The
+ * budget of X endpoints is the nodes' alone (ib2_txq_retire leaves it). */
+static UCS_F_ALWAYS_INLINE void ib2_xnode_cq_back(ib2_xnode_t *node,
+                                                  uint32_t count)
+{
+    ucs_assertv(count <= node->cq_out, "node %p: %u of %u completions back",
+                node, count, node->cq_out);
+    node->cq_out             -= count;
+    node->iface->tx_cq_avail += (int32_t)count;
+}
+
+static UCS_F_ALWAYS_INLINE void ib2_xnode_cq_take(ib2_xnode_t *node)
+{
+    ++node->cq_out;
+    --node->iface->tx_cq_avail;
+}
+
 /* Is the endpoint one that may rejoin its node (connected by the user,
  * neither failed nor destroyed)? */
 static UCS_F_ALWAYS_INLINE int ib2_xnode_ep_live(const ib2_ep_t *ep)
@@ -140,6 +161,7 @@ void ib2_xnode_retire(ib2_xnode_t *node, uint32_t sn);
 void ib2_xnode_wake(ib2_xnode_t *node);
 void ib2_xnode_progress(ib2_iface_t *iface);
 void ib2_xnode_settle(ib2_xnode_t *node);
+void ib2_xnode_cq_check(ib2_iface_t *iface);
 
 /* ib2_xnode_fail.c: failure, held requests, reposting. */
 void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit);

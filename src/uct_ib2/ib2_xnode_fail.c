@@ -31,7 +31,7 @@ void ib2_xnode_post_marker(ib2_xnode_t *node)
         ib2_xnode_drained(node, 0);
         return;
     }
-    --iface->tx_cq_avail;
+    ib2_xnode_cq_take(node);
     --iface->xs->unmarked;
     node->marker = 1;
 }
@@ -95,8 +95,7 @@ static ucs_status_t ib2_xnode_hold(ib2_xnode_t *node)
         x = ib2_xnode_at(node, node->ring,
                          (node->acked + 1 + i) & node->mask);
         if (x->ep == NULL) {
-            ++node->iface->tx_cq_avail;   /* a probe: not sent again */
-            continue;
+            continue;   /* a probe: not sent again */
         }
         memcpy(ib2_xnode_at(node, held, kept++), x, node->slot);
     }
@@ -121,8 +120,15 @@ void ib2_xnode_drained(ib2_xnode_t *node, int marked)
     ucs_status_t status;
     unsigned i;
 
-    node->iface->tx_cq_avail += marked;    /* the marker's */
+    /* The marker was the QP's last completion: every request on it has
+     * given its own (the failed one's error, the others' flushes), and
+     * with it its CQ budget back. Without a marker, what the QP still
+     * owed is given back with it (ib2_xnode_destroy_qp). */
+    ucs_assertv(!marked || (node->cq_out == 0),
+                "INI QP 0x%x drained with %u completions outstanding",
+                node->qp->qp_num, node->cq_out);
     ib2_xnode_destroy_qp(node);
+    ib2_xnode_cq_check(node->iface);
     status = ib2_xnode_hold(node);
     ucs_list_for_each(ep, &node->eps, x.node_list) {
         ep->x.held = 0;
@@ -189,8 +195,10 @@ void ib2_xnode_drop_held(ib2_xnode_t *node, ib2_ep_t *ep,
  */
 unsigned ib2_xnode_repost(ib2_ep_t *ep)
 {
-    ib2_xnode_t *node = ep->x.node;
+    ib2_xnode_t *node  = ep->x.node;
+    ib2_iface_t *iface = node->iface;
     unsigned i, kept = 0, moved = 0;
+    int post_failed    = 0;
     ib2_xwr_t *x, *slot;
     uint32_t sn;
 
@@ -200,17 +208,19 @@ unsigned ib2_xnode_repost(ib2_ep_t *ep)
     }
     for (i = 0; i < node->nheld; ++i) {
         x = ib2_xnode_at(node, node->held, i);
-        if ((x->ep == ep) && (node->sq_avail > 0)) {
+        if ((x->ep == ep) && (node->sq_avail > 0) &&
+            (iface->tx_cq_avail > 0)) {
             sn   = node->sn + 1;
             slot = ib2_xnode_at(node, node->ring, sn & node->mask);
             memcpy(slot, x, node->slot);
-            if (((sn - node->signaled_sn) >=
-                 node->iface->config.tx_moderation) ||
-                (node->sq_avail == 1)) {
+            if (((sn - node->signaled_sn) >= iface->config.tx_moderation) ||
+                (node->sq_avail == 1) ||
+                (iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation)) {
                 /* completions must come back to make room for the rest */
                 slot->wr.send_flags |= IBV_SEND_SIGNALED;
             }
             if (ib2_xnode_post_copy(node, slot, sn) != 0) {
+                post_failed = 1;
                 break;   /* the rest stays held; the endpoint fails below */
             }
             if (slot->wr.send_flags & IBV_SEND_SIGNALED) {
@@ -219,6 +229,7 @@ unsigned ib2_xnode_repost(ib2_ep_t *ep)
             node->sn      = sn;
             ep->x.last_sn = sn;
             --node->sq_avail;
+            ib2_xnode_cq_take(node);
             ++moved;
             continue;
         }
@@ -236,8 +247,8 @@ unsigned ib2_xnode_repost(ib2_ep_t *ep)
     node->nheld              = kept;
     ep->x.held              -= moved;
     ib2_xnode_settle(node);
-    node->iface->counters.xnode_reposted += moved;
-    if ((ep->x.held != 0) && (node->sq_avail > 0)) {
+    iface->counters.xnode_reposted += moved;
+    if (post_failed) {
         ucs_error("%s:%u: posting again on INI QP 0x%x failed: %m",
                   node->iface->md->name, node->iface->port,
                   node->qp->qp_num);
@@ -282,7 +293,7 @@ static ucs_status_t ib2_xnode_post_empty(ib2_xnode_t *node, uint32_t srqn)
     node->sn          = sn;
     node->signaled_sn = sn;
     --node->sq_avail;
-    --iface->tx_cq_avail;
+    ib2_xnode_cq_take(node);
     return UCS_OK;
 }
 

@@ -6,9 +6,12 @@
  * Numbers: a request is the node's send number sn (its work request id;
  * slot sn & mask) and its endpoint's own (ep_sn), as on a QP of its own,
  * so the endpoint's flush, fence, credits and window work as they do on
- * RC. The node's send WQEs (tx_qp_len) bound the ring; the interface's
- * CQ budget is taken per request as on RC, and a held request keeps its
- * share until it completes on the next QP.
+ * RC. The node's send WQEs (tx_qp_len) bound the ring. The interface's
+ * CQ budget is the node's, not its endpoints': each request takes a unit
+ * when posted and gives it back with the completion that retires it, or
+ * with its own completion when its QP failed (the error and the flushes),
+ * so a failed QP's requests have given it all back once its marker is in;
+ * held requests take it again when they are posted again.
  */
 #include "ib2_xnode.h"
 #include "ib2_tx.h"
@@ -125,7 +128,7 @@ ucs_status_t ib2_xnode_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     node->sn       = sn;
     ep->x.last_sn  = sn;
     --node->sq_avail;
-    --iface->tx_cq_avail;
+    ib2_xnode_cq_take(node);
     return UCS_OK;
 }
 
@@ -139,9 +142,13 @@ void ib2_xnode_retire(ib2_xnode_t *node, uint32_t sn)
 
     while (ib2_xsn_before(node->acked, sn)) {
         x = ib2_xnode_at(node, node->ring, (node->acked + 1) & node->mask);
+        if (node->state == IB2_XNODE_UP) {
+            /* on a failed QP each gave its budget with its own
+             * completion (ib2_xnode_completion) */
+            ib2_xnode_cq_back(node, 1);
+        }
         if (x->ep == NULL) {
-            ++iface->tx_cq_avail;   /* a probe (ib2_xnode_probe) */
-            ++node->acked;
+            ++node->acked;          /* a probe (ib2_xnode_probe) */
             ++node->sq_avail;
             continue;
         }
@@ -161,6 +168,28 @@ void ib2_xnode_retire(ib2_xnode_t *node, uint32_t sn)
                        ep->failed ? ep->failed : UCS_OK);
         node->rebuilds = 0;   /* this QP worked */
     }
+    ib2_xnode_cq_check(iface);
+}
+
+/*
+ * The CQ budget of an X interface is its CQ's size less what its nodes'
+ * QPs may still complete (it has no QPs of its own but the UD QP, which
+ * completes on the receive CQ): with nothing outstanding it is whole.
+ */
+void ib2_xnode_cq_check(ib2_iface_t *iface)
+{
+#if UCS_ENABLE_ASSERT
+    int64_t out = 0;
+    ib2_xnode_t *node;
+
+    ucs_list_for_each(node, &iface->xs->list, list) {
+        out += node->cq_out;
+    }
+    ucs_assertv(iface->tx_cq_avail + out == iface->send_cq->cqe,
+                "%s:%u: CQ budget %d with %ld completions outstanding, "
+                "CQ of %d", iface->md->name, iface->port,
+                iface->tx_cq_avail, (long)out, iface->send_cq->cqe);
+#endif
 }
 
 /* Is the node recovering from a failure (its QP drained, a probe out,
@@ -213,13 +242,17 @@ static void ib2_xnode_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
     }
     node = kh_val(&iface->xs->inis, it);
     if (wc->wr_id & IB2_XNODE_MARKER) {
+        ib2_xnode_cq_back(node, 1);
         if (node->state == IB2_XNODE_DRAINING) {
             ib2_xnode_drained(node, 1);
         }
         return;
     }
     if (node->state != IB2_XNODE_UP) {
-        return;   /* a flush of a failed QP: its requests are kept */
+        /* a flush of a failed QP: its request is kept, and its budget is
+         * back (it gives no other completion) */
+        ib2_xnode_cq_back(node, 1);
+        return;
     }
     sn = (uint32_t)wc->wr_id;
     if (ucs_likely(wc->status == IBV_WC_SUCCESS)) {
@@ -236,6 +269,9 @@ static void ib2_xnode_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
         ib2_xnode_wake(node);
         return;
     }
+    /* the failed request's own completion: its budget is back before the
+     * marker asks for budget */
+    ib2_xnode_cq_back(node, 1);
     x = ib2_xnode_at(node, node->ring, sn & node->mask);
     ucs_debug("%s:%u: INI QP 0x%x: request %u of endpoint %p: %s",
               iface->md->name, iface->port, wc->qp_num, sn, x->ep,
@@ -263,6 +299,7 @@ static void ib2_xnode_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
 unsigned ib2_xnode_tx_progress(ib2_iface_t *iface)
 {
     struct ibv_wc wc[16];
+    ib2_xnode_t *node, *tmp;
     int i, n;
 
     n = ib2_send_cq_poll(iface, wc, 16);
@@ -271,6 +308,15 @@ unsigned ib2_xnode_tx_progress(ib2_iface_t *iface)
     }
     for (i = 0; i < n; ++i) {
         ib2_xnode_completion(iface, &wc[i]);
+    }
+    if (ucs_unlikely(iface->xs->busy != 0)) {
+        /* CQ budget given back by one node's completions may be what
+         * another's held requests wait for */
+        ucs_list_for_each_safe(node, tmp, &iface->xs->list, list) {
+            if ((node->nheld != 0) && (node->state == IB2_XNODE_UP)) {
+                ib2_xnode_wake(node);
+            }
+        }
     }
     return (unsigned)n;
 }
