@@ -470,7 +470,7 @@ void ib2_xnode_on_notgt(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
     ++ep->iface->counters.xnode_notgt;
     if (!ib2_xnode_live_in_ring(node)) {
         /* nothing of a live endpoint can be lost or doubled */
-        ib2_xnode_fail_qp(node, node->acked + 1, NULL);
+        ib2_xnode_fail_qp(node, node->acked + 1, NULL, UCS_OK);
     } else {
         ib2_xnode_probe(node, ep);
     }

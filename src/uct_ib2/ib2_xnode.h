@@ -14,6 +14,8 @@
  * flushed), the endpoint of the failed request fails alone; the requests
  * of the others are held, a new INI QP is connected, and each surviving
  * endpoint's requests are posted again, in order, once it has rejoined.
+ * When the failure leaves unknown whether the requests were executed
+ * (retries exhausted), their endpoints fail instead.
  */
 #ifndef IB2_XNODE_H
 #define IB2_XNODE_H
@@ -164,7 +166,8 @@ void ib2_xnode_settle(ib2_xnode_t *node);
 void ib2_xnode_cq_check(ib2_iface_t *iface);
 
 /* ib2_xnode_fail.c: failure, held requests, reposting. */
-void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit);
+void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit,
+                       ucs_status_t unsure);
 void ib2_xnode_post_marker(ib2_xnode_t *node);
 void ib2_xnode_drained(ib2_xnode_t *node, int marked);
 unsigned ib2_xnode_repost(ib2_ep_t *ep);

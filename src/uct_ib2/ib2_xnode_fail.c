@@ -37,13 +37,39 @@ void ib2_xnode_post_marker(ib2_xnode_t *node)
 }
 
 /*
+ * Requests sn.. of the failed QP may have been executed although they did
+ * not complete (retries exhausted: the responder may have executed them
+ * and its acknowledgements been lost; or the QP failed for a reason the
+ * completion does not say): posting them again could execute an atomic or
+ * an active message twice. Their live endpoints fail with `status`
+ * instead, and their requests complete with it (ib2_xnode_drained).
+ */
+static void ib2_xnode_fail_unsure(ib2_xnode_t *node, uint32_t sn,
+                                  ucs_status_t status)
+{
+    ib2_xwr_t *x;
+
+    for (; !ib2_xsn_before(node->sn, sn); ++sn) {
+        x = ib2_xnode_at(node, node->ring, sn & node->mask);
+        if ((x->ep != NULL) && !x->ep->failed && !x->ep->destroyed) {
+            ++node->iface->counters.xnode_unsure;
+            ib2_ep_set_failed(x->ep, status);
+        }
+    }
+}
+
+/*
  * The INI QP failed at request sn (or, sn == acked, without one: its TGT
  * QP is gone). What came before sn completed. The culprit's endpoint (a
- * request the responder refused) fails; every other request stays in the
- * ring until the QP's last completion, the marker, is in: the QP gives no
- * more completions after it (ib2_xnode_drained).
+ * request the responder refused) fails; so do the endpoints of requests
+ * from sn on if they may have been executed (`unsure` is not UCS_OK:
+ * ib2_xnode_fail_unsure). Every other request stays in the ring until the
+ * QP's last completion, the marker, is in: the QP gives no more
+ * completions after it (ib2_xnode_drained), and its requests are posted
+ * again on the next QP.
  */
-void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit)
+void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit,
+                       ucs_status_t unsure)
 {
     ib2_iface_t *iface = node->iface;
     struct ibv_qp_attr attr;
@@ -70,6 +96,9 @@ void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit)
     }
     if ((culprit != NULL) && !culprit->failed && !culprit->destroyed) {
         ib2_ep_set_failed(culprit, UCS_ERR_CONNECTION_RESET);
+    }
+    if (unsure != UCS_OK) {
+        ib2_xnode_fail_unsure(node, sn, unsure);
     }
     if (node->state == IB2_XNODE_DRAINING) {
         ib2_xnode_post_marker(node);
@@ -287,7 +316,8 @@ static ucs_status_t ib2_xnode_post_empty(ib2_xnode_t *node, uint32_t srqn)
     x->wr.send_flags              = IBV_SEND_SIGNALED;
     x->wr.qp_type.xrc.remote_srqn = srqn;
     if (ibv_post_send(node->qp, &x->wr, &bad) != 0) {
-        ib2_xnode_fail_qp(node, node->acked + 1, NULL);
+        /* the QP's state is unknown: what is on it may have executed */
+        ib2_xnode_fail_qp(node, node->acked + 1, NULL, UCS_ERR_IO_ERROR);
         return UCS_ERR_IO_ERROR;
     }
     node->sn          = sn;

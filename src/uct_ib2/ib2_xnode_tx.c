@@ -261,7 +261,7 @@ static void ib2_xnode_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
             if (node->acked == node->sn) {
                 /* a peer could not open the TGT QP, and nothing is in
                  * flight: a new INI QP */
-                ib2_xnode_fail_qp(node, node->sn + 1, NULL);
+                ib2_xnode_fail_qp(node, node->sn + 1, NULL, UCS_OK);
                 return;
             }
             ib2_xnode_probe(node, NULL);
@@ -281,17 +281,27 @@ static void ib2_xnode_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
     if (node->state != IB2_XNODE_UP) {
         return;
     }
+    /* Nobody to blame but for a refusal: every live endpoint asks again
+     * for the next QP, one whose process is gone is not answered and
+     * fails. */
     switch (wc->status) {
-    case IBV_WC_WR_FLUSH_ERR:       /* the QP failed on its own */
-    case IBV_WC_RETRY_EXC_ERR:      /* the TGT QP or the node is gone */
+    case IBV_WC_RETRY_EXC_ERR:
+        /* the TGT QP or the node is gone, or acknowledgements were lost:
+         * what is on the QP from sn on may have been executed */
+        ib2_xnode_fail_qp(node, sn, NULL, UCS_ERR_ENDPOINT_TIMEOUT);
+        break;
+    case IBV_WC_WR_FLUSH_ERR:
+        /* the QP failed on its own, after sending who knows what */
+        ib2_xnode_fail_qp(node, sn, NULL, UCS_ERR_IO_ERROR);
+        break;
     case IBV_WC_RNR_RETRY_EXC_ERR:
-        /* nobody to blame: every endpoint asks again, one whose process
-         * is gone is not answered and fails */
-        ib2_xnode_fail_qp(node, sn, NULL);
+        /* the responder refused sn, and so took nothing after it */
+        ib2_xnode_fail_qp(node, sn, NULL, UCS_OK);
         break;
     default:
-        /* refused (its SRQ is gone, a bad key) or malformed: its own */
-        ib2_xnode_fail_qp(node, sn, x->ep);
+        /* refused (its SRQ is gone, a bad key) or malformed: its own;
+         * nothing after it was executed (RC stops at a NAK) */
+        ib2_xnode_fail_qp(node, sn, x->ep, UCS_OK);
         break;
     }
 }
