@@ -147,6 +147,7 @@ void ib2_xnode_destroy_qp(ib2_xnode_t *node)
     node->qp = NULL;
     /* what it never completed gives no completion now */
     ib2_xnode_cq_back(node, node->cq_out);
+    node->cq_sn = node->sn;
 }
 
 static ucs_status_t ib2_xnode_new_qp(ib2_xnode_t *node)

@@ -63,6 +63,7 @@ typedef struct ib2_xnode {
     uint32_t          cq_out;       /* completions its QP may still give,
                                        each a unit of the interface's
                                        tx_cq_avail (ib2_xnode_cq_back) */
+    uint32_t          cq_sn;        /* requests up to it give none */
     uint32_t          sn;           /* requests posted */
     uint32_t          acked;        /* requests completed */
     uint32_t          signaled_sn;  /* the last posted signaled */
@@ -135,6 +136,18 @@ static UCS_F_ALWAYS_INLINE void ib2_xnode_cq_take(ib2_xnode_t *node)
 {
     ++node->cq_out;
     --node->iface->tx_cq_avail;
+}
+
+/* The QP reported request sn, with any status: it reports nothing more of
+ * the requests up to sn (it completes in order, and an unsignaled request
+ * completed before a failure gives no completion of its own). */
+static UCS_F_ALWAYS_INLINE void ib2_xnode_cq_upto(ib2_xnode_t *node,
+                                                  uint32_t sn)
+{
+    if (ib2_xsn_before(node->cq_sn, sn)) {
+        ib2_xnode_cq_back(node, sn - node->cq_sn);
+        node->cq_sn = sn;
+    }
 }
 
 /* Is the endpoint one that may rejoin its node (connected by the user,

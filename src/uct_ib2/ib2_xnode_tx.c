@@ -8,9 +8,9 @@
  * so the endpoint's flush, fence, credits and window work as they do on
  * RC. The node's send WQEs (tx_qp_len) bound the ring. The interface's
  * CQ budget is the node's, not its endpoints': each request takes a unit
- * when posted and gives it back with the completion that retires it, or
- * with its own completion when its QP failed (the error and the flushes),
- * so a failed QP's requests have given it all back once its marker is in;
+ * when posted and gives it back with the first completion of the QP that
+ * covers it (its own, or a later request's: success, error or flush), so
+ * a failed QP's requests have given it all back once its marker is in;
  * held requests take it again when they are posted again.
  */
 #include "ib2_xnode.h"
@@ -142,11 +142,6 @@ void ib2_xnode_retire(ib2_xnode_t *node, uint32_t sn)
 
     while (ib2_xsn_before(node->acked, sn)) {
         x = ib2_xnode_at(node, node->ring, (node->acked + 1) & node->mask);
-        if (node->state == IB2_XNODE_UP) {
-            /* on a failed QP each gave its budget with its own
-             * completion (ib2_xnode_completion) */
-            ib2_xnode_cq_back(node, 1);
-        }
         if (x->ep == NULL) {
             ++node->acked;          /* a probe (ib2_xnode_probe) */
             ++node->sq_avail;
@@ -168,6 +163,7 @@ void ib2_xnode_retire(ib2_xnode_t *node, uint32_t sn)
                        ep->failed ? ep->failed : UCS_OK);
         node->rebuilds = 0;   /* this QP worked */
     }
+    ib2_xnode_cq_upto(node, node->acked);
     ib2_xnode_cq_check(iface);
 }
 
@@ -242,19 +238,20 @@ static void ib2_xnode_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
     }
     node = kh_val(&iface->xs->inis, it);
     if (wc->wr_id & IB2_XNODE_MARKER) {
+        ib2_xnode_cq_upto(node, node->sn);   /* it follows them all */
         ib2_xnode_cq_back(node, 1);
         if (node->state == IB2_XNODE_DRAINING) {
             ib2_xnode_drained(node, 1);
         }
         return;
     }
+    sn = (uint32_t)wc->wr_id;
     if (node->state != IB2_XNODE_UP) {
-        /* a flush of a failed QP: its request is kept, and its budget is
-         * back (it gives no other completion) */
-        ib2_xnode_cq_back(node, 1);
+        /* a failed QP's: its requests are kept (or dropped), their
+         * budget is back */
+        ib2_xnode_cq_upto(node, sn);
         return;
     }
-    sn = (uint32_t)wc->wr_id;
     if (ucs_likely(wc->status == IBV_WC_SUCCESS)) {
         ib2_xnode_retire(node, sn);
         if (ucs_unlikely(node->notgt)) {
@@ -269,9 +266,9 @@ static void ib2_xnode_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
         ib2_xnode_wake(node);
         return;
     }
-    /* the failed request's own completion: its budget is back before the
-     * marker asks for budget */
-    ib2_xnode_cq_back(node, 1);
+    /* the failed request's own completion: the budget up to it is back
+     * before the marker asks for budget */
+    ib2_xnode_cq_upto(node, sn);
     x = ib2_xnode_at(node, node->ring, sn & node->mask);
     ucs_debug("%s:%u: INI QP 0x%x: request %u of endpoint %p: %s",
               iface->md->name, iface->port, wc->qp_num, sn, x->ep,
