@@ -62,8 +62,9 @@ typedef struct ib2_iface_counters {
     /* rdmacm: reads of the event channel that found nothing (each a
      * system call on a real rdma_cm device). */
     uint64_t cm_empty_reads;
-    /* rdmacm: sends kept until their endpoint's connections were up (and
-     * then posted, or retired with its error); connection events handled
+    /* rdmacm, and X queues before the peer's TGT QP is known: sends kept
+     * until their endpoint's connections were up (and then posted, or
+     * retired with its error); connection events handled
      * in the async context's thread, without the worker's progress. */
     uint64_t cm_deferred;
     uint64_t cm_async_events;

@@ -309,6 +309,7 @@ ucs_status_t ib2_xnode_join(ib2_ep_t *ep)
     }
     ucs_list_add_tail(&node->eps, &ep->x.node_list);
     ep->x.node     = node;
+    ep->x.last_sn  = node->sn;   /* nothing of it on the QP */
     ep->x.state    = IB2_XCM_WAITING;
     ep->connected  = 0;
     ep->blocked   |= IB2_EP_BLOCK_CONNECTING;

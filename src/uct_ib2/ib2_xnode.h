@@ -28,7 +28,7 @@ typedef struct ib2_xwr {
     uint32_t           ep_sn;        /* the endpoint's send number */
     uint32_t           ep_am_sn;     /* its active messages, this one in */
     uint32_t           inline_len;   /* IBV_SEND_INLINE: the bytes follow */
-    uint32_t           reserved;
+    uint32_t           kept;         /* never posted (ib2_xnode_keep) */
     struct ibv_send_wr wr;           /* sg_list is set at each post */
     struct ibv_sge     sge[];        /* wr.num_sge entries, or the bytes */
 } ib2_xwr_t;
@@ -70,8 +70,11 @@ typedef struct ib2_xnode {
     uint32_t          mask;         /* ring slots - 1 */
     size_t            slot;         /* bytes per slot */
     char              *ring;        /* request sn at slot sn & mask */
-    char              *held;        /* requests of a failed QP, in order */
+    char              *held;        /* requests of a failed QP, and those of
+                                       endpoints waiting for their peer
+                                       (kept), in order */
     unsigned          nheld;
+    unsigned          held_cap;     /* slots of held */
     ucs_list_link_t   eps;          /* endpoints to the node's processes */
     ucs_list_link_t   list;         /* the interface's nodes */
 } ib2_xnode_t;
@@ -171,6 +174,7 @@ void ib2_xnode_rebuild(ib2_xnode_t *node);
 void ib2_xnode_destroy_qp(ib2_xnode_t *node);
 
 /* ib2_xnode_tx.c: the ring and completions. */
+ucs_status_t ib2_xnode_held_reserve(ib2_xnode_t *node, unsigned count);
 int ib2_xnode_post_copy(ib2_xnode_t *node, ib2_xwr_t *x, uint32_t sn);
 void ib2_xnode_retire(ib2_xnode_t *node, uint32_t sn);
 void ib2_xnode_wake(ib2_xnode_t *node);

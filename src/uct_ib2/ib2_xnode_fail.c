@@ -116,7 +116,8 @@ static ucs_status_t ib2_xnode_hold(ib2_xnode_t *node)
     if (count == 0) {
         return UCS_OK;
     }
-    held = ucs_malloc((count + node->nheld) * node->slot, "ib2_xnode_held");
+    held = ucs_malloc((count + node->held_cap) * node->slot,
+                      "ib2_xnode_held");
     if (held == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
@@ -134,6 +135,7 @@ static ucs_status_t ib2_xnode_hold(ib2_xnode_t *node)
     }
     ucs_free(node->held);
     node->held      = held;
+    node->held_cap += count;
     node->nheld    += kept;
     node->sq_avail += (int32_t)count;
     node->acked     = node->sn;
@@ -226,13 +228,13 @@ unsigned ib2_xnode_repost(ib2_ep_t *ep)
 {
     ib2_xnode_t *node  = ep->x.node;
     ib2_iface_t *iface = node->iface;
-    unsigned i, kept = 0, moved = 0;
+    unsigned i, kept = 0, moved = 0, again = 0;
     int post_failed    = 0;
     ib2_xwr_t *x, *slot;
     uint32_t sn;
 
-    if ((node->state != IB2_XNODE_UP) || (ep->x.state != IB2_XCM_UP) ||
-        ep->failed) {
+    if ((node->state != IB2_XNODE_UP) || node->notgt ||
+        (ep->x.state != IB2_XCM_UP) || ep->failed) {
         return 0;
     }
     for (i = 0; i < node->nheld; ++i) {
@@ -259,6 +261,8 @@ unsigned ib2_xnode_repost(ib2_ep_t *ep)
             ep->x.last_sn = sn;
             --node->sq_avail;
             ib2_xnode_cq_take(node);
+            again      += !slot->kept;   /* posted before, on a failed QP */
+            slot->kept  = 0;
             ++moved;
             continue;
         }
@@ -276,7 +280,7 @@ unsigned ib2_xnode_repost(ib2_ep_t *ep)
     node->nheld              = kept;
     ep->x.held              -= moved;
     ib2_xnode_settle(node);
-    iface->counters.xnode_reposted += moved;
+    iface->counters.xnode_reposted += again;
     if (post_failed) {
         ucs_error("%s:%u: posting again on INI QP 0x%x failed: %m",
                   node->iface->md->name, node->iface->port,

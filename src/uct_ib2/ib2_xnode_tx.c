@@ -16,15 +16,46 @@
 #include "ib2_xnode.h"
 #include "ib2_tx.h"
 
+/* May the endpoint post on its node's QP now (else its sends are kept)? */
+static int ib2_xnode_ep_posts(const ib2_xnode_t *node, const ib2_ep_t *ep)
+{
+    return (node->state == IB2_XNODE_UP) && !node->notgt &&
+           (ep->x.state == IB2_XCM_UP) && (ep->x.held == 0);
+}
+
 int32_t ib2_xnode_room(ib2_ep_t *ep)
 {
     ib2_xnode_t *node = ep->x.node;
 
-    if ((node == NULL) || (node->state != IB2_XNODE_UP) || node->notgt ||
-        (ep->x.state != IB2_XCM_UP) || (ep->x.held != 0)) {
+    if ((node == NULL) || ep->failed) {
         return 0;
     }
-    return node->sq_avail;
+    if (ib2_xnode_ep_posts(node, ep)) {
+        return node->sq_avail;
+    }
+    /* kept until it may post: no more than a send queue holds */
+    return (int32_t)node->iface->config.tx_qp_len - (int32_t)ep->x.held;
+}
+
+ucs_status_t ib2_xnode_held_reserve(ib2_xnode_t *node, unsigned count)
+{
+    unsigned cap = ucs_max(node->held_cap, 16u);
+    char *held;
+
+    if (count <= node->held_cap) {
+        return UCS_OK;
+    }
+    while (cap < count) {
+        cap *= 2;
+    }
+    held = ucs_realloc(node->held, (size_t)cap * node->slot,
+                       "ib2_xnode_held");
+    if (held == NULL) {
+        return UCS_ERR_NO_MEMORY;
+    }
+    node->held     = held;
+    node->held_cap = cap;
+    return UCS_OK;
 }
 
 /* A signaled request of any endpoint posted after the endpoint's last one
@@ -50,6 +81,7 @@ static void ib2_xnode_record(ib2_xnode_t *node, ib2_xwr_t *x,
     x->wr.next    = NULL;
     x->wr.sg_list = NULL;
     x->inline_len = 0;
+    x->kept       = 0;
     if (wr->send_flags & IBV_SEND_INLINE) {
         for (i = 0; i < wr->num_sge; ++i) {
             memcpy(UCS_PTR_BYTE_OFFSET(x->sge, off),
@@ -86,6 +118,45 @@ int ib2_xnode_post_copy(ib2_xnode_t *node, ib2_xwr_t *x, uint32_t sn)
     return 0;
 }
 
+/*
+ * The endpoint waits for its peer's TGT QP (after connect_to_ep, or while
+ * its node gets a new INI QP): the request is kept, with its bookkeeping
+ * done as if posted, behind the endpoint's other held requests, and is
+ * posted with them once the endpoint is on the node's QP
+ * (ib2_xnode_repost), or completes with its failure (ib2_xnode_drop_held).
+ */
+static ucs_status_t ib2_xnode_keep(ib2_iface_t *iface, ib2_ep_t *ep,
+                                   struct ibv_send_wr *wr, unsigned flags,
+                                   int am)
+{
+    ib2_xnode_t *node = ep->x.node;
+    ib2_ep_txq_t *txq = &ep->txq[0];
+    ib2_xwr_t *x;
+
+    if (ib2_xnode_held_reserve(node, node->nheld + 1) != UCS_OK) {
+        ucs_error("%s:%u: no memory to keep a send until the endpoint is "
+                  "connected", iface->md->name, iface->port);
+        ib2_ep_set_failed(ep, UCS_ERR_NO_MEMORY);
+        ib2_ep_purge_ops(ep, UCS_ERR_NO_MEMORY);
+        return UCS_ERR_NO_MEMORY;
+    }
+    wr->send_flags = flags;
+    x              = ib2_xnode_at(node, node->held, node->nheld++);
+    ib2_xnode_record(node, x, wr);
+    x->kept     = 1;
+    x->ep       = ep;
+    x->ep_sn    = ++txq->sn;
+    txq->am_sn += (uint32_t)am;
+    x->ep_am_sn = txq->am_sn;
+    if (flags & IBV_SEND_SIGNALED) {
+        txq->signaled_sn = txq->sn;
+    }
+    ++ep->x.held;
+    ++iface->counters.cm_deferred;
+    ib2_xnode_settle(node);
+    return UCS_OK;
+}
+
 /* The X form of ib2_ep_post_flags (ib2_tx.h): the endpoint may send
  * (ib2_xnode_room), its bookkeeping is done here. */
 ucs_status_t ib2_xnode_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
@@ -101,6 +172,10 @@ ucs_status_t ib2_xnode_post(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q,
     ucs_assert(ib2_xnode_room(ep) > 0);
     wr->qp_type.xrc.remote_srqn = ep->x_srqn[q];
     wr->imm_data                = ep->x.imm;
+    if (ucs_unlikely(!ib2_xnode_ep_posts(node, ep))) {
+        return ib2_xnode_keep(iface, ep, wr, flags | (signal ?
+                              IBV_SEND_SIGNALED : 0), am);
+    }
     if (signal || ((sn - node->signaled_sn) >=
                    iface->config.tx_moderation)) {
         flags |= IBV_SEND_SIGNALED;
