@@ -122,6 +122,12 @@ ucs_status_t ib2_cm_defer_post(ib2_ep_t *ep, unsigned q,
 
 int ib2_cm_ep_keeps_sends(ib2_ep_t *ep)
 {
+    if (ep->x.node != NULL) {
+        /* X queues: from connect_to_ep, until its TGT QP is known (and
+         * while its node gets a new INI QP), in its node's held requests
+         * (ib2_xnode_tx.c) */
+        return (ep->blocked & IB2_EP_BLOCK_CONNECTING) && !ep->failed;
+    }
     return (ep->blocked & IB2_EP_BLOCK_CONNECTING) && (ep->cm != NULL) &&
            ep->cm->have_peer;
 }

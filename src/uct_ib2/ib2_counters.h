@@ -51,16 +51,20 @@ typedef struct ib2_iface_counters {
      * request refused or not answered: its endpoints ask for a new one);
      * requests of the other endpoints posted again on the new one;
      * endpoints joined to an INI QP (each time); a peer could not open the
-     * TGT QP named (gone: the INI QP is replaced). */
+     * TGT QP named (gone: the INI QP is replaced); endpoints failed
+     * because their requests on a failed INI QP may have been executed
+     * (retries exhausted), not posted again. */
     uint64_t xnode_failed;
     uint64_t xnode_reposted;
     uint64_t xnode_joined;
     uint64_t xnode_notgt;
+    uint64_t xnode_unsure;
     /* rdmacm: reads of the event channel that found nothing (each a
      * system call on a real rdma_cm device). */
     uint64_t cm_empty_reads;
-    /* rdmacm: sends kept until their endpoint's connections were up (and
-     * then posted, or retired with its error); connection events handled
+    /* rdmacm, and X queues before the peer's TGT QP is known: sends kept
+     * until their endpoint's connections were up (and then posted, or
+     * retired with its error); connection events handled
      * in the async context's thread, without the worker's progress. */
     uint64_t cm_deferred;
     uint64_t cm_async_events;

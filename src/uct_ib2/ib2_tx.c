@@ -91,10 +91,11 @@ void ib2_txq_retire(ib2_iface_t *iface, ib2_ep_t *ep, unsigned q, uint32_t sn,
     ucs_assertv((uint32_t)count <= iface->config.tx_qp_len,
                 "ep %p q %u: %d sends completed, queue holds %u", ep, q,
                 count, iface->config.tx_qp_len);
-    txq->acked          = sn;
-    iface->tx_cq_avail += count;
+    txq->acked = sn;
     if (ucs_likely(iface->xs == NULL)) {
-        txq->sq_avail  += count;    /* X: the node's (ib2_xnode_tx.c) */
+        /* X: the WQEs and the CQ budget are the node's (ib2_xnode_tx.c) */
+        iface->tx_cq_avail += count;
+        txq->sq_avail      += count;
     }
     ams = am_sn - txq->am_acked;
     ucs_assertv(ams <= (uint32_t)count, "ep %p q %u: %u AMs in %d sends", ep,

@@ -74,6 +74,9 @@ void ib2_xnode_cleanup(ib2_iface_t *iface)
     ucs_list_for_each_safe(node, tmp, &xs->list, list) {
         ib2_xnode_free(node);
     }
+    if (iface->send_cq != NULL) {
+        ib2_xnode_cq_check(iface);   /* nothing is outstanding now */
+    }
     kh_foreach_value(&xs->tgts, tgt, {
         ibv_destroy_qp(tgt->qp);
         ucs_free(tgt);
@@ -142,6 +145,9 @@ void ib2_xnode_destroy_qp(ib2_xnode_t *node)
         ucs_warn("ibv_destroy_qp(INI 0x%x) failed: %m", node->qp->qp_num);
     }
     node->qp = NULL;
+    /* what it never completed gives no completion now */
+    ib2_xnode_cq_back(node, node->cq_out);
+    node->cq_sn = node->sn;
 }
 
 static ucs_status_t ib2_xnode_new_qp(ib2_xnode_t *node)
@@ -303,6 +309,7 @@ ucs_status_t ib2_xnode_join(ib2_ep_t *ep)
     }
     ucs_list_add_tail(&node->eps, &ep->x.node_list);
     ep->x.node     = node;
+    ep->x.last_sn  = node->sn;   /* nothing of it on the QP */
     ep->x.state    = IB2_XCM_WAITING;
     ep->connected  = 0;
     ep->blocked   |= IB2_EP_BLOCK_CONNECTING;
@@ -465,7 +472,7 @@ void ib2_xnode_on_notgt(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
     ++ep->iface->counters.xnode_notgt;
     if (!ib2_xnode_live_in_ring(node)) {
         /* nothing of a live endpoint can be lost or doubled */
-        ib2_xnode_fail_qp(node, node->acked + 1, NULL);
+        ib2_xnode_fail_qp(node, node->acked + 1, NULL, UCS_OK);
     } else {
         ib2_xnode_probe(node, ep);
     }

@@ -14,6 +14,8 @@
  * flushed), the endpoint of the failed request fails alone; the requests
  * of the others are held, a new INI QP is connected, and each surviving
  * endpoint's requests are posted again, in order, once it has rejoined.
+ * When the failure leaves unknown whether the requests were executed
+ * (retries exhausted), their endpoints fail instead.
  */
 #ifndef IB2_XNODE_H
 #define IB2_XNODE_H
@@ -26,7 +28,7 @@ typedef struct ib2_xwr {
     uint32_t           ep_sn;        /* the endpoint's send number */
     uint32_t           ep_am_sn;     /* its active messages, this one in */
     uint32_t           inline_len;   /* IBV_SEND_INLINE: the bytes follow */
-    uint32_t           reserved;
+    uint32_t           kept;         /* never posted (ib2_xnode_keep) */
     struct ibv_send_wr wr;           /* sg_list is set at each post */
     struct ibv_sge     sge[];        /* wr.num_sge entries, or the bytes */
 } ib2_xwr_t;
@@ -58,14 +60,21 @@ typedef struct ib2_xnode {
     uint32_t          probe_srqn;   /* the SRQ the probe names */
     ib2_dev_addr_t    peer;         /* the port its TGT QP is on */
     int32_t           sq_avail;     /* WQEs left, of tx_qp_len */
+    uint32_t          cq_out;       /* completions its QP may still give,
+                                       each a unit of the interface's
+                                       tx_cq_avail (ib2_xnode_cq_back) */
+    uint32_t          cq_sn;        /* requests up to it give none */
     uint32_t          sn;           /* requests posted */
     uint32_t          acked;        /* requests completed */
     uint32_t          signaled_sn;  /* the last posted signaled */
     uint32_t          mask;         /* ring slots - 1 */
     size_t            slot;         /* bytes per slot */
     char              *ring;        /* request sn at slot sn & mask */
-    char              *held;        /* requests of a failed QP, in order */
+    char              *held;        /* requests of a failed QP, and those of
+                                       endpoints waiting for their peer
+                                       (kept), in order */
     unsigned          nheld;
+    unsigned          held_cap;     /* slots of held */
     ucs_list_link_t   eps;          /* endpoints to the node's processes */
     ucs_list_link_t   list;         /* the interface's nodes */
 } ib2_xnode_t;
@@ -114,6 +123,36 @@ static UCS_F_ALWAYS_INLINE ib2_xwr_t *ib2_xnode_at(const ib2_xnode_t *node,
     return (ib2_xwr_t*)(base + (size_t)i * node->slot);
 }
 
+/* A completion of the node's QP came, or can no longer come (retired by a
+ * later one, flushed, or the QP destroyed): its CQ budget is back. The
+ * budget of X endpoints is the nodes' alone (ib2_txq_retire leaves it). */
+static UCS_F_ALWAYS_INLINE void ib2_xnode_cq_back(ib2_xnode_t *node,
+                                                  uint32_t count)
+{
+    ucs_assertv(count <= node->cq_out, "node %p: %u of %u completions back",
+                node, count, node->cq_out);
+    node->cq_out             -= count;
+    node->iface->tx_cq_avail += (int32_t)count;
+}
+
+static UCS_F_ALWAYS_INLINE void ib2_xnode_cq_take(ib2_xnode_t *node)
+{
+    ++node->cq_out;
+    --node->iface->tx_cq_avail;
+}
+
+/* The QP reported request sn, with any status: it reports nothing more of
+ * the requests up to sn (it completes in order, and an unsignaled request
+ * completed before a failure gives no completion of its own). */
+static UCS_F_ALWAYS_INLINE void ib2_xnode_cq_upto(ib2_xnode_t *node,
+                                                  uint32_t sn)
+{
+    if (ib2_xsn_before(node->cq_sn, sn)) {
+        ib2_xnode_cq_back(node, sn - node->cq_sn);
+        node->cq_sn = sn;
+    }
+}
+
 /* Is the endpoint one that may rejoin its node (connected by the user,
  * neither failed nor destroyed)? */
 static UCS_F_ALWAYS_INLINE int ib2_xnode_ep_live(const ib2_ep_t *ep)
@@ -135,14 +174,17 @@ void ib2_xnode_rebuild(ib2_xnode_t *node);
 void ib2_xnode_destroy_qp(ib2_xnode_t *node);
 
 /* ib2_xnode_tx.c: the ring and completions. */
+ucs_status_t ib2_xnode_held_reserve(ib2_xnode_t *node, unsigned count);
 int ib2_xnode_post_copy(ib2_xnode_t *node, ib2_xwr_t *x, uint32_t sn);
 void ib2_xnode_retire(ib2_xnode_t *node, uint32_t sn);
 void ib2_xnode_wake(ib2_xnode_t *node);
 void ib2_xnode_progress(ib2_iface_t *iface);
 void ib2_xnode_settle(ib2_xnode_t *node);
+void ib2_xnode_cq_check(ib2_iface_t *iface);
 
 /* ib2_xnode_fail.c: failure, held requests, reposting. */
-void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit);
+void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit,
+                       ucs_status_t unsure);
 void ib2_xnode_post_marker(ib2_xnode_t *node);
 void ib2_xnode_drained(ib2_xnode_t *node, int marked);
 unsigned ib2_xnode_repost(ib2_ep_t *ep);

@@ -31,19 +31,45 @@ void ib2_xnode_post_marker(ib2_xnode_t *node)
         ib2_xnode_drained(node, 0);
         return;
     }
-    --iface->tx_cq_avail;
+    ib2_xnode_cq_take(node);
     --iface->xs->unmarked;
     node->marker = 1;
 }
 
 /*
+ * Requests sn.. of the failed QP may have been executed although they did
+ * not complete (retries exhausted: the responder may have executed them
+ * and its acknowledgements been lost; or the QP failed for a reason the
+ * completion does not say): posting them again could execute an atomic or
+ * an active message twice. Their live endpoints fail with `status`
+ * instead, and their requests complete with it (ib2_xnode_drained).
+ */
+static void ib2_xnode_fail_unsure(ib2_xnode_t *node, uint32_t sn,
+                                  ucs_status_t status)
+{
+    ib2_xwr_t *x;
+
+    for (; !ib2_xsn_before(node->sn, sn); ++sn) {
+        x = ib2_xnode_at(node, node->ring, sn & node->mask);
+        if ((x->ep != NULL) && !x->ep->failed && !x->ep->destroyed) {
+            ++node->iface->counters.xnode_unsure;
+            ib2_ep_set_failed(x->ep, status);
+        }
+    }
+}
+
+/*
  * The INI QP failed at request sn (or, sn == acked, without one: its TGT
  * QP is gone). What came before sn completed. The culprit's endpoint (a
- * request the responder refused) fails; every other request stays in the
- * ring until the QP's last completion, the marker, is in: the QP gives no
- * more completions after it (ib2_xnode_drained).
+ * request the responder refused) fails; so do the endpoints of requests
+ * from sn on if they may have been executed (`unsure` is not UCS_OK:
+ * ib2_xnode_fail_unsure). Every other request stays in the ring until the
+ * QP's last completion, the marker, is in: the QP gives no more
+ * completions after it (ib2_xnode_drained), and its requests are posted
+ * again on the next QP.
  */
-void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit)
+void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit,
+                       ucs_status_t unsure)
 {
     ib2_iface_t *iface = node->iface;
     struct ibv_qp_attr attr;
@@ -71,6 +97,9 @@ void ib2_xnode_fail_qp(ib2_xnode_t *node, uint32_t sn, ib2_ep_t *culprit)
     if ((culprit != NULL) && !culprit->failed && !culprit->destroyed) {
         ib2_ep_set_failed(culprit, UCS_ERR_CONNECTION_RESET);
     }
+    if (unsure != UCS_OK) {
+        ib2_xnode_fail_unsure(node, sn, unsure);
+    }
     if (node->state == IB2_XNODE_DRAINING) {
         ib2_xnode_post_marker(node);
     }
@@ -87,7 +116,8 @@ static ucs_status_t ib2_xnode_hold(ib2_xnode_t *node)
     if (count == 0) {
         return UCS_OK;
     }
-    held = ucs_malloc((count + node->nheld) * node->slot, "ib2_xnode_held");
+    held = ucs_malloc((count + node->held_cap) * node->slot,
+                      "ib2_xnode_held");
     if (held == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
@@ -95,8 +125,7 @@ static ucs_status_t ib2_xnode_hold(ib2_xnode_t *node)
         x = ib2_xnode_at(node, node->ring,
                          (node->acked + 1 + i) & node->mask);
         if (x->ep == NULL) {
-            ++node->iface->tx_cq_avail;   /* a probe: not sent again */
-            continue;
+            continue;   /* a probe: not sent again */
         }
         memcpy(ib2_xnode_at(node, held, kept++), x, node->slot);
     }
@@ -106,6 +135,7 @@ static ucs_status_t ib2_xnode_hold(ib2_xnode_t *node)
     }
     ucs_free(node->held);
     node->held      = held;
+    node->held_cap += count;
     node->nheld    += kept;
     node->sq_avail += (int32_t)count;
     node->acked     = node->sn;
@@ -121,8 +151,15 @@ void ib2_xnode_drained(ib2_xnode_t *node, int marked)
     ucs_status_t status;
     unsigned i;
 
-    node->iface->tx_cq_avail += marked;    /* the marker's */
+    /* The marker was the QP's last completion: every request on it has
+     * given its own (the failed one's error, the others' flushes), and
+     * with it its CQ budget back. Without a marker, what the QP still
+     * owed is given back with it (ib2_xnode_destroy_qp). */
+    ucs_assertv(!marked || (node->cq_out == 0),
+                "INI QP 0x%x drained with %u completions outstanding",
+                node->qp->qp_num, node->cq_out);
     ib2_xnode_destroy_qp(node);
+    ib2_xnode_cq_check(node->iface);
     status = ib2_xnode_hold(node);
     ucs_list_for_each(ep, &node->eps, x.node_list) {
         ep->x.held = 0;
@@ -189,28 +226,32 @@ void ib2_xnode_drop_held(ib2_xnode_t *node, ib2_ep_t *ep,
  */
 unsigned ib2_xnode_repost(ib2_ep_t *ep)
 {
-    ib2_xnode_t *node = ep->x.node;
-    unsigned i, kept = 0, moved = 0;
+    ib2_xnode_t *node  = ep->x.node;
+    ib2_iface_t *iface = node->iface;
+    unsigned i, kept = 0, moved = 0, again = 0;
+    int post_failed    = 0;
     ib2_xwr_t *x, *slot;
     uint32_t sn;
 
-    if ((node->state != IB2_XNODE_UP) || (ep->x.state != IB2_XCM_UP) ||
-        ep->failed) {
+    if ((node->state != IB2_XNODE_UP) || node->notgt ||
+        (ep->x.state != IB2_XCM_UP) || ep->failed) {
         return 0;
     }
     for (i = 0; i < node->nheld; ++i) {
         x = ib2_xnode_at(node, node->held, i);
-        if ((x->ep == ep) && (node->sq_avail > 0)) {
+        if ((x->ep == ep) && (node->sq_avail > 0) &&
+            (iface->tx_cq_avail > 0)) {
             sn   = node->sn + 1;
             slot = ib2_xnode_at(node, node->ring, sn & node->mask);
             memcpy(slot, x, node->slot);
-            if (((sn - node->signaled_sn) >=
-                 node->iface->config.tx_moderation) ||
-                (node->sq_avail == 1)) {
+            if (((sn - node->signaled_sn) >= iface->config.tx_moderation) ||
+                (node->sq_avail == 1) ||
+                (iface->tx_cq_avail <= (int32_t)iface->config.tx_moderation)) {
                 /* completions must come back to make room for the rest */
                 slot->wr.send_flags |= IBV_SEND_SIGNALED;
             }
             if (ib2_xnode_post_copy(node, slot, sn) != 0) {
+                post_failed = 1;
                 break;   /* the rest stays held; the endpoint fails below */
             }
             if (slot->wr.send_flags & IBV_SEND_SIGNALED) {
@@ -219,6 +260,9 @@ unsigned ib2_xnode_repost(ib2_ep_t *ep)
             node->sn      = sn;
             ep->x.last_sn = sn;
             --node->sq_avail;
+            ib2_xnode_cq_take(node);
+            again      += !slot->kept;   /* posted before, on a failed QP */
+            slot->kept  = 0;
             ++moved;
             continue;
         }
@@ -236,8 +280,8 @@ unsigned ib2_xnode_repost(ib2_ep_t *ep)
     node->nheld              = kept;
     ep->x.held              -= moved;
     ib2_xnode_settle(node);
-    node->iface->counters.xnode_reposted += moved;
-    if ((ep->x.held != 0) && (node->sq_avail > 0)) {
+    iface->counters.xnode_reposted += again;
+    if (post_failed) {
         ucs_error("%s:%u: posting again on INI QP 0x%x failed: %m",
                   node->iface->md->name, node->iface->port,
                   node->qp->qp_num);
@@ -276,13 +320,14 @@ static ucs_status_t ib2_xnode_post_empty(ib2_xnode_t *node, uint32_t srqn)
     x->wr.send_flags              = IBV_SEND_SIGNALED;
     x->wr.qp_type.xrc.remote_srqn = srqn;
     if (ibv_post_send(node->qp, &x->wr, &bad) != 0) {
-        ib2_xnode_fail_qp(node, node->acked + 1, NULL);
+        /* the QP's state is unknown: what is on it may have executed */
+        ib2_xnode_fail_qp(node, node->acked + 1, NULL, UCS_ERR_IO_ERROR);
         return UCS_ERR_IO_ERROR;
     }
     node->sn          = sn;
     node->signaled_sn = sn;
     --node->sq_avail;
-    --iface->tx_cq_avail;
+    ib2_xnode_cq_take(node);
     return UCS_OK;
 }
 

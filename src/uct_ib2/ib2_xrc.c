@@ -281,9 +281,9 @@ void ib2_xrc_ep_release(ib2_ep_t *ep)
     ib2_iface_t *iface = ep->iface;
 
     if (iface->xs != NULL) {
-        /* sends the device never gave back (the interface closes) */
-        iface->tx_cq_avail += (int32_t)(ep->txq[0].sn - ep->txq[0].acked);
-        ep->txq[0].acked    = ep->txq[0].sn;
+        /* sends the device never gave back (the interface closes): their
+         * CQ budget is the node's, given back with its QP */
+        ep->txq[0].acked = ep->txq[0].sn;
     }
     ib2_xnode_leave(ep);
     ib2_xcm_ep_cleanup(ep);

@@ -110,9 +110,10 @@ TEST(Xrc, DomainFileChecked)
 }
 
 /* The TGT QP is asked for over UD (ib2_xcm.c): an endpoint whose peer
- * connects late keeps asking and waits (sends: NO_RESOURCE), the peer
- * drops the requests that come before its own connect_to_ep, and once it
- * connects both endpoints carry messages; nothing fails meanwhile. */
+ * connects late keeps asking and keeps what it is sent, the peer drops the
+ * requests that come before its own connect_to_ep, and once it connects
+ * both endpoints carry messages, the kept one first; nothing fails
+ * meanwhile. */
 TEST(Xrc, PeerConnectsLater)
 {
     Entity a(xrc_params()), b(xrc_params());
@@ -132,7 +133,7 @@ TEST(Xrc, PeerConnectsLater)
     }, [&] { a.progress(); b.progress(); }))
         << "resent " << ca.xcm_resent << ", dropped early "
         << cb.xcm_rx_early;
-    EXPECT_EQ(uct_ep_am_short(ea, 3, 1, nullptr, 0), UCS_ERR_NO_RESOURCE);
+    EXPECT_EQ(uct_ep_am_short(ea, 3, 1, nullptr, 0), UCS_OK);   /* kept */
     EXPECT_TRUE(a.errors.empty());
 
     ASSERT_EQ(uct_ep_connect_to_ep(eb, (uct_device_addr_t *)a_dev.data(),
@@ -141,8 +142,13 @@ TEST(Xrc, PeerConnectsLater)
                     [&] { a.progress(); b.progress(); }), UCS_OK);
     ASSERT_EQ(retry([&] { return uct_ep_am_short(eb, 3, 43, nullptr, 0); },
                     [&] { a.progress(); b.progress(); }), UCS_OK);
-    EXPECT_TRUE(wait_for([&] { return !a.rx.empty() && !b.rx.empty(); },
+    EXPECT_TRUE(wait_for([&] { return !a.rx.empty() && (b.rx.size() == 2); },
                          [&] { a.progress(); b.progress(); }));
+    ASSERT_EQ(b.rx.size(), 2u);
+    uint64_t first = 0;
+    memcpy(&first, b.rx[0].data.data(),
+           std::min(sizeof(first), b.rx[0].data.size()));
+    EXPECT_EQ(first, 1u) << "the kept message first";
     EXPECT_TRUE(a.errors.empty() && b.errors.empty());
     ASSERT_EQ(ib2_iface_get_counters(b.iface, &cb), UCS_OK);
     EXPECT_EQ(cb.xcm_rx_bad, 0u);
