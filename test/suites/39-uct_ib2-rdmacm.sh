@@ -44,7 +44,7 @@ cm_param_failures() {   # cm_param_failures NAME
 # the atomic cases, the two-process data test, which ends with atomics,
 # and Iface.QueryDefaults, which expects them).
 cm_uct=$BUILD/test/gtest/uct_ib2/test_uct_ib2
-cm_nox='Xrc*:*XOnly*:*TinyXrq*'
+cm_nox='Xrc*:*/Xrc*:*XOnly*:*TinyXrq*'
 IB2_TEST_DEVICES=softverbs0:iwarp:1 IB2_TEST_SHM=$cm_shm-uct-iw \
     ib2_gtest uct_ib2-rdmacm/uct-iwarp "$cm_uct" --gtest_color=no \
     --gtest_filter="-*Atomic*:Iface.QueryDefaults:Rq/TwoProcTest.*:$cm_nox"
