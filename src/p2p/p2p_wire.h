@@ -48,7 +48,9 @@
  *                above the last it has seen (its communicator is about to
  *                be created here) and drops one for an epoch it has seen
  *                but no longer has (freed);
- *   src          the sender's rank in the communicator;
+ *   src          the sender's rank in the communicator (on an
+ *                intercommunicator: in its own group, which is the
+ *                receiver's remote group);
  *   tag          user tags 0..2^31-1, or one of the library's
  *                (P2P_WIRE_TAG_*); any other negative tag is malformed;
  *   seq          per (communicator, sender, receiver), from 0, wrapping:

@@ -14,7 +14,7 @@ set -u
 prog=${1:?usage: ompi-examples-check.sh PROGRAM NP < output}
 np=${2:?usage: ompi-examples-check.sh PROGRAM NP < output}
 case $np in
-    ''|*[!0-9]*) echo "NP '$np' is not a number" >&2; exit 2 ;;
+    ''|*[!0-9]*|0) echo "NP '$np' is not a positive number" >&2; exit 2 ;;
 esac
 out=$(sed -E 's/[[:space:]]+/ /g; s/^ //; s/ $//')
 bad=0
@@ -35,6 +35,12 @@ case $prog in
             expect_once "^Hello, world, I am $r of $np, \(" \
                 "rank $r's 'Hello, world, I am $r of $np'"
         done
+        # and no other rank's, or another size's
+        n=$(printf '%s\n' "$out" | grep -c "^Hello, world, I am ")
+        if [ "$n" -ne "$np" ]; then
+            echo "expected $np hello lines, found $n" >&2
+            bad=1
+        fi
         ;;
     connectivity_c)
         expect_once "^Connectivity test on $np processes PASSED\.$" \

@@ -178,8 +178,8 @@ pml_example() {
     shift 3
     [ -n "$pml_ex_dir" ] || return 0   # fetch-and-build failed, said so
     if [ ! -x "$pml_ex_dir/$prog" ]; then
-        # fetch.sh builds every C and C++ one or fails
-        ib2_result SKIP "pml/$name ($prog not built: mpifort's gfortran is not installed)"
+        # fetch.sh builds each program whose compiler wrapper works
+        ib2_result SKIP "pml/$name ($prog not built: its compiler is missing, see $pml_ex_dir/../build.log)"
         return 0
     fi
     ib2_check "pml/$name" bash -c '
