@@ -234,6 +234,8 @@ ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,
 ucs_status_t ib2_cm_q_start(ib2_cm_qconn_t *qc);
 socklen_t ib2_cm_peer_to_sockaddr(const ib2_cm_peer_t *p,
                                   struct sockaddr_storage *ss);
+void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
+                             ib2_cm_peer_t *p);
 void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
                        const void *data, uint8_t len);
 

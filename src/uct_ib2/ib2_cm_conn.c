@@ -25,8 +25,8 @@
 
 /* ---- addresses ----------------------------------------------------------- */
 
-static void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
-                                    ib2_cm_peer_t *p)
+void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
+                             ib2_cm_peer_t *p)
 {
     memset(p->ip, 0, sizeof(p->ip));
     if (ss->ss_family == AF_INET) {
