@@ -114,8 +114,14 @@ static void ib2_cm_listener_lost(ib2_cm_t *cm,
         rdma_destroy_id(cm->listen_id);
         cm->listen_id = NULL;
     }
+    /* NO_EP: the endpoint they are for can no longer be connected
+     * (ib2_cm_ep_connect refuses it), which the initiator's message says;
+     * the wire has no code of its own for a lost listener. */
     ucs_list_for_each_safe(held, htmp, &cm->held, list) {
-        ib2_cm_held_reject(cm, held, IB2_CM_REJ_FAILED);
+        ucs_diag("%s:%u: rdmacm request for endpoint 0x%" PRIx64 " queue %u "
+                 "refused: the listener was lost", iface->md->name,
+                 iface->port, held->req.dst_ep_id, held->req.queue);
+        ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
     }
     /* Off cm->connecting before any is reported: an error handler may
      * destroy endpoints (ib2_cm_check_deadlines). */

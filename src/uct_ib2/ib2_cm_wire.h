@@ -90,8 +90,9 @@ typedef struct ib2_cm_rep {
 /* Why a request was refused. */
 enum {
     IB2_CM_REJ_MALFORMED = 1,  /* broke a rule above */
-    IB2_CM_REJ_NO_EP     = 2,  /* no such endpoint (destroyed, or never
-                                  connected within the timeout) */
+    IB2_CM_REJ_NO_EP     = 2,  /* no such endpoint (destroyed, never
+                                  connected within the timeout, or it
+                                  cannot be: the listener was lost) */
     IB2_CM_REJ_MISMATCH  = 3,  /* the endpoint expects another peer, or the
                                   queues differ */
     IB2_CM_REJ_BUSY      = 4,  /* too many requests held, or one for the

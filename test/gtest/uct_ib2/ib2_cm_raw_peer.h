@@ -104,10 +104,19 @@ public:
         return ip;
     }
 
-    /* The answer to the last request, waited for again. */
+    /* The answer to the last request, waited for again. Events of the
+     * port the id is bound to (raised by softverbs_cm_port_event on
+     * every id of the port) are no answer and are skipped. */
     int answer_of_last(int ms = 5000)
     {
-        return answer(next(ids_.back(), ms));
+        Deadline d(ms);
+        int ev;
+
+        do {
+            ev = next(ids_.back(), ms);
+        } while (((ev == RDMA_CM_EVENT_DEVICE_REMOVAL) ||
+                  (ev == RDMA_CM_EVENT_ADDR_CHANGE)) && !d.expired());
+        return answer(ev);
     }
 
     /* The next event of id within ms (others' are skipped), its type;

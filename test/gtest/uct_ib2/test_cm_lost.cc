@@ -12,7 +12,7 @@
  * on the second (the higher address), so it is the passive side of every
  * pair with the first.
  */
-#include "ib2_cm_test.h"
+#include "ib2_cm_raw_peer.h"
 
 #include <rdma/rdma_cma.h>
 
@@ -81,7 +81,9 @@ std::string traffic_again(Entity &a, uct_ep_h ab, Entity &b, uct_ep_h ba)
 /*
  * DEVICE_REMOVAL: the error says the listener was lost; the waiting
  * endpoint fails as unreachable and P's held requests are refused (P's
- * endpoint fails), both well within the 30 s timeout; connect_to_ep of a
+ * endpoint fails), both well within the 30 s timeout, as is a plain
+ * librdmacm peer's held request, whose reason is NO_EP (its endpoint can
+ * no longer be connected); connect_to_ep of a
  * new endpoint of L, which would wait for a request, fails at once as
  * unreachable; P's new endpoint that initiates towards L fails (nobody
  * listens); the pair that was up fails as unreachable (its own ids hear
@@ -97,6 +99,18 @@ TEST_P(CmLost, ListenerLostFailsFast)
         Before b;
         std::string r = set_up(p, l, b);
         CM_CHECK(r.empty(), r);
+
+        /* and a plain librdmacm peer's request held, to read the reason
+         * it is refused with */
+        uct_ep_h lx = l.ep_create();
+        CM_CHECK(lx, "endpoint");
+        std::vector<char> xa = l.ep_addr(lx);
+        RawPeer raw(prog);
+        CM_CHECK(raw.ok(), "rdma_create_event_channel");
+        ib2_cm_req_t own = valid_req(xa, raw.source(xa), 0x500);
+        int got = raw.request(xa, &own, sizeof(own), 300);
+        CM_CHECK(got == kNoAnswer, "the raw request was answered: " << got);
+        CM_CHECK(counters(l).cm_held == 3, "held " << counters(l).cm_held);
 
         std::string ldev = on_second(f).md;
         unsigned told    = 0;
@@ -121,6 +135,9 @@ TEST_P(CmLost, ListenerLostFailsFast)
         CM_CHECK(log.contains("rdmacm listener lost "
                               "(RDMA_CM_EVENT_DEVICE_REMOVAL)"),
                  "no error said so:\n" << log.text());
+        got = raw.answer_of_last();
+        CM_CHECK(got == IB2_CM_REJ_NO_EP, "a held request was refused with "
+                 "reason " << got << ", not as for no such endpoint");
 
         ucs_status_t st = connect_to(l, b.ln, p.dev_addr(), p.ep_addr(b.pn));
         CM_CHECK(st == UCS_ERR_UNREACHABLE, "a connect_to_ep that would "
