@@ -68,8 +68,8 @@ int softverbs_faults(const char *spec, char *err, size_t errlen);
 
 /* rdmacm: raise RDMA_CM_EVENT_DEVICE_REMOVAL or RDMA_CM_EVENT_ADDR_CHANGE
  * (event) on every id of this process bound to port `port` of device
- * `dev`, as the kernel does when the device goes or the address of its
- * network interface changes (docs/softverbs.md, "rdmacm"). On removal a
+ * `dev`, as the kernel does when the device goes or a bond fails over to
+ * another hardware address (docs/softverbs.md, "rdmacm"). On removal a
  * listening id also stops listening (peers' requests find nobody there);
  * other ids go on until the program destroys them. *count (if not NULL):
  * the ids told. Returns 0, EINVAL (another event), ENOENT (no such device

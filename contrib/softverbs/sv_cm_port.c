@@ -2,10 +2,10 @@
  * rdmacm events of a port rather than of a connection (docs/softverbs.md,
  * "rdmacm"): the kernel's rdma_cm tells every id on a device that is
  * being removed (RDMA_CM_EVENT_DEVICE_REMOVAL), and every id bound to a
- * network interface whose address changed (RDMA_CM_EVENT_ADDR_CHANGE).
- * A software device is never unplugged and its addresses are fixed, so
- * softverbs_cm_port_event raises them when a program's handling of them
- * is to be tested.
+ * bond whose hardware address changed in a failover, its IP address
+ * unchanged (RDMA_CM_EVENT_ADDR_CHANGE). A software device is never
+ * unplugged and has no bond, so softverbs_cm_port_event raises them when
+ * a program's handling of them is to be tested.
  */
 #include "sv_cm.h"
 #include "softverbs.h"

@@ -64,14 +64,11 @@ ucs_config_field_t ib2_cm_config_table[] = {
 
 /* ---- the listener -------------------------------------------------------- */
 
-static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
+static ucs_status_t ib2_cm_open_channel(ib2_cm_t *cm)
 {
     ib2_iface_t *iface = cm->iface;
-    char text[UCS_SOCKADDR_STRING_LEN];
-    struct rdma_cm_id *id;
     int flags;
 
-    ucs_sockaddr_str((struct sockaddr*)&cm->addr, text, sizeof(text));
     cm->channel = rdma_create_event_channel();
     if (cm->channel == NULL) {
         ucs_error("%s:%u: rdma_create_event_channel failed: %m (is the "
@@ -85,11 +82,15 @@ static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
         ucs_error("cannot make the rdma_cm channel non-blocking: %m");
         return UCS_ERR_IO_ERROR;
     }
-    if (rdma_create_id(cm->channel, &cm->listen_id, cm, RDMA_PS_TCP) != 0) {
-        ucs_error("rdma_create_id failed: %m");
-        return UCS_ERR_IO_ERROR;
-    }
-    id = cm->listen_id;
+    return UCS_OK;
+}
+
+static ucs_status_t ib2_cm_listen_id(ib2_cm_t *cm, struct rdma_cm_id *id)
+{
+    ib2_iface_t *iface = cm->iface;
+    char text[UCS_SOCKADDR_STRING_LEN];
+
+    ucs_sockaddr_str((struct sockaddr*)&cm->addr, text, sizeof(text));
     if (rdma_bind_addr(id, (struct sockaddr*)&cm->addr) != 0) {
         ucs_error("%s:%u: rdma_bind_addr(%s) failed: %m (is it an address "
                   "of this port? UCX_IB2_CM_ADDR chooses one)",
@@ -108,11 +109,38 @@ static ucs_status_t ib2_cm_listen(ib2_cm_t *cm, unsigned backlog)
                   id->port_num);
         return UCS_ERR_INVALID_PARAM;
     }
-    if (rdma_listen(id, (int)backlog) != 0) {
+    if (rdma_listen(id, (int)cm->backlog) != 0) {
         ucs_error("%s:%u: rdma_listen(%s) failed: %m", iface->md->name,
                   iface->port, text);
         return UCS_ERR_IO_ERROR;
     }
+    return UCS_OK;
+}
+
+/*
+ * A listening id on cm->addr: at interface creation its port is 0 and
+ * the system's choice is kept; when the listener is renewed
+ * (ib2_cm_events.c) the same address and port are bound again, so the
+ * endpoint addresses handed out stay valid. On failure no id is left.
+ */
+ucs_status_t ib2_cm_listen(ib2_cm_t *cm)
+{
+    ib2_iface_t *iface = cm->iface;
+    char text[UCS_SOCKADDR_STRING_LEN];
+    struct rdma_cm_id *id;
+    ucs_status_t status;
+
+    ucs_assert(cm->listen_id == NULL);
+    if (rdma_create_id(cm->channel, &id, cm, RDMA_PS_TCP) != 0) {
+        ucs_error("rdma_create_id failed: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+    status = ib2_cm_listen_id(cm, id);
+    if (status != UCS_OK) {
+        rdma_destroy_id(id);
+        return status;
+    }
+    cm->listen_id = id;
     /* The port the system gave us. */
     if (cm->addr.ss_family == AF_INET) {
         ((struct sockaddr_in*)&cm->addr)->sin_port = rdma_get_src_port(id);
@@ -273,6 +301,7 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
     cm->resolve_ms = (int)ucs_min(config->timeout * 1000.0, 10000.0);
     cm->resolve_ms = ucs_max(cm->resolve_ms, 10);
     cm->max_held   = config->max_held;
+    cm->backlog    = config->backlog;
     /* Ids from a random start: a request meant for an endpoint of an
      * earlier process on the same address and port finds none. */
     cm->next_ep_id = ucs_generate_uuid((uintptr_t)cm) | 1;
@@ -299,7 +328,11 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
     if (status != UCS_OK) {
         goto err;
     }
-    status = ib2_cm_listen(cm, config->backlog);
+    status = ib2_cm_open_channel(cm);
+    if (status != UCS_OK) {
+        goto err;
+    }
+    status = ib2_cm_listen(cm);
     if (status != UCS_OK) {
         goto err;
     }

@@ -128,6 +128,7 @@ typedef struct ib2_cm {
                                               order */
     unsigned                   nheld;
     unsigned                   max_held;
+    unsigned                   backlog;    /* of the listener */
     ucs_list_link_t            retry;      /* ib2_cm_qconn_t in BACKOFF, in
                                               retry_at order */
     ucs_time_t                 timeout;
@@ -139,9 +140,10 @@ typedef struct ib2_cm {
     int                        watched;    /* the async handler is set */
     int                        broken;     /* the channel failed: no more
                                               connections (said once) */
-    int                        listen_lost; /* the listener had
-                                               DEVICE_REMOVAL or ADDR_CHANGE
-                                               and was destroyed: requests
+    int                        listen_lost; /* the listener was
+                                               destroyed (DEVICE_REMOVAL,
+                                               or ADDR_CHANGE and listening
+                                               again failed): requests
                                                cannot reach us (said once) */
     enum rdma_cm_event_type    lost_event;  /* which of the two */
     ucs_time_t                 next_poll;  /* not watched: the next look
@@ -201,6 +203,7 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
                                const ib2_cm_config_t *config);
 void ib2_cm_iface_cleanup(ib2_iface_t *iface);
 ucs_status_t ib2_cm_find_addr(ib2_cm_t *cm, const char *text);
+ucs_status_t ib2_cm_listen(ib2_cm_t *cm);
 unsigned ib2_cm_progress_events(ib2_iface_t *iface);
 unsigned ib2_cm_read_events(ib2_cm_t *cm);
 void ib2_cm_ep_reports(ib2_cm_t *cm);
@@ -231,6 +234,8 @@ ucs_status_t ib2_cm_qp_rts(ib2_cm_qconn_t *qc, uint8_t resp_res,
 ucs_status_t ib2_cm_q_start(ib2_cm_qconn_t *qc);
 socklen_t ib2_cm_peer_to_sockaddr(const ib2_cm_peer_t *p,
                                   struct sockaddr_storage *ss);
+void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
+                             ib2_cm_peer_t *p);
 void ib2_cm_conn_param(ib2_cm_qconn_t *qc, struct rdma_conn_param *p,
                        const void *data, uint8_t len);
 

@@ -7,6 +7,8 @@
  */
 #include "ib2_cm.h"
 
+#include <ucs/sys/sock.h>
+#include <ucs/sys/string.h>
 #include <ucs/time/time.h>
 
 /*
@@ -117,6 +119,34 @@ reject:
     return UCS_OK;
 }
 
+/*
+ * The source a request claims is the address it comes from (the peer of
+ * its id, as rdma_cm saw it): an rc_ib2 initiator binds its listener's
+ * address (ib2_cm_q_start), so a real one always is. A request made in
+ * another's name from elsewhere is not: it could otherwise take the real
+ * peer's connection, or its place among the held requests. (From the
+ * same address it still can; rdma_cm has nothing to authenticate with.)
+ * Not 1: *text says where the request comes from.
+ */
+static int ib2_cm_src_is_sender(struct rdma_cm_id *id,
+                                const ib2_cm_req_t *req, char *text,
+                                size_t max)
+{
+    struct sockaddr *sa = rdma_get_peer_addr(id);
+    ib2_cm_peer_t from;
+
+    if ((sa->sa_family != AF_INET) && (sa->sa_family != AF_INET6)) {
+        ucs_snprintf_safe(text, max, "address family %d", sa->sa_family);
+        return 0;
+    }
+    ib2_cm_sockaddr_to_peer((const struct sockaddr_storage*)sa, &from);
+    if (!memcmp(from.ip, req->src.ip, sizeof(from.ip))) {
+        return 1;
+    }
+    ucs_sockaddr_str(sa, text, max);
+    return 0;
+}
+
 static void ib2_cm_refuse(ib2_cm_t *cm, struct rdma_cm_id *id,
                           const ib2_cm_req_t *req, uint8_t reason,
                           const char *why)
@@ -135,6 +165,9 @@ void ib2_cm_request(ib2_cm_t *cm, struct rdma_cm_id *id,
 {
     ib2_iface_t *iface = cm->iface;
     khiter_t it        = kh_get(ib2_cm_eps, cm->eps, req->dst_ep_id);
+    char from[UCS_SOCKADDR_STRING_LEN], claim[UCS_SOCKADDR_STRING_LEN];
+    char why[160];
+    struct sockaddr_storage ss;
     ib2_cm_held_t *held;
     ib2_cm_ep_t *cep;
 
@@ -147,18 +180,33 @@ void ib2_cm_request(ib2_cm_t *cm, struct rdma_cm_id *id,
                       "(destroyed, or of an earlier process)");
         return;
     }
+    if (!ib2_cm_src_is_sender(id, req, from, sizeof(from))) {
+        ib2_cm_peer_to_sockaddr(&req->src, &ss);
+        ucs_snprintf_safe(why, sizeof(why), "it claims to come from %s but "
+                          "comes from %s (made in another's name?)",
+                          ucs_sockaddr_str((struct sockaddr*)&ss, claim,
+                                           sizeof(claim)), from);
+        ib2_cm_refuse(cm, id, req, IB2_CM_REJ_MISMATCH, why);
+        return;
+    }
     cep = kh_val(cm->eps, it);
     if (cep->have_peer) {
         (void)ib2_cm_accept(cep, id, req, rd_in, rd_out);
         return;
     }
     /* Its endpoint is not connected yet (UCP calls connect_to_ep when the
-     * peer's address reaches it): held until then, or its deadline. One
-     * initiator sends one request per queue; more are duplicates. */
-    if (cep->nheld >= cep->ep->nq) {
-        ib2_cm_refuse(cm, id, req, IB2_CM_REJ_MISMATCH, "more requests than "
-                      "the endpoint has queues");
-        return;
+     * peer's address reaches it): held until then, or its deadline. Its
+     * initiator sends one request per queue, so a second for a queue is
+     * not held: as BUSY, since which of the two is the real one is known
+     * only at connect_to_ep (the other is refused then), and a real one
+     * refused now tries again. */
+    ucs_list_for_each(held, &cep->held, ep_list) {
+        if (held->req.queue == req->queue) {
+            ib2_cm_refuse(cm, id, req, IB2_CM_REJ_BUSY, "a request for the "
+                          "queue is held already; the initiator tries "
+                          "again");
+            return;
+        }
     }
     if (cm->nheld >= cm->max_held) {
         ib2_cm_refuse(cm, id, req, IB2_CM_REJ_BUSY, "too many requests held "

@@ -170,8 +170,8 @@ static const char *ib2_cm_rej_reason(const struct rdma_conn_param *p)
     case IB2_CM_REJ_MALFORMED: return "rejected: the peer found our request "
                                       "malformed (other rc_ib2 version?)";
     case IB2_CM_REJ_NO_EP:     return "rejected: the peer has no such "
-                                      "endpoint (destroyed, or not "
-                                      "connected in time)";
+                                      "endpoint (destroyed, not connected "
+                                      "in time, or its listener was lost)";
     case IB2_CM_REJ_MISMATCH:  return "rejected: the peer's endpoint expects "
                                       "another peer, or other queues";
     case IB2_CM_REJ_BUSY:      return "rejected: the peer holds too many "

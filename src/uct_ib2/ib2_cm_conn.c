@@ -25,8 +25,8 @@
 
 /* ---- addresses ----------------------------------------------------------- */
 
-static void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
-                                    ib2_cm_peer_t *p)
+void ib2_cm_sockaddr_to_peer(const struct sockaddr_storage *ss,
+                             ib2_cm_peer_t *p)
 {
     memset(p->ip, 0, sizeof(p->ip));
     if (ss->ss_family == AF_INET) {
@@ -87,12 +87,25 @@ ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep)
     if (cep == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
+    /* All of it before the endpoint is published: from then on the async
+     * thread may hold a request for it (ib2_cm_request), on its lists. */
     cep->ep = ep;
     ucs_list_head_init(&cep->report_list);
+    ucs_list_head_init(&cep->list);
+    ucs_list_head_init(&cep->held);
+    ib2_cm_sockaddr_to_peer(&cm->addr, &cep->self);
+    for (q = 0; q < IB2_MAX_QUEUES; ++q) {
+        cep->q[q].cep   = cep;
+        cep->q[q].queue = (uint8_t)q;
+        cep->q[q].state = IB2_CMQ_IDLE;
+        ucs_list_head_init(&cep->q[q].retry);
+        ucs_queue_head_init(&cep->q[q].defer);
+    }
     ib2_cm_lock(cm);
     do {
         cep->ep_id = cm->next_ep_id++;
     } while (cep->ep_id == 0);
+    cep->self.ep_id = cep->ep_id;
     it = kh_put(ib2_cm_eps, cm->eps, cep->ep_id, &ret);
     if (ret <= 0) {   /* an id still in use after 2^64: refuse, not alias */
         ib2_cm_unlock(cm);
@@ -101,17 +114,6 @@ ucs_status_t ib2_cm_ep_init(ib2_ep_t *ep)
     }
     kh_val(cm->eps, it) = cep;
     ib2_cm_unlock(cm);
-    ib2_cm_sockaddr_to_peer(&cm->addr, &cep->self);
-    cep->self.ep_id = cep->ep_id;
-    ucs_list_head_init(&cep->list);
-    ucs_list_head_init(&cep->held);
-    for (q = 0; q < IB2_MAX_QUEUES; ++q) {
-        cep->q[q].cep   = cep;
-        cep->q[q].queue = (uint8_t)q;
-        cep->q[q].state = IB2_CMQ_IDLE;
-        ucs_list_head_init(&cep->q[q].retry);
-        ucs_queue_head_init(&cep->q[q].defer);
-    }
     ep->cm        = cep;
     ep->connected = 0;
     ep->blocked  |= IB2_EP_BLOCK_CONNECTING;

@@ -9,6 +9,7 @@
 #include "ib2_cm.h"
 
 #include <ucs/arch/cpu.h>
+#include <ucs/sys/sock.h>
 #include <ucs/time/time.h>
 
 /* ---- requests ------------------------------------------------------------ */
@@ -84,14 +85,14 @@ static int ib2_cm_ep_needs_listener(const ib2_cm_ep_t *cep)
 }
 
 /*
- * The listener is gone: its device is being removed, or the address it
- * listens on changed (the kernel says so on the listening id). Requests
- * can no longer reach this interface, so nothing that waits for one may
- * wait for its deadline: the id is destroyed (an id that had either event
- * must be), held requests are refused, every endpoint still waiting for a
- * request fails now, and connect_to_ep of one that would wait fails at
- * once (ib2_cm_ep_connect). Endpoints that initiate need no listener of
- * ours and go on (their own ids hear of a removal).
+ * The listener is gone: its device is being removed (the id must be
+ * destroyed), or it could not listen again after an address change
+ * (ib2_cm_listener_renew). Requests can no longer reach this interface,
+ * so nothing that waits for one may wait for its deadline: held requests
+ * are refused, every endpoint still waiting for a request fails now, and
+ * connect_to_ep of one that would wait fails at once (ib2_cm_ep_connect).
+ * Endpoints that initiate need no listener of ours and go on (their own
+ * ids hear of a removal).
  */
 static void ib2_cm_listener_lost(ib2_cm_t *cm,
                                  const struct rdma_cm_event *event)
@@ -105,14 +106,22 @@ static void ib2_cm_listener_lost(ib2_cm_t *cm,
               "interface accepts no more connections, endpoints waiting for "
               "a peer's request fail, and connect_to_ep of those that would "
               "wait for one fails (UCS_ERR_UNREACHABLE): open the interface "
-              "again to listen on the port's current address",
-              iface->md->name, iface->port, rdma_event_str(event->event));
+              "again to listen again", iface->md->name, iface->port,
+              rdma_event_str(event->event));
     cm->listen_lost = 1;
     cm->lost_event  = event->event;
-    rdma_destroy_id(cm->listen_id);
-    cm->listen_id = NULL;
+    if (cm->listen_id != NULL) {
+        rdma_destroy_id(cm->listen_id);
+        cm->listen_id = NULL;
+    }
+    /* NO_EP: the endpoint they are for can no longer be connected
+     * (ib2_cm_ep_connect refuses it), which the initiator's message says;
+     * the wire has no code of its own for a lost listener. */
     ucs_list_for_each_safe(held, htmp, &cm->held, list) {
-        ib2_cm_held_reject(cm, held, IB2_CM_REJ_FAILED);
+        ucs_diag("%s:%u: rdmacm request for endpoint 0x%" PRIx64 " queue %u "
+                 "refused: the listener was lost", iface->md->name,
+                 iface->port, held->req.dst_ep_id, held->req.queue);
+        ib2_cm_held_reject(cm, held, IB2_CM_REJ_NO_EP);
     }
     /* Off cm->connecting before any is reported: an error handler may
      * destroy endpoints (ib2_cm_check_deadlines). */
@@ -132,6 +141,36 @@ static void ib2_cm_listener_lost(ib2_cm_t *cm,
     }
 }
 
+/*
+ * ADDR_CHANGE on the listener: the kernel raises it on a bonding failover
+ * (another slave took over, with another hardware address; the IP
+ * address stays), as a hint. Like the kernel's own consumers, we destroy
+ * the listening id and listen again on the same address and port, so the
+ * endpoint addresses handed out stay valid. Held requests are ids of
+ * their own and stay held; a peer's request that comes in between finds
+ * nobody listening and is refused (its endpoint fails). Only if listening
+ * again fails is the listener lost.
+ */
+static void ib2_cm_listener_renew(ib2_cm_t *cm,
+                                  const struct rdma_cm_event *event)
+{
+    ib2_iface_t *iface = cm->iface;
+    char text[UCS_SOCKADDR_STRING_LEN];
+
+    rdma_destroy_id(cm->listen_id);
+    cm->listen_id = NULL;
+    if (ib2_cm_listen(cm) != UCS_OK) {
+        ib2_cm_listener_lost(cm, event);
+        return;
+    }
+    ++iface->counters.cm_relistens;
+    ucs_diag("%s:%u: rdmacm listener had %s (a bonding failover?): "
+             "listening again on %s", iface->md->name, iface->port,
+             rdma_event_str(event->event),
+             ucs_sockaddr_str((struct sockaddr*)&cm->addr, text,
+                              sizeof(text)));
+}
+
 static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
 {
     ib2_iface_t *iface = cm->iface;
@@ -142,9 +181,10 @@ static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
     if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
         ib2_cm_on_request(cm, event);
     } else if ((event->id == cm->listen_id) && (cm->listen_id != NULL)) {
-        if ((event->event == RDMA_CM_EVENT_DEVICE_REMOVAL) ||
-            (event->event == RDMA_CM_EVENT_ADDR_CHANGE)) {
+        if (event->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
             ib2_cm_listener_lost(cm, event);
+        } else if (event->event == RDMA_CM_EVENT_ADDR_CHANGE) {
+            ib2_cm_listener_renew(cm, event);
         } else {
             ucs_debug("%s:%u: rdmacm listener: %s (status %d) ignored",
                       iface->md->name, iface->port,

@@ -30,9 +30,12 @@
  *   - REQ: reserved bytes zero and the queue below the number of queues
  *     (else MALFORMED); the number of queues and the receive queue hash
  *     equal ours (else MISMATCH); the destination endpoint id one of ours
- *     (else NO_EP); the source (address, port, endpoint id) the peer that
- *     endpoint was connected to, the source the initiator by the rule
- *     above, and the queue not connected yet (else MISMATCH);
+ *     (else NO_EP); the source address the one the request comes from
+ *     (else MISMATCH); the source (address, port, endpoint id) the peer
+ *     that endpoint was connected to, the source the initiator by the
+ *     rule above, and the queue not connected yet (else MISMATCH); for an
+ *     endpoint not connected yet, no request held for the queue already
+ *     (else BUSY);
  *   - REP: the same endpoint ids and queue as the request.
  */
 #ifndef IB2_CM_WIRE_H
@@ -87,11 +90,14 @@ typedef struct ib2_cm_rep {
 /* Why a request was refused. */
 enum {
     IB2_CM_REJ_MALFORMED = 1,  /* broke a rule above */
-    IB2_CM_REJ_NO_EP     = 2,  /* no such endpoint (destroyed, or never
-                                  connected within the timeout) */
+    IB2_CM_REJ_NO_EP     = 2,  /* no such endpoint (destroyed, never
+                                  connected within the timeout, or it
+                                  cannot be: the listener was lost) */
     IB2_CM_REJ_MISMATCH  = 3,  /* the endpoint expects another peer, or the
                                   queues differ */
-    IB2_CM_REJ_BUSY      = 4,  /* too many requests held */
+    IB2_CM_REJ_BUSY      = 4,  /* too many requests held, or one for the
+                                  queue already: the initiator tries
+                                  again */
     IB2_CM_REJ_FAILED    = 5   /* the QP could not be connected */
 };
 

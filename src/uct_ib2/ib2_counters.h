@@ -68,6 +68,9 @@ typedef struct ib2_iface_counters {
      * in the async context's thread, without the worker's progress. */
     uint64_t cm_deferred;
     uint64_t cm_async_events;
+    /* rdmacm: the listener destroyed and listening again on its address
+     * and port after RDMA_CM_EVENT_ADDR_CHANGE (a bonding failover). */
+    uint64_t cm_relistens;
 } ib2_iface_counters_t;
 
 /* Copies the counters of an rc_ib2 interface. UCS_ERR_INVALID_PARAM if
