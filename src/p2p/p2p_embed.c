@@ -87,15 +87,13 @@ static uint8_t *p2p_embed_seen(p2p_context_t *ctx, const char *fn)
     return seen;
 }
 
-int p2p_comm_create_from_ranks(p2p_context_t *ctx, uint32_t id,
-                               uint32_t epoch, int size,
-                               const uint32_t *world_ranks,
-                               p2p_comm_t **comm_p)
+/* What both creations check first: the pointers, the id and epoch; then
+ * the table of world ranks seen (*seen, the caller frees it). */
+static int p2p_embed_begin(p2p_context_t *ctx, const char *fn,
+                           p2p_comm_t **comm_p, uint32_t id, uint32_t epoch,
+                           uint8_t **seen)
 {
-    P2P_API_ENTER_CREATE(ctx);
-    static const char fn[] = "p2p_comm_create_from_ranks";
-    uint8_t *seen;
-    int     rank, ret;
+    int ret;
 
     if ((ctx == NULL) || (comm_p == NULL)) {
         p2p_set_error(NULL, "%s: NULL %s", fn,
@@ -107,9 +105,23 @@ int p2p_comm_create_from_ranks(p2p_context_t *ctx, uint32_t id,
     if (ret != P2P_OK) {
         return ret;
     }
-    seen = p2p_embed_seen(ctx, fn);
-    if (seen == NULL) {
-        return P2P_ERR_NO_MEMORY;
+    *seen = p2p_embed_seen(ctx, fn);
+    return (*seen == NULL) ? P2P_ERR_NO_MEMORY : P2P_OK;
+}
+
+int p2p_comm_create_from_ranks(p2p_context_t *ctx, uint32_t id,
+                               uint32_t epoch, int size,
+                               const uint32_t *world_ranks,
+                               p2p_comm_t **comm_p)
+{
+    P2P_API_ENTER_CREATE(ctx);
+    static const char fn[] = "p2p_comm_create_from_ranks";
+    uint8_t *seen;
+    int     rank, ret;
+
+    ret = p2p_embed_begin(ctx, fn, comm_p, id, epoch, &seen);
+    if (ret != P2P_OK) {
+        return ret;
     }
     ret = p2p_embed_check_group(ctx, fn, "members", size, world_ranks, seen,
                                 &rank);
@@ -136,19 +148,9 @@ int p2p_comm_create_inter(p2p_context_t *ctx, uint32_t id, uint32_t epoch,
     uint8_t *seen;
     int     rank, in_remote, ret;
 
-    if ((ctx == NULL) || (comm_p == NULL)) {
-        p2p_set_error(NULL, "%s: NULL %s", fn,
-                      (ctx == NULL) ? "context" : "communicator pointer");
-        return P2P_ERR_INVALID;
-    }
-    *comm_p = NULL;
-    ret = p2p_embed_check_id(ctx, fn, id, epoch);
+    ret = p2p_embed_begin(ctx, fn, comm_p, id, epoch, &seen);
     if (ret != P2P_OK) {
         return ret;
-    }
-    seen = p2p_embed_seen(ctx, fn);
-    if (seen == NULL) {
-        return P2P_ERR_NO_MEMORY;
     }
     ret = p2p_embed_check_group(ctx, fn, "local group", local_size,
                                 local_world_ranks, seen, &rank);
