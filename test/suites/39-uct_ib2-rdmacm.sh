@@ -150,7 +150,8 @@ ib2_check uct_ib2-rdmacm/iwarp/ucp_client_server-tcp-cm bash -c '
 # p2p over rc_ib2 connected through rdmacm, on iWARP (ud_verbs on RoCE
 # carries UCP's wire-up) and on RoCE: the whole p2p test with 2 ranks
 # (the shared-memory cases skip themselves; 20,000 communicators, not a
-# million: on iWARP the million took 785 s in one run, on RoCE 22 s),
+# million: on iWARP the million took 785 s in one run beside a build,
+# on RoCE 22 s; docs/uct_ib2.md),
 # the wildcard and ordering cases with 3, and a killed peer.
 p2pt=$BUILD/test/gtest/p2p
 p2p_mpirun=$(command -v mpirun)
