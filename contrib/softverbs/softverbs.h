@@ -77,6 +77,16 @@ int softverbs_faults(const char *spec, char *err, size_t errlen);
 int softverbs_cm_port_event(const char *dev, unsigned port, int event,
                             unsigned *count);
 
+/* rdmacm: *count = the connection requests that reached listeners of
+ * this process bound to port `port` of device `dev` and whose
+ * RDMA_CM_EVENT_CONNECT_REQUEST the program has not retrieved yet (they
+ * wait in its event channel). Requests travel to a listener through the
+ * process's rdmacm thread, so a test that must know one is queued behind
+ * another event waits for this count. Returns 0, ENOENT (no such device
+ * or port) or ENODEV (softverbs could not attach). */
+int softverbs_cm_requests_waiting(const char *dev, unsigned port,
+                                  unsigned *count);
+
 /* How many faults the rules of this process have injected so far. */
 uint64_t softverbs_faults_injected(void);
 

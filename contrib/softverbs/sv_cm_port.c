@@ -68,3 +68,32 @@ SV_EXPORT int softverbs_cm_port_event(const char *dev, unsigned port,
     }
     return 0;
 }
+
+SV_EXPORT int softverbs_cm_requests_waiting(const char *dev, unsigned port,
+                                            unsigned *count)
+{
+    struct sv_cm_id *id, *l;
+    unsigned n = 0;
+    uint32_t d;
+    int rc;
+
+    if ((rc = sv_api_port(dev, port, &d)) != 0) {
+        return rc;
+    }
+    if (sv_cm_init() != 0) {
+        return ENODEV;
+    }
+    pthread_mutex_lock(&sv_cm.lock);
+    /* A request that came is a child of its listener with the peer's
+     * message (sv_cm_recv.c) until the program retrieves its event. */
+    for (id = sv_cm.ids; id != NULL; id = id->next) {
+        l = id->listener;
+        if ((l != NULL) && id->have_peer && l->dev_bound && (l->dev == d) &&
+            (l->port == port)) {
+            ++n;
+        }
+    }
+    pthread_mutex_unlock(&sv_cm.lock);
+    *count = n;
+    return 0;
+}

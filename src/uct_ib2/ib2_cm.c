@@ -85,33 +85,42 @@ static ucs_status_t ib2_cm_open_channel(ib2_cm_t *cm)
     return UCS_OK;
 }
 
-static ucs_status_t ib2_cm_listen_id(ib2_cm_t *cm, struct rdma_cm_id *id)
+/* Failures are errors when the interface is created; when it listens
+ * again (ib2_cm_events.c) they are diagnostics, and the caller says what
+ * happens next: the hints about UCX_IB2_CM_ADDR would mislead there, as
+ * the address worked until the port's address changed. */
+static ucs_status_t ib2_cm_listen_id(ib2_cm_t *cm, struct rdma_cm_id *id,
+                                     int again)
 {
-    ib2_iface_t *iface = cm->iface;
+    ib2_iface_t *iface     = cm->iface;
+    ucs_log_level_t level  = again ? UCS_LOG_LEVEL_DIAG : UCS_LOG_LEVEL_ERROR;
+    const char *bind_hint  = again ? "listening again after an address "
+                                     "change" :
+                                     "is it an address of this port? "
+                                     "UCX_IB2_CM_ADDR chooses one";
     char text[UCS_SOCKADDR_STRING_LEN];
 
     ucs_sockaddr_str((struct sockaddr*)&cm->addr, text, sizeof(text));
     if (rdma_bind_addr(id, (struct sockaddr*)&cm->addr) != 0) {
-        ucs_error("%s:%u: rdma_bind_addr(%s) failed: %m (is it an address "
-                  "of this port? UCX_IB2_CM_ADDR chooses one)",
-                  iface->md->name, iface->port, text);
+        ucs_log(level, "%s:%u: rdma_bind_addr(%s) failed: %m (%s)",
+                iface->md->name, iface->port, text, bind_hint);
         return UCS_ERR_IO_ERROR;
     }
     if ((id->verbs == NULL) ||
         strcmp(ibv_get_device_name(id->verbs->device),
                ibv_get_device_name(iface->md->ctx->device)) ||
         (id->port_num != iface->port)) {
-        ucs_error("%s:%u: address %s belongs to %s:%u, not to this port: "
-                  "give the port's own address in UCX_IB2_CM_ADDR",
-                  iface->md->name, iface->port, text,
-                  (id->verbs != NULL) ?
-                  ibv_get_device_name(id->verbs->device) : "no device",
-                  id->port_num);
+        ucs_log(level, "%s:%u: address %s belongs to %s:%u, not to this "
+                "port: %s", iface->md->name, iface->port, text,
+                (id->verbs != NULL) ?
+                ibv_get_device_name(id->verbs->device) : "no device",
+                id->port_num, again ? "it moved to another device" :
+                "give the port's own address in UCX_IB2_CM_ADDR");
         return UCS_ERR_INVALID_PARAM;
     }
     if (rdma_listen(id, (int)cm->backlog) != 0) {
-        ucs_error("%s:%u: rdma_listen(%s) failed: %m", iface->md->name,
-                  iface->port, text);
+        ucs_log(level, "%s:%u: rdma_listen(%s) failed: %m", iface->md->name,
+                iface->port, text);
         return UCS_ERR_IO_ERROR;
     }
     return UCS_OK;
@@ -123,7 +132,7 @@ static ucs_status_t ib2_cm_listen_id(ib2_cm_t *cm, struct rdma_cm_id *id)
  * (ib2_cm_events.c) the same address and port are bound again, so the
  * endpoint addresses handed out stay valid. On failure no id is left.
  */
-ucs_status_t ib2_cm_listen(ib2_cm_t *cm)
+ucs_status_t ib2_cm_listen(ib2_cm_t *cm, int again)
 {
     ib2_iface_t *iface = cm->iface;
     char text[UCS_SOCKADDR_STRING_LEN];
@@ -135,7 +144,7 @@ ucs_status_t ib2_cm_listen(ib2_cm_t *cm)
         ucs_error("rdma_create_id failed: %m");
         return UCS_ERR_IO_ERROR;
     }
-    status = ib2_cm_listen_id(cm, id);
+    status = ib2_cm_listen_id(cm, id, again);
     if (status != UCS_OK) {
         rdma_destroy_id(id);
         return status;
@@ -332,7 +341,7 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
     if (status != UCS_OK) {
         goto err;
     }
-    status = ib2_cm_listen(cm);
+    status = ib2_cm_listen(cm, 0);
     if (status != UCS_OK) {
         goto err;
     }

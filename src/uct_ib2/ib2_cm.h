@@ -39,6 +39,13 @@ typedef enum {
     IB2_CM_MODE_LAST
 } ib2_cm_mode_t;
 
+/* The listener after RDMA_CM_EVENT_ADDR_CHANGE (ib2_cm_events.c). */
+typedef enum {
+    IB2_CM_RENEW_NONE,    /* listening (or lost) */
+    IB2_CM_RENEW_PENDING, /* renewed once the channel reads empty */
+    IB2_CM_RENEW_RETRY    /* not listening: tries again until renew_end */
+} ib2_cm_renew_t;
+
 /* One queue's connection of an endpoint. */
 typedef enum {
     IB2_CMQ_IDLE,         /* nothing yet */
@@ -146,6 +153,11 @@ typedef struct ib2_cm {
                                                again failed): requests
                                                cannot reach us (said once) */
     enum rdma_cm_event_type    lost_event;  /* which of the two */
+    ib2_cm_renew_t             renew;      /* after ADDR_CHANGE
+                                              (ib2_cm_events.c) */
+    ucs_time_t                 renew_next; /* RETRY: the next attempt */
+    ucs_time_t                 renew_end;  /* RETRY: the last one, then
+                                              the listener is lost */
     ucs_time_t                 next_poll;  /* not watched: the next look
                                               at an idle channel */
     int                        resolve_ms; /* rdma_resolve_* timeouts */
@@ -203,7 +215,7 @@ ucs_status_t ib2_cm_iface_init(ib2_iface_t *iface,
                                const ib2_cm_config_t *config);
 void ib2_cm_iface_cleanup(ib2_iface_t *iface);
 ucs_status_t ib2_cm_find_addr(ib2_cm_t *cm, const char *text);
-ucs_status_t ib2_cm_listen(ib2_cm_t *cm);
+ucs_status_t ib2_cm_listen(ib2_cm_t *cm, int again);
 unsigned ib2_cm_progress_events(ib2_iface_t *iface);
 unsigned ib2_cm_read_events(ib2_cm_t *cm);
 void ib2_cm_ep_reports(ib2_cm_t *cm);

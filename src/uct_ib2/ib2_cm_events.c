@@ -94,22 +94,23 @@ static int ib2_cm_ep_needs_listener(const ib2_cm_ep_t *cep)
  * Endpoints that initiate need no listener of ours and go on (their own
  * ids hear of a removal).
  */
-static void ib2_cm_listener_lost(ib2_cm_t *cm,
-                                 const struct rdma_cm_event *event)
+static void ib2_cm_listener_lost(ib2_cm_t *cm, enum rdma_cm_event_type ev,
+                                 const char *why)
 {
     ib2_iface_t *iface = cm->iface;
     ib2_cm_held_t *held, *htmp;
     ib2_cm_ep_t *cep, *ctmp;
     UCS_LIST_HEAD(failing);
 
-    ucs_error("%s:%u: rdmacm listener lost (%s): it was destroyed; this "
-              "interface accepts no more connections, endpoints waiting for "
-              "a peer's request fail, and connect_to_ep of those that would "
-              "wait for one fails (UCS_ERR_UNREACHABLE): open the interface "
-              "again to listen again", iface->md->name, iface->port,
-              rdma_event_str(event->event));
+    ucs_error("%s:%u: rdmacm listener lost (%s: %s); this interface "
+              "accepts no more connections, endpoints waiting for a peer's "
+              "request fail, and connect_to_ep of those that would wait for "
+              "one fails (UCS_ERR_UNREACHABLE): open the interface again to "
+              "listen again", iface->md->name, iface->port,
+              rdma_event_str(ev), why);
     cm->listen_lost = 1;
-    cm->lost_event  = event->event;
+    cm->lost_event  = ev;
+    cm->renew       = IB2_CM_RENEW_NONE;
     if (cm->listen_id != NULL) {
         rdma_destroy_id(cm->listen_id);
         cm->listen_id = NULL;
@@ -146,29 +147,60 @@ static void ib2_cm_listener_lost(ib2_cm_t *cm,
  * (another slave took over, with another hardware address; the IP
  * address stays), as a hint. Like the kernel's own consumers, we destroy
  * the listening id and listen again on the same address and port, so the
- * endpoint addresses handed out stay valid. Held requests are ids of
- * their own and stay held; a peer's request that comes in between finds
- * nobody listening and is refused (its endpoint fails). Only if listening
- * again fails is the listener lost.
+ * endpoint addresses handed out stay valid. Destroying a listener refuses
+ * the requests still queued for it in the channel, so the renewal waits
+ * until the channel reads empty (ib2_cm_read_events): every request that
+ * came before it is handled first, and only one that comes in the moment
+ * between destroy and listen finds nobody (its endpoint fails, as for any
+ * refused request). Held requests are ids of their own and stay held.
+ * Listening again can fail for a while (the address does not resolve yet
+ * in a failover, or an ephemeral bind took the port in between): it is
+ * tried again every cm->backoff until UCX_IB2_CM_TIMEOUT, and only then
+ * is the listener lost.
  */
-static void ib2_cm_listener_renew(ib2_cm_t *cm,
-                                  const struct rdma_cm_event *event)
+static void ib2_cm_listener_try(ib2_cm_t *cm)
 {
     ib2_iface_t *iface = cm->iface;
+    ucs_time_t now;
     char text[UCS_SOCKADDR_STRING_LEN];
 
-    rdma_destroy_id(cm->listen_id);
-    cm->listen_id = NULL;
-    if (ib2_cm_listen(cm) != UCS_OK) {
-        ib2_cm_listener_lost(cm, event);
+    ucs_assert(cm->listen_id == NULL);
+    if (ib2_cm_listen(cm, 1) == UCS_OK) {
+        cm->renew = IB2_CM_RENEW_NONE;
+        ++iface->counters.cm_relistens;
+        ucs_diag("%s:%u: rdmacm listener had RDMA_CM_EVENT_ADDR_CHANGE (a "
+                 "bonding failover?): listening again on %s", iface->md->name,
+                 iface->port, ucs_sockaddr_str((struct sockaddr*)&cm->addr,
+                                               text, sizeof(text)));
         return;
     }
-    ++iface->counters.cm_relistens;
-    ucs_diag("%s:%u: rdmacm listener had %s (a bonding failover?): "
-             "listening again on %s", iface->md->name, iface->port,
-             rdma_event_str(event->event),
-             ucs_sockaddr_str((struct sockaddr*)&cm->addr, text,
-                              sizeof(text)));
+    ++iface->counters.cm_relisten_fails;
+    now = ucs_get_time();
+    if (cm->renew != IB2_CM_RENEW_RETRY) {
+        ucs_warn("%s:%u: rdmacm listener could not listen again after "
+                 "RDMA_CM_EVENT_ADDR_CHANGE; trying again until "
+                 "UCX_IB2_CM_TIMEOUT (peers' requests meanwhile are "
+                 "refused)", iface->md->name, iface->port);
+        cm->renew     = IB2_CM_RENEW_RETRY;
+        cm->renew_end = now + cm->timeout;
+    } else if ((int64_t)(now - cm->renew_end) >= 0) {
+        ib2_cm_listener_lost(cm, RDMA_CM_EVENT_ADDR_CHANGE, "listening again "
+                             "failed until UCX_IB2_CM_TIMEOUT");
+        return;
+    }
+    /* the last attempt at renew_end itself: an endpoint that began to
+     * wait for a request after the first attempt fails as unreachable,
+     * not at its own later deadline */
+    cm->renew_next = ((int64_t)(cm->renew_end - (now + cm->backoff)) < 0) ?
+                     cm->renew_end : (now + cm->backoff);
+}
+
+static void ib2_cm_listener_renew(ib2_cm_t *cm)
+{
+    ucs_assert(cm->renew == IB2_CM_RENEW_PENDING);
+    rdma_destroy_id(cm->listen_id);
+    cm->listen_id = NULL;
+    ib2_cm_listener_try(cm);
 }
 
 static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
@@ -182,9 +214,11 @@ static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
         ib2_cm_on_request(cm, event);
     } else if ((event->id == cm->listen_id) && (cm->listen_id != NULL)) {
         if (event->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-            ib2_cm_listener_lost(cm, event);
+            ib2_cm_listener_lost(cm, event->event, "its device is being "
+                                 "removed");
         } else if (event->event == RDMA_CM_EVENT_ADDR_CHANGE) {
-            ib2_cm_listener_renew(cm, event);
+            /* several in a row renew once */
+            cm->renew = IB2_CM_RENEW_PENDING;
         } else {
             ucs_debug("%s:%u: rdmacm listener: %s (status %d) ignored",
                       iface->md->name, iface->port,
@@ -210,6 +244,13 @@ static void ib2_cm_check_deadlines(ib2_cm_t *cm)
     ib2_cm_held_t *held;
     ib2_cm_ep_t *cep;
     UCS_LIST_HEAD(expired);
+
+    if ((cm->renew == IB2_CM_RENEW_RETRY) &&
+        ((int64_t)(now - cm->renew_next) >= 0)) {
+        /* may lose the listener: endpoints fail, handlers run, below the
+         * lists are read afresh */
+        ib2_cm_listener_try(cm);
+    }
 
     while (!ucs_list_is_empty(&cm->held)) {
         held = ucs_list_head(&cm->held, ib2_cm_held_t, list);
@@ -308,6 +349,9 @@ unsigned ib2_cm_read_events(ib2_cm_t *cm)
         return count;   /* more may wait */
     } else if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
         ++iface->counters.cm_empty_reads;
+        if (cm->renew == IB2_CM_RENEW_PENDING) {
+            ib2_cm_listener_renew(cm);
+        }
     } else {
         /* A broken channel (or a forked child's) stays broken: said once,
          * and what waits for it fails instead of timing out. */
@@ -344,7 +388,8 @@ unsigned ib2_cm_progress_events(ib2_iface_t *iface)
     /* What the async thread left for this one (ib2_cm.h, "Threads"). */
     ib2_cm_ep_reports(cm);
     if (!ucs_list_is_empty(&cm->connecting) || (cm->nheld != 0) ||
-        !ucs_list_is_empty(&cm->retry)) {
+        !ucs_list_is_empty(&cm->retry) ||
+        (cm->renew == IB2_CM_RENEW_RETRY)) {
         ib2_cm_check_deadlines(cm);
     }
     ib2_cm_unlock(cm);

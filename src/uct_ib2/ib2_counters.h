@@ -69,8 +69,10 @@ typedef struct ib2_iface_counters {
     uint64_t cm_deferred;
     uint64_t cm_async_events;
     /* rdmacm: the listener destroyed and listening again on its address
-     * and port after RDMA_CM_EVENT_ADDR_CHANGE (a bonding failover). */
+     * and port after RDMA_CM_EVENT_ADDR_CHANGE (a bonding failover);
+     * attempts at that which failed (tried again until the timeout). */
     uint64_t cm_relistens;
+    uint64_t cm_relisten_fails;
 } ib2_iface_counters_t;
 
 /* Copies the counters of an rc_ib2 interface. UCS_ERR_INVALID_PARAM if

@@ -3,15 +3,41 @@
  * docs/softverbs.md "Device removal and address change, raised"): every
  * id of the process bound to the port hears the event; an address change
  * changes nothing else, a removal stops the listener (a request then
- * finds nobody listening).
+ * finds nobody listening). softverbs_cm_requests_waiting counts a request
+ * from its arrival until the program retrieves it.
  */
 #include "sv_cm_test.h"
 
 #include "softverbs.h"
 
 #include <errno.h>
+#include <sched.h>
+#include <time.h>
 
 using namespace sv;
+
+namespace {
+
+/* Whether `want` requests wait for the program on d0 port 1 within 5 s
+ * (they reach the listener through the process's rdmacm thread). */
+bool requests_waiting(unsigned want)
+{
+    struct timespec t0, t;
+    unsigned n = ~0u;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        if ((softverbs_cm_requests_waiting("d0", 1, &n) == 0) &&
+            (n == want)) {
+            return true;
+        }
+        sched_yield();
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) < 5);
+    return false;
+}
+
+} // namespace
 
 TEST(CmPort, RemovalStopsListenerAddrChangeOnlyTells)
 {
@@ -51,8 +77,15 @@ TEST(CmPort, RemovalStopsListenerAddrChangeOnlyTells)
                            rej.status == 28, 31);
             return 0;
         });
+        /* the request waits in the channel until it is retrieved */
+        SV_CHILD_CHECK(requests_waiting(1), 25);
+        SV_CHILD_CHECK(softverbs_cm_requests_waiting("nodev", 1, &n) ==
+                       ENOENT, 26);
+        SV_CHILD_CHECK(softverbs_cm_requests_waiting("d1", 1, &n) == 0 &&
+                       n == 0, 27);
         SV_CHILD_CHECK(cm_expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST, &ev),
                        22);
+        SV_CHILD_CHECK(requests_waiting(0), 28);
         SV_CHILD_CHECK(rdma_reject(ev.id, nullptr, 0) == 0 &&
                        rdma_destroy_id(ev.id) == 0, 23);
         SV_CHILD_CHECK(one.wait() == 0, 24);

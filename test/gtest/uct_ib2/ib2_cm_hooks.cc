@@ -87,3 +87,11 @@ extern "C" int rdma_get_cm_event(struct rdma_event_channel *channel,
     return ib2t::cm_fail_now("rdma_get_cm_event") ? -1 :
            real(channel, event);
 }
+
+extern "C" int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+    using fn_t = int (*)(struct rdma_cm_id *, struct sockaddr *);
+    static fn_t real = (fn_t)dlsym(RTLD_NEXT, "rdma_bind_addr");
+
+    return ib2t::cm_fail_now("rdma_bind_addr") ? -1 : real(id, addr);
+}

@@ -17,7 +17,8 @@ extern int cm_connect_rd_depth;
  * request lost for good), so the connection can only time out. */
 extern bool cm_connect_swallow;
 /* Non-null: calls of this function ("rdma_establish", "rdma_accept",
- * "rdma_resolve_addr" or "rdma_get_cm_event") fail with EIO after
+ * "rdma_resolve_addr", "rdma_get_cm_event" or "rdma_bind_addr") fail with
+ * EIO after
  * cm_fail_skip good ones. */
 extern const char *cm_fail_call;
 extern int cm_fail_skip;

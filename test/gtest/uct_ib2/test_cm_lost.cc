@@ -16,6 +16,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include "ib2_cm_hooks.h"
 #include "softverbs.h"
 
 using namespace ib2t;
@@ -133,7 +134,8 @@ TEST_P(CmLost, ListenerLostFailsFast)
                  "the held requests' initiator failed with "
                  << ucs_status_string(errors_of(p, b.ph)[0]));
         CM_CHECK(log.contains("rdmacm listener lost "
-                              "(RDMA_CM_EVENT_DEVICE_REMOVAL)"),
+                              "(RDMA_CM_EVENT_DEVICE_REMOVAL: its device is "
+                              "being removed)"),
                  "no error said so:\n" << log.text());
         got = raw.answer_of_last();
         CM_CHECK(got == IB2_CM_REJ_NO_EP, "a held request was refused with "
@@ -225,6 +227,188 @@ TEST_P(CmLost, AddrChangeListensAgain)
         CM_CHECK(p.errors.empty() && l.errors.empty() && l2.errors.empty(),
                  "endpoint errors");
         CM_CHECK(log.count(UCS_LOG_LEVEL_ERROR) == 0, log.text());
+        return std::string();
+    }, {{"SOFTVERBS_DEVICES", two_devices(GetParam()).c_str()}}), "");
+}
+
+/* ADDR_CHANGE raised on the port of the second device (L's). */
+std::string addr_change(const Fabric &f)
+{
+    std::string ldev = on_second(f).md;
+    unsigned told    = 0;
+
+    CM_CHECK(softverbs_cm_port_event(ldev.c_str(), 1,
+                                     RDMA_CM_EVENT_ADDR_CHANGE, &told) == 0,
+             "softverbs_cm_port_event");
+    CM_CHECK(told >= 1, "told " << told << " ids");
+    return "";
+}
+
+/*
+ * A request already in L's event channel behind the ADDR_CHANGE when L
+ * reads it is handled by the old listener before the new one replaces it:
+ * a plain librdmacm peer's valid request for an endpoint not connected
+ * yet is held (destroying the listener at once, in the middle of the
+ * channel, refused it), and refused as NO_EP when that endpoint goes.
+ */
+TEST_P(CmLost, AddrChangeKeepsRequestsQueuedBehindIt)
+{
+    Fabric f = GetParam();
+    EXPECT_EQ(in_cm_child(std::string("addr-queued-") + f.name, [f] {
+        Entity p(on(f)), l(on_second(f));
+        CM_CHECK(p.ok() && l.ok(), "interfaces");
+        uct_ep_h lx = l.ep_create();
+        CM_CHECK(lx, "endpoint");
+        std::vector<char> xa = l.ep_addr(lx);
+        /* L is not progressed until both are in its channel */
+        bool lprog = false;
+        RawPeer raw([&] {
+            p.progress();
+            if (lprog) {
+                l.progress();
+            }
+        });
+        CM_CHECK(raw.ok(), "rdma_create_event_channel");
+        ib2_cm_req_t own = valid_req(xa, raw.source(xa), 0x600);
+        LevelLog log;
+        std::string r = addr_change(f);
+        CM_CHECK(r.empty(), r);
+        int got = raw.request(xa, &own, sizeof(own), 0);
+        CM_CHECK(got == kNoAnswer, "answered with L not progressed: " << got);
+        std::string ldev = on_second(f).md;
+        unsigned waiting = 0;
+        CM_CHECK(wait_for([&] {
+            return (softverbs_cm_requests_waiting(ldev.c_str(), 1,
+                                                  &waiting) == 0) &&
+                   (waiting == 1);
+        }, [] {}, 5000), "the request is not in L's channel: " << waiting);
+
+        lprog     = true;
+        auto prog = both(p, l);
+        CM_CHECK(wait_for([&] { return counters(l).cm_relistens == 1; },
+                          prog, 5000), "not listening again\n" << log.text());
+        CM_CHECK(counters(l).cm_held == 1, "the request queued behind the "
+                 "event was not held: held " << counters(l).cm_held
+                 << ", rejected " << counters(l).cm_rejected);
+        got = raw.answer_of_last(200);
+        CM_CHECK(got == kNoAnswer, "the held request was answered: " << got);
+        l.ep_destroy(lx);
+        got = raw.answer_of_last();
+        CM_CHECK(got == IB2_CM_REJ_NO_EP, "the held request, its endpoint "
+                 "destroyed: " << got);
+        CM_CHECK(log.count(UCS_LOG_LEVEL_ERROR) == 0, log.text());
+        return std::string();
+    }, {{"SOFTVERBS_DEVICES", two_devices(GetParam()).c_str()}}), "");
+}
+
+/*
+ * Listening again fails for a while (rdma_bind_addr made to fail, as when
+ * an ephemeral bind took the port or the address does not resolve yet):
+ * one warning, attempts every backoff, and once binding works again the
+ * interface listens on its old address and port, with no error: the
+ * endpoint that waited for P's request connects.
+ */
+TEST_P(CmLost, AddrChangeListensAgainAfterFailures)
+{
+    Fabric f = GetParam();
+    EXPECT_EQ(in_cm_child(std::string("addr-retry-") + f.name, [f] {
+        Entity p(on(f)), l(on_second(f));
+        CM_CHECK(p.ok() && l.ok(), "interfaces");
+        auto prog = both(p, l);
+        Before b;
+        std::string r = set_up(p, l, b);
+        CM_CHECK(r.empty(), r);
+
+        LevelLog log;
+        cm_fail_call = "rdma_bind_addr";
+        cm_fail_skip = 0;
+        r = addr_change(f);
+        CM_CHECK(r.empty(), r);
+        bool retried = wait_for([&] {
+            return counters(l).cm_relisten_fails >= 3;
+        }, prog, 5000);
+        cm_fail_call = nullptr;
+        CM_CHECK(retried, "not tried again: " << counters(l).cm_relisten_fails
+                 << " failures\n" << log.text());
+        CM_CHECK(counters(l).cm_relistens == 0, "listened while binding "
+                 "failed");
+        CM_CHECK(wait_for([&] { return counters(l).cm_relistens == 1; },
+                          prog, 5000), "not listening again\n" << log.text());
+        CM_CHECK(log.count(UCS_LOG_LEVEL_ERROR) == 0, log.text());
+        CM_CHECK(log.count(UCS_LOG_LEVEL_WARN) == 1, log.text());
+        CM_CHECK(log.contains("could not listen again after "
+                              "RDMA_CM_EVENT_ADDR_CHANGE"), log.text());
+
+        CM_CHECK(connect_to(p, b.pw, l.dev_addr(), l.ep_addr(b.lw)) ==
+                 UCS_OK, "the waiting endpoint's peer");
+        r = traffic_again(p, b.pw, l, b.lw);
+        CM_CHECK(r.empty(), "the endpoint that waited: " << r);
+        r = traffic_again(p, b.pu, l, b.lu);
+        CM_CHECK(r.empty(), "the pair that was up: " << r);
+        CM_CHECK(p.errors.empty() && l.errors.empty(), "endpoint errors");
+        return std::string();
+    }, {{"SOFTVERBS_DEVICES", two_devices(GetParam()).c_str()}}), "");
+}
+
+/*
+ * Listening again fails until UCX_IB2_CM_TIMEOUT (1 s here): then the
+ * listener is lost, saying why, and what waits for a request fails as
+ * unreachable; the pair that was up still carries data.
+ */
+TEST_P(CmLost, AddrChangeGivesUpAtTheTimeout)
+{
+    Fabric f = GetParam();
+    EXPECT_EQ(in_cm_child(std::string("addr-giveup-") + f.name, [f] {
+        Env::Vars t1 = {{"UCX_IB2_CM_TIMEOUT", "1s"}};
+        Entity p(on(f, t1)), l(on_second(f, t1));
+        CM_CHECK(p.ok() && l.ok(), "interfaces");
+        auto prog = both(p, l);
+        uct_ep_h pu = p.ep_create(), lu = l.ep_create();
+        uct_ep_h pw = p.ep_create(), lw = l.ep_create();
+        CM_CHECK(pu && lu && pw && lw, "endpoints");
+        std::string r = pair_connect(p, pu, l, lu);
+        CM_CHECK(r.empty(), r);
+        r = traffic(p, pu, l, lu);
+        CM_CHECK(r.empty(), r);
+
+        LevelLog log;
+        cm_fail_call = "rdma_bind_addr";
+        cm_fail_skip = 0;
+        r = addr_change(f);
+        /* connected while L tries to listen again: it waits (its own
+         * deadline is later than the listener's) */
+        bool trying = r.empty() && wait_for([&] {
+            return counters(l).cm_relisten_fails >= 1;
+        }, prog, 3000);
+        ucs_status_t st = trying ?
+                          connect_to(l, lw, p.dev_addr(), p.ep_addr(pw)) :
+                          UCS_ERR_NO_PROGRESS;
+        bool failed = (st == UCS_OK) && wait_for([&] {
+            return !errors_of(l, lw).empty();
+        }, prog, 3000);
+        cm_fail_call = nullptr;
+        CM_CHECK(r.empty(), r);
+        CM_CHECK(trying, "listening again did not fail\n" << log.text());
+        CM_CHECK(st == UCS_OK, "connect_to_ep while listening again: "
+                 << ucs_status_string(st));
+        CM_CHECK(failed, "the waiting endpoint did not fail within 3 s of "
+                 "a 1 s timeout\n" << log.text());
+        CM_CHECK(errors_of(l, lw) ==
+                 std::vector<ucs_status_t>{UCS_ERR_UNREACHABLE},
+                 "the waiting endpoint failed with "
+                 << ucs_status_string(errors_of(l, lw)[0]));
+        CM_CHECK(log.contains("rdmacm listener lost "
+                              "(RDMA_CM_EVENT_ADDR_CHANGE: listening again "
+                              "failed until UCX_IB2_CM_TIMEOUT)"), log.text());
+        CM_CHECK(counters(l).cm_relisten_fails >= 2, "tried "
+                 << counters(l).cm_relisten_fails << " times");
+        CM_CHECK(counters(l).cm_relistens == 0, "listened again");
+        CM_CHECK(l.errors.size() == 1 && p.errors.empty(), "other "
+                 "endpoints failed: " << l.errors.size() << ", "
+                 << p.errors.size());
+        l.errors.clear();
+        r = traffic_again(p, pu, l, lu);
+        CM_CHECK(r.empty(), "the pair that was up: " << r);
         return std::string();
     }, {{"SOFTVERBS_DEVICES", two_devices(GetParam()).c_str()}}), "");
 }
