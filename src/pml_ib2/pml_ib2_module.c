@@ -122,20 +122,22 @@ static int pml_ib2_enable(bool enable)
     return OMPI_SUCCESS;
 }
 
-/* The world ranks (PMIx ranks) of a group's members, in group order, or
- * NULL (said why) */
-static uint32_t *pml_ib2_group_ranks(ompi_communicator_t *comm,
-                                     ompi_group_t *group, const char *what)
+/* *ranks: the world ranks (PMIx ranks) of a group's members, in group
+ * order; or an error, said why: out of memory, or a member of another job
+ * (spawned or connected), which p2p cannot reach. */
+static int pml_ib2_group_ranks(ompi_communicator_t *comm,
+                               ompi_group_t *group, const char *what,
+                               uint32_t **ranks)
 {
     int      size = ompi_group_size(group);
-    uint32_t *ranks;
+    uint32_t *r;
     int      i;
 
-    ranks = malloc(size * sizeof(*ranks));
-    if (ranks == NULL) {
+    r = malloc(size * sizeof(*r));
+    if (r == NULL) {
         PML_IB2_ERROR("communicator %s: no memory for its %s",
                       comm->c_name, what);
-        return NULL;
+        return OMPI_ERR_OUT_OF_RESOURCE;
     }
     for (i = 0; i < size; ++i) {
         opal_process_name_t n = ompi_group_get_proc_name(group, i);
@@ -143,12 +145,13 @@ static uint32_t *pml_ib2_group_ranks(ompi_communicator_t *comm,
             PML_IB2_ERROR("communicator %s: member %d of its %s is of "
                           "another job, which p2p cannot reach",
                           comm->c_name, i, what);
-            free(ranks);
-            return NULL;
+            free(r);
+            return OMPI_ERR_NOT_SUPPORTED;
         }
-        ranks[i] = n.vpid;
+        r[i] = n.vpid;
     }
-    return ranks;
+    *ranks = r;
+    return OMPI_SUCCESS;
 }
 
 /* One p2p communicator for comm under p2p id id: an intercommunicator
@@ -184,13 +187,15 @@ static int pml_ib2_add_comm(ompi_communicator_t *comm)
     if (c == NULL) {
         return OMPI_ERR_OUT_OF_RESOURCE;
     }
-    local = pml_ib2_group_ranks(comm, comm->c_local_group, "group");
-    if ((local == NULL) ||
-        (inter && ((remote = pml_ib2_group_ranks(comm, comm->c_remote_group,
-                                                 "remote group")) == NULL))) {
+    ret = pml_ib2_group_ranks(comm, comm->c_local_group, "group", &local);
+    if ((ret == OMPI_SUCCESS) && inter) {
+        ret = pml_ib2_group_ranks(comm, comm->c_remote_group,
+                                  "remote group", &remote);
+    }
+    if (ret != OMPI_SUCCESS) {
         free(local);
         free(c);
-        return OMPI_ERR_NOT_SUPPORTED;
+        return ret;
     }
     ret = pml_ib2_p2p_comm(comm, id, local, remote, &c->user);
     if (ret == P2P_OK) {
@@ -206,7 +211,8 @@ static int pml_ib2_add_comm(ompi_communicator_t *comm)
                       comm->c_name, comm->c_contextid,
                       p2p_last_error(ompi_pml_ib2.ctx));
         free(c);
-        return OMPI_ERROR;
+        return (ret == P2P_ERR_NO_MEMORY) ? OMPI_ERR_OUT_OF_RESOURCE :
+                                            OMPI_ERROR;
     }
     comm->c_pml_comm = (struct mca_pml_comm_t*)c;
     if (inter) {
