@@ -19,7 +19,11 @@
 #
 # P2P_SPEED_ROUNDS (9), P2P_SPEED_ITERS (2000), P2P_SPEED_MAX (16383, the
 # default eager limit: sizes 8 .. 8192) change what p2p_bench is given;
-# P2P_SPEED_SPIN sets P2P_WAIT_SPIN for p2p (default: p2p's default).
+# P2P_SPEED_SPIN sets P2P_WAIT_SPIN for p2p (default: p2p's default);
+# P2P_SPEED_TLS chooses the transports ("shm rc_ib2"); on softverbs
+# P2P_SPEED_CQE_INLINE=0 turns off its delivery of receives of up to 56
+# bytes inside the completion (SOFTVERBS_CQE_INLINE=0), so that p2p and
+# UCP take the same receive path at every size (see docs/p2p.md).
 # Wall-clock figures need a quiet machine: on a loaded one they scatter,
 # and p2p's blocking calls, which yield the core after P2P_WAIT_SPIN idle
 # polls, lose it to other processes where UCP's baseline spins on.
@@ -33,6 +37,12 @@ ROUNDS=${P2P_SPEED_ROUNDS:-9}
 ITERS=${P2P_SPEED_ITERS:-2000}
 MAX=${P2P_SPEED_MAX:-16383}
 SPIN=${P2P_SPEED_SPIN:-}
+TLS=${P2P_SPEED_TLS:-shm rc_ib2}
+CQE_INLINE=${P2P_SPEED_CQE_INLINE:-}
+for tl in $TLS; do
+    case $tl in shm|rc_ib2) ;; *) echo "p2p_speed_ab: P2P_SPEED_TLS: '$tl'"                                     "is not shm or rc_ib2" >&2; exit 2 ;; esac
+done
+case $CQE_INLINE in ''|0|1) ;; *) echo "p2p_speed_ab: P2P_SPEED_CQE_INLINE"                                        "must be 0 or 1" >&2; exit 2 ;; esac
 MPIRUN=$(command -v mpirun) || { echo "p2p_speed_ab: mpirun not found" >&2
                                  exit 1; }
 for b in "$BUILD" ${OLD:+"$OLD"}; do
@@ -64,6 +74,7 @@ bench() {   # bench BUILD TRANSPORT OUT ARGS...: one p2p_bench run
         runner=("${VERBS_RUNNER[@]}")
         vars=(UCX_TLS=rc_ib2,ud_verbs:aux
               P2P_UCT_IB2="$build/src/uct_ib2/.libs/libuct_ib2.so")
+        [ -n "$CQE_INLINE" ] && vars+=(SOFTVERBS_CQE_INLINE="$CQE_INLINE")
     fi
     [ -n "$SPIN" ] && vars+=(P2P_WAIT_SPIN="$SPIN")
     if ! env "${vars[@]}" timeout 900 "${runner[@]}" "$MPIRUN" \
@@ -98,15 +109,16 @@ medians() {
 echo "p2p next to UCP's tag API (same worker, endpoints, UCP configuration)"
 echo "p2p_bench -s 8 -m $MAX -r $ROUNDS -n $ITERS; $RUNS run(s) per" \
      "transport, alternating; medians over the runs"
-echo "rc_ib2 on: $DEVICE${SPIN:+; P2P_WAIT_SPIN=$SPIN}"
+echo "rc_ib2 on: $DEVICE${SPIN:+; P2P_WAIT_SPIN=$SPIN}${CQE_INLINE:+;\
+ SOFTVERBS_CQE_INLINE=$CQE_INLINE}"
 for r in $(seq 1 "$RUNS"); do
-    for tl in shm rc_ib2; do
+    for tl in $TLS; do
         printf '  run %d/%d: %s\n' "$r" "$RUNS" "$tl" >&2
         bench "$BUILD" "$tl" "$TMP/$tl" -s 8 -m "$MAX" -r "$ROUNDS" \
             -n "$ITERS"
     done
 done
-for tl in shm rc_ib2; do
+for tl in $TLS; do
     echo
     echo "== $tl: $(sed 's/^# p2p_bench: //' "$TMP/$tl.head")"
     printf '%8s %9s %9s %7s %9s %9s %7s\n' bytes p2p_us ucp_us lat_x \
