@@ -31,6 +31,22 @@ static void sv_cm_port_tell(struct sv_cm_id *id, int event)
     sv_cm_post(id, (enum rdma_cm_event_type)event, 0);
 }
 
+/* The device index of dev's port, with the rdmacm lock taken; or an
+ * error (ENOENT, ENODEV) and no lock. */
+static int sv_cm_port_lock(const char *dev, unsigned port, uint32_t *d)
+{
+    int rc;
+
+    if ((rc = sv_api_port(dev, port, d)) != 0) {
+        return rc;
+    }
+    if (sv_cm_init() != 0) {
+        return ENODEV;
+    }
+    pthread_mutex_lock(&sv_cm.lock);
+    return 0;
+}
+
 SV_EXPORT int softverbs_cm_port_event(const char *dev, unsigned port,
                                       int event, unsigned *count)
 {
@@ -43,13 +59,9 @@ SV_EXPORT int softverbs_cm_port_event(const char *dev, unsigned port,
         event != RDMA_CM_EVENT_ADDR_CHANGE) {
         return EINVAL;
     }
-    if ((rc = sv_api_port(dev, port, &d)) != 0) {
+    if ((rc = sv_cm_port_lock(dev, port, &d)) != 0) {
         return rc;
     }
-    if (sv_cm_init() != 0) {
-        return ENODEV;
-    }
-    pthread_mutex_lock(&sv_cm.lock);
     /* Ids whose request has not been retrieved are the listener's
      * business (refused with it on removal); finished ones hear nothing.
      * A listener's removal frees such children, which unlinks them: the
@@ -77,13 +89,9 @@ SV_EXPORT int softverbs_cm_requests_waiting(const char *dev, unsigned port,
     uint32_t d;
     int rc;
 
-    if ((rc = sv_api_port(dev, port, &d)) != 0) {
+    if ((rc = sv_cm_port_lock(dev, port, &d)) != 0) {
         return rc;
     }
-    if (sv_cm_init() != 0) {
-        return ENODEV;
-    }
-    pthread_mutex_lock(&sv_cm.lock);
     /* A request that came is a child of its listener with the peer's
      * message (sv_cm_recv.c) until the program retrieves its event. */
     for (id = sv_cm.ids; id != NULL; id = id->next) {
