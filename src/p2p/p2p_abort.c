@@ -295,6 +295,14 @@ void p2p_abort_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
         }
         return;
     }
+    if (parent->inter) {
+        /* no creation runs on an intercommunicator (p2p_comm_dup and
+         * p2p_comm_split refuse it); its world[] is the remote group,
+         * which the rank test below would misread */
+        p2p_abort_refuse(ctx, peer->rank, "as it names an "
+                         "intercommunicator, which creates nothing");
+        return;
+    }
     for (r = 0; (r < parent->size) && (parent->world[r] != peer->rank);
          ++r) {
     }

@@ -280,14 +280,16 @@ for tl in shm tcp; do
     # the origin of communicators made by no creation; notices for more
     # parents than the old context-wide bound; a notice ahead of its
     # sender's last message; its sender's next barrier begun after it; a
-    # creation offered an epoch far above (the fourth review's S2)
+    # creation offered an epoch far above (the fourth review's S2); a
+    # notice naming an intercommunicator (which creates nothing)
     for mode in freed:NoticeReachesChildOfFreedParent \
                 flood:FloodedNoticesAreRefused \
                 sentinel:SentinelNoticeLeavesWorldAlone \
                 parents:NoticesOfManyParentsAreKept \
                 ahead:NoticeAheadOfMessagesIsLookedAtAgain \
                 next:NextCollectiveIsNotTheRounds \
-                epoch:CreationWithForgedEpochFails; do
+                epoch:CreationWithForgedEpochFails \
+                inter:NoticeNamingAnIntercommIsDropped; do
         P2PTEST_RAW_RANK=2 P2PTEST_RAW_MODE=${mode%%:*} ib2_gtest \
             "p2p-$tl-review4-${mode%%:*}" "$p2p_mpirun" "${p2p_mpi[@]}" \
             -x P2PTEST_RAW_RANK -x P2PTEST_RAW_MODE -np 3 \

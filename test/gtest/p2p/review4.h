@@ -20,4 +20,7 @@ int raw_next(p2ptest::RawPeer &raw);
 /* test_review4_epoch.cc */
 int raw_epoch(p2ptest::RawPeer &raw);
 
+/* test_review4_inter.cc */
+int raw_inter(p2ptest::RawPeer &raw);
+
 #endif

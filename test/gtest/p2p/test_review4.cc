@@ -16,6 +16,8 @@
  *                                   test_review4_next.cc)
  *   CreationWithForgedEpochFails    -np 3, rank 2 raw (mode epoch;
  *                                   test_review4_epoch.cc)
+ *   NoticeNamingAnIntercommIsDropped -np 3, rank 2 raw (mode inter;
+ *                                   test_review4_inter.cc)
  *
  * Every wait has an end: a call that does not return within
  * P2PTEST_WAIT_LIMIT seconds (default 60) fails the process.
@@ -481,9 +483,12 @@ int main(int argc, char **argv)
             rc = raw_next(peer);
         } else if (m == "epoch") {
             rc = raw_epoch(peer);
+        } else if (m == "inter") {
+            rc = raw_inter(peer);
         } else {
             fprintf(stderr, "P2PTEST_RAW_MODE must be freed, flood, "
-                    "sentinel, lag, parents, ahead, next or epoch\n");
+                    "sentinel, lag, parents, ahead, next, epoch or "
+                    "inter\n");
         }
         peer.finalize();
         return rc;
