@@ -71,4 +71,11 @@ case $prog in
         exit 2
         ;;
 esac
+# and nobody complained, though the job exited 0 (a PML's or Open MPI's
+# error line)
+errs=$(printf '%s\n' "$out" | grep -iE '(^|[^a-z])error([^a-z]|$)' | head -3)
+if [ -n "$errs" ]; then
+    echo "an error was printed: $errs" >&2
+    bad=1
+fi
 exit $bad
