@@ -85,42 +85,36 @@ static ucs_status_t ib2_cm_open_channel(ib2_cm_t *cm)
     return UCS_OK;
 }
 
-/* Failures are errors when the interface is created; when it listens
- * again (ib2_cm_events.c) they are diagnostics, and the caller says what
- * happens next: the hints about UCX_IB2_CM_ADDR would mislead there, as
- * the address worked until the port's address changed. */
+/* On failure why says what failed and what to do: at interface creation
+ * it is an error; when the interface listens again (ib2_cm_events.c) the
+ * caller reports it, and the hints about UCX_IB2_CM_ADDR would mislead
+ * there, as the address worked until the port's address changed. */
 static ucs_status_t ib2_cm_listen_id(ib2_cm_t *cm, struct rdma_cm_id *id,
-                                     int again)
+                                     int again, char *why, size_t len)
 {
-    ib2_iface_t *iface     = cm->iface;
-    ucs_log_level_t level  = again ? UCS_LOG_LEVEL_DIAG : UCS_LOG_LEVEL_ERROR;
-    const char *bind_hint  = again ? "listening again after an address "
-                                     "change" :
-                                     "is it an address of this port? "
-                                     "UCX_IB2_CM_ADDR chooses one";
+    ib2_iface_t *iface = cm->iface;
     char text[UCS_SOCKADDR_STRING_LEN];
 
     ucs_sockaddr_str((struct sockaddr*)&cm->addr, text, sizeof(text));
     if (rdma_bind_addr(id, (struct sockaddr*)&cm->addr) != 0) {
-        ucs_log(level, "%s:%u: rdma_bind_addr(%s) failed: %m (%s)",
-                iface->md->name, iface->port, text, bind_hint);
+        snprintf(why, len, "rdma_bind_addr(%s) failed: %m%s", text,
+                 again ? "" : " (is it an address of this port? "
+                              "UCX_IB2_CM_ADDR chooses one)");
         return UCS_ERR_IO_ERROR;
     }
     if ((id->verbs == NULL) ||
         strcmp(ibv_get_device_name(id->verbs->device),
                ibv_get_device_name(iface->md->ctx->device)) ||
         (id->port_num != iface->port)) {
-        ucs_log(level, "%s:%u: address %s belongs to %s:%u, not to this "
-                "port: %s", iface->md->name, iface->port, text,
-                (id->verbs != NULL) ?
-                ibv_get_device_name(id->verbs->device) : "no device",
-                id->port_num, again ? "it moved to another device" :
-                "give the port's own address in UCX_IB2_CM_ADDR");
+        snprintf(why, len, "address %s belongs to %s:%u, not to this "
+                 "port%s", text, (id->verbs != NULL) ?
+                 ibv_get_device_name(id->verbs->device) : "no device",
+                 id->port_num, again ? " any more" : ": give the port's "
+                 "own address in UCX_IB2_CM_ADDR");
         return UCS_ERR_INVALID_PARAM;
     }
     if (rdma_listen(id, (int)cm->backlog) != 0) {
-        ucs_log(level, "%s:%u: rdma_listen(%s) failed: %m", iface->md->name,
-                iface->port, text);
+        snprintf(why, len, "rdma_listen(%s) failed: %m", text);
         return UCS_ERR_IO_ERROR;
     }
     return UCS_OK;
@@ -128,25 +122,35 @@ static ucs_status_t ib2_cm_listen_id(ib2_cm_t *cm, struct rdma_cm_id *id,
 
 /*
  * A listening id on cm->addr: at interface creation its port is 0 and
- * the system's choice is kept; when the listener is renewed
- * (ib2_cm_events.c) the same address and port are bound again, so the
- * endpoint addresses handed out stay valid. On failure no id is left.
+ * the system's choice is kept; when the listener is renewed (again,
+ * ib2_cm_events.c) the same address and port are bound again, so the
+ * endpoint addresses handed out stay valid, and a failure is left in
+ * cm->renew_why for the caller to report. On failure no id is left.
  */
 ucs_status_t ib2_cm_listen(ib2_cm_t *cm, int again)
 {
     ib2_iface_t *iface = cm->iface;
     char text[UCS_SOCKADDR_STRING_LEN];
+    char why[sizeof(cm->renew_why)];
     struct rdma_cm_id *id;
     ucs_status_t status;
 
     ucs_assert(cm->listen_id == NULL);
     if (rdma_create_id(cm->channel, &id, cm, RDMA_PS_TCP) != 0) {
-        ucs_error("rdma_create_id failed: %m");
-        return UCS_ERR_IO_ERROR;
+        snprintf(why, sizeof(why), "rdma_create_id failed: %m");
+        status = UCS_ERR_IO_ERROR;
+    } else {
+        status = ib2_cm_listen_id(cm, id, again, why, sizeof(why));
+        if (status != UCS_OK) {
+            rdma_destroy_id(id);
+        }
     }
-    status = ib2_cm_listen_id(cm, id, again);
     if (status != UCS_OK) {
-        rdma_destroy_id(id);
+        if (again) {
+            ucs_strncpy_zero(cm->renew_why, why, sizeof(cm->renew_why));
+        } else {
+            ucs_error("%s:%u: %s", iface->md->name, iface->port, why);
+        }
         return status;
     }
     cm->listen_id = id;
@@ -165,11 +169,10 @@ ucs_status_t ib2_cm_listen(ib2_cm_t *cm, int again)
 /* ---- the event channel --------------------------------------------------- */
 
 /*
- * The async context's thread (or signal): the channel has events. In a
- * thread (the context blocked by its dispatcher) they are read and
- * handled here, all of them; what needs the endpoint's thread is queued
- * on cm->reports and the flag raised for progress (ib2_cm.h, "Threads").
- * From a signal handler only the flag is raised. The user's async event
+ * The async context's thread: the channel has events. They are read and
+ * handled here (the context blocked by its dispatcher), all of them; what
+ * needs the endpoint's thread is queued on cm->reports and the flag
+ * raised for progress (ib2_cm.h, "Threads"). The user's async event
  * callback is not called: the interface does not advertise
  * UCT_IFACE_FLAG_EVENT_ASYNC_CB (UCP asserts that it is set when called);
  * an event-driven caller learns of connection events through
@@ -180,10 +183,7 @@ static void ib2_cm_async_cb(int fd, ucs_event_set_types_t events, void *arg)
     ib2_cm_t *cm = arg;
     unsigned count;
 
-    if (!cm->async_thread) {
-        cm->events_ready = 1;
-        return;
-    }
+    ucs_assert(cm->async_thread);
     ucs_assert(!cm->in_async);
     cm->in_async = 1;
     do {
@@ -205,26 +205,29 @@ static ucs_status_t ib2_cm_watch(ib2_cm_t *cm)
 
     cm->events_ready = 1;   /* anything that came before */
     cm->async        = async;
-    if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
-        /* Handlers run only when the user polls the context: progress
-         * reads the channel itself (ib2_cm_progress). */
+    if ((async == NULL) || ((async->mode != UCS_ASYNC_MODE_THREAD_SPINLOCK) &&
+                            (async->mode != UCS_ASYNC_MODE_THREAD_MUTEX))) {
+        /* Handlers run only when the user polls the context, or from a
+         * signal that an event channel does not raise (O_ASYNC is
+         * accepted and ignored: neither the kernel's rdma_cm file nor
+         * softverbs' eventfd has fasync, so a signal-mode handler never
+         * ran and connections hung): progress reads the channel itself
+         * (ib2_cm_progress). */
         ucs_debug("%s:%u: rdma_cm channel read from progress (the async "
-                  "context is polled)", iface->md->name, iface->port);
+                  "context is %s)", iface->md->name, iface->port,
+                  (async == NULL) ? "absent" :
+                  (async->mode == UCS_ASYNC_MODE_POLL) ? "polled" :
+                  "signal-driven");
         return UCS_OK;
     }
 
-    /* A signal handler only raises the flag: edge-triggered, so that it
-     * fires when events arrive, not for as long as they wait for progress
-     * to read them. The thread reads them itself, and level-triggered:
-     * when the endpoint's thread holds the lock, the dispatch is missed
-     * (and only a ucs_async_check_miss would repeat it), so the thread
-     * must see the channel readable again on its next wait. */
-    cm->async_thread = (async->mode == UCS_ASYNC_MODE_THREAD_SPINLOCK) ||
-                       (async->mode == UCS_ASYNC_MODE_THREAD_MUTEX);
+    /* Level-triggered: when the endpoint's thread holds the lock, the
+     * dispatch is missed (and only a ucs_async_check_miss would repeat
+     * it), so the thread must see the channel readable again on its next
+     * wait. */
+    cm->async_thread = 1;
     status = ucs_async_set_event_handler(async->mode, cm->channel->fd,
-                                         UCS_EVENT_SET_EVREAD |
-                                         (cm->async_thread ? 0 :
-                                          UCS_EVENT_SET_EDGE_TRIGGERED),
+                                         UCS_EVENT_SET_EVREAD,
                                          ib2_cm_async_cb, cm, async);
     if (status != UCS_OK) {
         ucs_error("%s:%u: cannot watch the rdma_cm event channel: %s",

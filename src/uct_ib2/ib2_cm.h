@@ -158,6 +158,8 @@ typedef struct ib2_cm {
     ucs_time_t                 renew_next; /* RETRY: the next attempt */
     ucs_time_t                 renew_end;  /* RETRY: the last one, then
                                               the listener is lost */
+    char                       renew_why[160]; /* why the last try
+                                                  failed */
     ucs_time_t                 next_poll;  /* not watched: the next look
                                               at an idle channel */
     int                        resolve_ms; /* rdma_resolve_* timeouts */
@@ -186,8 +188,9 @@ typedef struct ib2_cm {
  * failed, is put on cm->reports, and the next progress call finishes the
  * connection (kept sends posted, pending requests dispatched) or reports
  * the error (uct_iface_handle_ep_err, the kept sends' completions). With a
- * signal or polled context, the handler only raises a flag and
- * everything is done in progress.
+ * signal or polled context no handler is set (an event channel raises no
+ * signal: ib2_cm_watch) and everything is done in progress, which reads
+ * the channel as for a polled one.
  */
 static UCS_F_ALWAYS_INLINE void ib2_cm_lock(ib2_cm_t *cm)
 {
@@ -282,6 +285,7 @@ static UCS_F_ALWAYS_INLINE unsigned ib2_cm_progress(ib2_iface_t *iface)
     if (!cm->events_ready && ucs_list_is_empty(&cm->connecting) &&
         ucs_list_is_empty(&cm->reports) &&
         (cm->nheld == 0) && ucs_list_is_empty(&cm->retry) &&
+        (cm->renew != IB2_CM_RENEW_RETRY) &&
         (cm->watched || ((int64_t)(ucs_get_time() - cm->next_poll) < 0))) {
         return 0;
     }
@@ -289,7 +293,8 @@ static UCS_F_ALWAYS_INLINE unsigned ib2_cm_progress(ib2_iface_t *iface)
 }
 
 /* Something is on its way: the interface may not sleep on its CQ fd
- * alone, since connection events do not raise CQ events. */
+ * alone, since connection events do not raise CQ events (nor does the
+ * time to try listening again, which only progress does). */
 static UCS_F_ALWAYS_INLINE int ib2_cm_busy(ib2_iface_t *iface)
 {
     ib2_cm_t *cm = iface->cm;
@@ -298,7 +303,8 @@ static UCS_F_ALWAYS_INLINE int ib2_cm_busy(ib2_iface_t *iface)
                             !ucs_list_is_empty(&cm->connecting) ||
                             !ucs_list_is_empty(&cm->reports) ||
                             (cm->nheld != 0) ||
-                            !ucs_list_is_empty(&cm->retry));
+                            !ucs_list_is_empty(&cm->retry) ||
+                            (cm->renew == IB2_CM_RENEW_RETRY));
 }
 
 #endif

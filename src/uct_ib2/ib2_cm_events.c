@@ -87,7 +87,7 @@ static int ib2_cm_ep_needs_listener(const ib2_cm_ep_t *cep)
 /*
  * The listener is gone: its device is being removed (the id must be
  * destroyed), or it could not listen again after an address change
- * (ib2_cm_listener_renew). Requests can no longer reach this interface,
+ * (ib2_cm_listener_try). Requests can no longer reach this interface,
  * so nothing that waits for one may wait for its deadline: held requests
  * are refused, every endpoint still waiting for a request fails now, and
  * connect_to_ep of one that would wait fails at once (ib2_cm_ep_connect).
@@ -165,27 +165,33 @@ static void ib2_cm_listener_try(ib2_cm_t *cm)
     char text[UCS_SOCKADDR_STRING_LEN];
 
     ucs_assert(cm->listen_id == NULL);
+    ucs_sockaddr_str((struct sockaddr*)&cm->addr, text, sizeof(text));
     if (ib2_cm_listen(cm, 1) == UCS_OK) {
+        /* after the warning below, said as loudly */
+        ucs_log((cm->renew == IB2_CM_RENEW_RETRY) ? UCS_LOG_LEVEL_WARN :
+                UCS_LOG_LEVEL_DIAG, "%s:%u: rdmacm listener had "
+                "RDMA_CM_EVENT_ADDR_CHANGE (a bonding failover?): listening "
+                "again on %s", iface->md->name, iface->port, text);
         cm->renew = IB2_CM_RENEW_NONE;
         ++iface->counters.cm_relistens;
-        ucs_diag("%s:%u: rdmacm listener had RDMA_CM_EVENT_ADDR_CHANGE (a "
-                 "bonding failover?): listening again on %s", iface->md->name,
-                 iface->port, ucs_sockaddr_str((struct sockaddr*)&cm->addr,
-                                               text, sizeof(text)));
         return;
     }
     ++iface->counters.cm_relisten_fails;
     now = ucs_get_time();
     if (cm->renew != IB2_CM_RENEW_RETRY) {
-        ucs_warn("%s:%u: rdmacm listener could not listen again after "
-                 "RDMA_CM_EVENT_ADDR_CHANGE; trying again until "
+        ucs_warn("%s:%u: rdmacm listener could not listen again on %s "
+                 "after RDMA_CM_EVENT_ADDR_CHANGE (%s); trying again until "
                  "UCX_IB2_CM_TIMEOUT (peers' requests meanwhile are "
-                 "refused)", iface->md->name, iface->port);
+                 "refused)", iface->md->name, iface->port, text,
+                 cm->renew_why);
         cm->renew     = IB2_CM_RENEW_RETRY;
         cm->renew_end = now + cm->timeout;
     } else if ((int64_t)(now - cm->renew_end) >= 0) {
-        ib2_cm_listener_lost(cm, RDMA_CM_EVENT_ADDR_CHANGE, "listening again "
-                             "failed until UCX_IB2_CM_TIMEOUT");
+        char why[sizeof(cm->renew_why) + 64];
+
+        snprintf(why, sizeof(why), "listening again failed until "
+                 "UCX_IB2_CM_TIMEOUT, last: %s", cm->renew_why);
+        ib2_cm_listener_lost(cm, RDMA_CM_EVENT_ADDR_CHANGE, why);
         return;
     }
     /* the last attempt at renew_end itself: an endpoint that began to
@@ -224,8 +230,19 @@ static void ib2_cm_event(ib2_cm_t *cm, struct rdma_cm_event *event)
                       iface->md->name, iface->port,
                       rdma_event_str(event->event), event->status);
         }
-    } else if (event->id->context != NULL) {
-        ib2_cm_conn_event(cm, event);
+    } else {
+        if (event->id->context != NULL) {
+            ib2_cm_conn_event(cm, event);
+        }
+        if ((event->event == RDMA_CM_EVENT_DEVICE_REMOVAL) &&
+            (cm->renew == IB2_CM_RENEW_RETRY)) {
+            /* no listening id to hear it: what the port's other ids hear
+             * of it ends the tries (after the id's own handling: losing
+             * the listener fails endpoints) */
+            ib2_cm_listener_lost(cm, event->event, "its device is being "
+                                 "removed, while listening again after "
+                                 "RDMA_CM_EVENT_ADDR_CHANGE");
+        }
     }
 }
 
