@@ -176,6 +176,13 @@ for tl in shm tcp; do
     # segment and inside it: refused, not read (alone: the first
     # malformed message of a process is said)
     if [ "$tl" = shm ]; then
+        # an RTS naming an address its sender does not have, from a raw
+        # peer that says it runs on this host: the kernel read refuses it,
+        # the receive fails, the sender lives
+        P2PTEST_RAW_LOCAL=1 ib2_gtest "p2p-$tl-hostile-bad-address" \
+            "$p2p_mpirun" "${p2p_mpi[@]}" -x P2PTEST_RAW_LOCAL -np 2 \
+            "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" \
+            --gtest_filter='*RendezvousAddressOutside*'
         for off in 0x1000000000 0; do
             P2PTEST_MAPPED_OFFSET=$off ib2_gtest \
                 "p2p-$tl-hostile-review-mapped-key-$off" "$p2p_mpirun" \
