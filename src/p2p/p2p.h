@@ -329,6 +329,9 @@ typedef struct p2p_stats {
     uint64_t bsend_no_space;        /* refused: no room (P2P_ERR_BUFFER) */
     uint64_t bsend_failed;          /* sent, then failed (nobody waits) */
     size_t   bsend_bytes_peak;      /* most of the attached buffer taken */
+    /* rendezvous reads from a process on this host by process_vm_readv
+     * (P2P_CMA), among the received rendezvous */
+    uint64_t rndv_cma_reads;
 } p2p_stats_t;
 
 P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);

@@ -84,6 +84,14 @@ static ucs_config_field_t p2p_config_table[] = {
      "header does not fit even then is cut off. inf: no limit.",
      ucs_offsetof(p2p_config_t, unexp_limit), UCS_CONFIG_TYPE_MEMUNITS},
 
+    {"CMA", "y",
+     "Rendezvous reads from a process on this host go by process_vm_readv\n"
+     "(one copy, by the kernel) where UCP would emulate the read with active\n"
+     "messages (shared memory under peer error handling: two copies through\n"
+     "its FIFO). n: UCP's read. Where the kernel refuses (ptrace rules), UCP's\n"
+     "read is used, said once.",
+     ucs_offsetof(p2p_config_t, cma), UCS_CONFIG_TYPE_BOOL},
+
     {"PRINT_STATS", "n",
      "Print protocol, unexpected-queue and registration statistics to\n"
      "stderr at finalize.",

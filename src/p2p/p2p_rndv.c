@@ -5,7 +5,7 @@
  * delivers by its own protocol (ucp_am_recv_data_nbx), and the copy of
  * eager data.
  */
-#include "p2p_int.h"
+#include "p2p_cma.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +167,13 @@ void p2p_rndv_start(p2p_request_t *req, p2p_peer_t *peer, uint64_t sreq,
     if (P2P_UNLIKELY(req->recv.pack != NULL)) {
         p2p_packed_get(req, ep, address, n);
         return;
+    }
+    if (peer->cma) {
+        status = p2p_cma_read(req->ctx, peer, req->recv.buf, address, n);
+        if (status != UCS_ERR_UNSUPPORTED) {
+            p2p_rndv_finish(req, status);
+            return;
+        }
     }
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA;

@@ -101,6 +101,7 @@ typedef struct p2p_config {
     size_t        reg_max_bytes;    /* REG_MAX_BYTES, 0: no limit */
     size_t        unexp_limit;      /* UNEXPECTED_LIMIT */
     int           print_stats;      /* PRINT_STATS */
+    int           cma;              /* CMA */
     int           error_mode;       /* ERROR_MODE: P2P_ERROR_MODE_* */
     double        keepalive_sec;    /* KEEPALIVE_INTERVAL, seconds */
     double        finalize_timeout; /* FINALIZE_TIMEOUT, seconds */
@@ -131,6 +132,9 @@ typedef struct p2p_peer {
     uint8_t       rma_sw;       /* UCP emulates RMA to it with active
                                    messages: large sends use UCP's own
                                    rendezvous (p2p_wireup.c says why) */
+    uint8_t       cma;          /* on this host, and UCP would emulate
+                                   its get of user memory: rendezvous
+                                   reads by process_vm_readv (p2p_cma.c) */
     uint8_t       token_sent;   /* it has been given rx_token */
     uint8_t       token_busy;   /* token_msg in flight */
     int           fail_error;   /* what its requests fail with */
@@ -442,7 +446,8 @@ enum {
     P2P_WARNED_MALFORMED = 1u << 0,
     P2P_WARNED_SOURCE    = 1u << 1,
     P2P_WARNED_ABORT     = 1u << 2,
-    P2P_WARNED_MAPPED    = 1u << 3
+    P2P_WARNED_MAPPED    = 1u << 3,
+    P2P_WARNED_CMA       = 1u << 4
 };
 
 

@@ -143,14 +143,22 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
  * UCX 1.13 has no query for an endpoint's lanes; ucp_ep_print_info()
  * lists a "get[lane]" line for every RMA lane. Output that does not look
  * as expected keeps the get path.
+ *
+ * *user_sw: there are RMA lanes, but none for user memory. UCP puts the
+ * memory domains that can register user memory for zero-copy (rma_bw) in
+ * the "rma_bw: mds [i] ..." list; an empty list means its get lanes are
+ * for memory it maps itself (posix and sysv segments), so a get of a
+ * registered user buffer is emulated all the same (shared memory under
+ * peer error handling, where cma is left out for want of it).
  */
-static int p2p_ep_rma_emulated(ucp_ep_h ep)
+static int p2p_ep_rma_emulated(ucp_ep_h ep, int *user_sw)
 {
-    char   *text = NULL;
+    char   *text = NULL, *mds;
     size_t len   = 0;
     FILE   *f    = open_memstream(&text, &len);
     int    emulated;
 
+    *user_sw = 0;
     if (f == NULL) {
         return 0;
     }
@@ -158,6 +166,10 @@ static int p2p_ep_rma_emulated(ucp_ep_h ep)
     fclose(f);
     emulated = (text != NULL) && (strstr(text, "rndv_rkey_size") != NULL) &&
                (strstr(text, " get[") == NULL);
+    mds      = (text != NULL) ? strstr(text, "rma_bw: mds ") : NULL;
+    *user_sw = !emulated && (mds != NULL) &&
+               (strncmp(mds + strlen("rma_bw: mds "), "rndv_rkey_size",
+                        strlen("rndv_rkey_size")) == 0);
     free(text);
     return emulated;
 }
@@ -217,7 +229,7 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
     ucs_status_t    status;
     pmix_status_t   rc;
     khiter_t        k;
-    int             ret;
+    int             ret, user_sw;
 
     if (peer->failed) {
         return peer->fail_error;
@@ -283,7 +295,8 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
                       ucs_status_string(status));
         return P2P_ERR_TRANSPORT;
     }
-    peer->rma_sw = p2p_ep_rma_emulated(peer->ep);
+    peer->rma_sw = p2p_ep_rma_emulated(peer->ep, &user_sw);
+    peer->cma    = user_sw && peer->local && ctx->cfg.cma;
     /* arrivals by this endpoint are the peer's (p2p_arrival.c) */
     k = kh_put(p2p_ep_rank, &ctx->ep_rank, (uint64_t)(uintptr_t)peer->ep,
                &ret);

@@ -82,7 +82,12 @@ OMPI_DECLSPEC extern mca_pml_base_component_2_0_0_t mca_pml_ib2_component;
 int  pml_ib2_open_context(bool threads);
 void pml_ib2_close_context(void);
 int  pml_ib2_progress(void);
-int  pml_ib2_err(int p2p_err);
+int  pml_ib2_err_of(int p2p_err);
+/* the MPI error class of a p2p error; success inline (every call) */
+static inline int pml_ib2_err(int p2p_err)
+{
+    return (p2p_err == P2P_OK) ? MPI_SUCCESS : pml_ib2_err_of(p2p_err);
+}
 static inline pml_ib2_comm_t *pml_ib2_comm(ompi_communicator_t *comm)
 {
     return (pml_ib2_comm_t*)comm->c_pml_comm;
@@ -117,16 +122,35 @@ int  pml_ib2_req_wait_free(ompi_request_t *req,
 /* the p2p request is started: complete now if done, else poll it */
 void pml_ib2_req_track(pml_ib2_req_t *r);
 int  pml_ib2_poll(void);
-void pml_ib2_status_from(ompi_status_public_t *s, int ret,
-                         const p2p_status_t *st);
+static inline void pml_ib2_status_from(ompi_status_public_t *s, int ret,
+                                       const p2p_status_t *st)
+{
+    s->MPI_SOURCE = st->source;
+    s->MPI_TAG    = st->tag;
+    s->_cancelled = st->cancelled;
+    s->_ucount    = st->cancelled ? 0 : st->count;
+    s->MPI_ERROR  = st->cancelled ? MPI_SUCCESS : pml_ib2_err(ret);
+}
 void pml_ib2_req_table_free(void);
 
 /* pml_ib2_dt.c */
+static inline size_t pml_ib2_dt_size(size_t count, ompi_datatype_t *dt)
+{
+    return dt->super.size * count;
+}
 /* where the data of (buf, count, dt) starts and its length, if it is one
- * contiguous block; else 0 */
-int  pml_ib2_dt_contig(const void *buf, size_t count, ompi_datatype_t *dt,
-                       void **ptr, size_t *len);
-size_t pml_ib2_dt_size(size_t count, ompi_datatype_t *dt);
+ * contiguous block; else 0 (inline: every call asks, most say yes) */
+static inline int pml_ib2_dt_contig(const void *buf, size_t count,
+                                    ompi_datatype_t *dt, void **ptr,
+                                    size_t *len)
+{
+    *len = pml_ib2_dt_size(count, dt);
+    if ((*len == 0) || ompi_datatype_is_contiguous_memory_layout(dt, count)) {
+        *ptr = (char*)buf + dt->super.true_lb;
+        return 1;
+    }
+    return 0;
+}
 int  pml_ib2_dt_pack(const void *buf, size_t count, ompi_datatype_t *dt,
                      void *out, size_t len);
 int  pml_ib2_dt_unpack(void *buf, size_t count, ompi_datatype_t *dt,
@@ -135,8 +159,15 @@ int  pml_ib2_dt_unpack(void *buf, size_t count, ompi_datatype_t *dt,
  * whole (send) or to unpack at completion (receive), for small ones;
  * else r's convertor, prepared for pml_ib2_pack_ops. MPI error. */
 int  pml_ib2_dt_stage(pml_ib2_req_t *r, size_t len, bool send);
-/* the staging copy and convertor of r, if any, let go */
-void pml_ib2_dt_release(pml_ib2_req_t *r);
+/* the staging copy and convertor of r, if any, let go (inline: a
+ * contiguous request has neither) */
+void pml_ib2_dt_release_all(pml_ib2_req_t *r);
+static inline void pml_ib2_dt_release(pml_ib2_req_t *r)
+{
+    if (r->conv_ready || (r->tmp != NULL)) {
+        pml_ib2_dt_release_all(r);
+    }
+}
 /* ops for p2p's packed calls; arg is the request */
 extern const p2p_pack_ops_t pml_ib2_pack_ops;
 void pml_ib2_dt_register_pvars(void);

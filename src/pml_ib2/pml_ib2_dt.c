@@ -14,25 +14,6 @@
 
 #include <stdlib.h>
 
-size_t pml_ib2_dt_size(size_t count, ompi_datatype_t *dt)
-{
-    size_t size;
-
-    ompi_datatype_type_size(dt, &size);
-    return size * count;
-}
-
-int pml_ib2_dt_contig(const void *buf, size_t count, ompi_datatype_t *dt,
-                      void **ptr, size_t *len)
-{
-    *len = pml_ib2_dt_size(count, dt);
-    if ((*len == 0) || ompi_datatype_is_contiguous_memory_layout(dt, count)) {
-        *ptr = (char*)buf + dt->super.true_lb;
-        return 1;
-    }
-    return 0;
-}
-
 int pml_ib2_dt_pack(const void *buf, size_t count, ompi_datatype_t *dt,
                     void *out, size_t len)
 {
@@ -182,7 +163,7 @@ int pml_ib2_dt_stage(pml_ib2_req_t *r, size_t len, bool send)
     return MPI_SUCCESS;
 }
 
-void pml_ib2_dt_release(pml_ib2_req_t *r)
+void pml_ib2_dt_release_all(pml_ib2_req_t *r)
 {
     if (r->conv_ready) {
         opal_convertor_cleanup(&r->conv);

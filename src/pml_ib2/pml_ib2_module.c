@@ -83,7 +83,7 @@ void pml_ib2_close_context(void)
     pml_ib2_req_table_free();
 }
 
-int pml_ib2_err(int p2p_err)
+int pml_ib2_err_of(int p2p_err)
 {
     switch (p2p_err) {
     case P2P_OK:            return MPI_SUCCESS;

@@ -122,7 +122,7 @@ int pml_ib2_imrecv(void *buf, size_t count, ompi_datatype_t *dt,
     r->buf   = buf;
     r->count = count;
     r->dt    = dt;
-    OBJ_RETAIN(dt);
+    OMPI_DATATYPE_RETAIN(dt);   /* predefined ones are never freed */
     r->peer  = m->peer;
     r->tag   = MPI_ANY_TAG;   /* the status keeps the tag p2p reports */
     r->ompi.req_state = OMPI_REQUEST_ACTIVE;

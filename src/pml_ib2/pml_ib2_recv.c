@@ -46,7 +46,7 @@ static pml_ib2_req_t *pml_ib2_recv_req(void *buf, size_t count,
     r->buf   = buf;
     r->count = count;
     r->dt    = dt;
-    OBJ_RETAIN(dt);
+    OMPI_DATATYPE_RETAIN(dt);   /* predefined ones are never freed */
     r->peer  = src;
     r->tag   = tag;
     return r;

@@ -131,7 +131,7 @@ void pml_ib2_req_release(pml_ib2_req_t *r)
         pml_ib2_dt_release(r);
     }
     if (r->dt != NULL) {
-        OBJ_RELEASE(r->dt);
+        OMPI_DATATYPE_RELEASE(r->dt);
         r->dt = NULL;
     }
     if (r->comm != NULL) {
@@ -140,16 +140,6 @@ void pml_ib2_req_release(pml_ib2_req_t *r)
     }
     OMPI_REQUEST_FINI(&r->ompi);
     opal_free_list_return(&ompi_pml_ib2.reqs, &r->ompi.super);
-}
-
-void pml_ib2_status_from(ompi_status_public_t *s, int ret,
-                         const p2p_status_t *st)
-{
-    s->MPI_SOURCE = st->source;
-    s->MPI_TAG    = st->tag;
-    s->_cancelled = st->cancelled;
-    s->_ucount    = st->cancelled ? 0 : st->count;
-    s->MPI_ERROR  = st->cancelled ? MPI_SUCCESS : pml_ib2_err(ret);
 }
 
 /* Its p2p request has completed: fill the status, unpack, complete. */

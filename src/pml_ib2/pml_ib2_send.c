@@ -106,7 +106,7 @@ static pml_ib2_req_t *pml_ib2_send_req(const void *buf, size_t count,
     r->buf   = (void*)buf;
     r->count = count;
     r->dt    = dt;
-    OBJ_RETAIN(dt);
+    OMPI_DATATYPE_RETAIN(dt);   /* predefined ones are never freed */
     r->peer  = dst;
     r->tag   = tag;
     r->mode  = mode;

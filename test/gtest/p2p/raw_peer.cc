@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,6 +41,47 @@ p2p_wire_match_t RawMsg::match() const
     memset(&m, 0, sizeof(m));
     memcpy(&m, hdr.data(), std::min(hdr.size(), sizeof(m)));
     return m;
+}
+
+/* What p2p publishes about itself on this host (p2p_liveness.c): pid, the
+ * process's start time (field 22 of /proc/self/stat), the PID namespace,
+ * "hostname/boot-id" -- so that a p2p peer takes this process as local,
+ * watches it, and reads its rendezvous with process_vm_readv. */
+void RawPeer::local_record(p2p_wire_addr_t *wa)
+{
+    char               buf[1024] = "", boot[40] = "", *p;
+    unsigned long long start = 0;
+    struct stat        st;
+    FILE               *f;
+    int                i;
+
+    if ((f = fopen("/proc/self/stat", "r")) != nullptr) {
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+    }
+    p = strrchr(buf, ')');
+    for (i = 0; (p != nullptr) && (i < 20); ++i) {
+        p = strchr(p + 1, ' ');
+    }
+    if ((p == nullptr) || (sscanf(p, " %llu", &start) != 1)) {
+        start = 0;
+    }
+    if ((f = fopen("/proc/sys/kernel/random/boot_id", "r")) != nullptr) {
+        if (fgets(boot, sizeof(boot), f) == nullptr) {
+            boot[0] = '\0';
+        }
+        boot[strcspn(boot, "\n")] = '\0';
+        fclose(f);
+    }
+    wa->start_time = start;
+    wa->pidns      = (stat("/proc/self/ns/pid", &st) == 0) ?
+                     (uint64_t)st.st_ino : 0;
+    memset(wa->host, 0, sizeof(wa->host));
+    gethostname(wa->host, sizeof(wa->host) / 2);
+    wa->host[sizeof(wa->host) / 2 - 1] = '\0';
+    snprintf(wa->host + strlen(wa->host), sizeof(wa->host) - strlen(wa->host),
+             "/%s", boot);
 }
 
 bool RawPeer::init()
@@ -123,7 +165,8 @@ bool RawPeer::init()
         return false;
     }
 
-    /* publish: p2p_wire_addr_t, then the worker address */
+    /* publish: p2p_wire_addr_t, then the worker address (P2PTEST_RAW_LOCAL:
+     * saying where it runs, so that peers on this host take it as local) */
     ucp_address_t *addr;
     size_t        addr_len;
     if (ucp_worker_get_address(worker_, &addr, &addr_len) != UCS_OK) {
@@ -136,6 +179,9 @@ bool RawPeer::init()
     wa->pid     = (uint32_t)getpid();
     wa->pidns   = 0;
     snprintf(wa->host, sizeof(wa->host), "raw-peer-not-watched");
+    if (getenv("P2PTEST_RAW_LOCAL") != nullptr) {
+        local_record(wa);
+    }
     memcpy(blob.data() + sizeof(*wa), addr, addr_len);
     /* P2PTEST_RAW_RECORD: publish the record of another p2p instead --
      * "v2": the layout of wire versions 1 and 2 (no version field),

@@ -94,6 +94,7 @@ public:
     void barrier();
 
 private:
+    static void local_record(p2p_wire_addr_t *wa);
     static ucs_status_t am_cb(void *arg, const void *header,
                               size_t header_length, void *data,
                               size_t length,

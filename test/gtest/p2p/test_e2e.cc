@@ -121,6 +121,35 @@ TEST_F(P2P, LargeMessage64MiB)
     exchange(comm, rank, peer(), (size_t)64 << 20 | 12345, 4, true);
 }
 
+/* Over shared memory (peers on one host, peer error handling) UCP would
+ * emulate p2p's rendezvous read with active messages: the receiver reads
+ * the sender's buffer with process_vm_readv instead, once per rendezvous
+ * it receives (P2P_CMA=n: never). Elsewhere UCP reads (rc_ib2) or sends
+ * by its own rendezvous (tcp), and the kernel read is never used. */
+TEST_F(P2P, RendezvousOnOneHostIsReadByTheKernel)
+{
+    const char *tls = getenv("UCX_TLS");
+    const char *cma = getenv("P2P_CMA");
+    bool       want = (tls != nullptr) && (strcmp(tls, "shm") == 0) &&
+                      ((cma == nullptr) || (strcmp(cma, "n") != 0));
+
+    if (!in_pair()) {
+        return;
+    }
+    size_t len = std::max(stats().rndv_thresh, (size_t)1 << 20) + 4321;
+    for (int unexpected = 0; unexpected < 2; ++unexpected) {
+        p2p_stats_t before = stats();
+        exchange(comm, rank, peer(), len, 9, unexpected);
+        if (HasFatalFailure()) {
+            return;
+        }
+        EXPECT_EQ(want ? 1u : 0u,
+                  stats().rndv_cma_reads - before.rndv_cma_reads)
+            << "UCX_TLS=" << (tls ? tls : "(unset)") << " P2P_CMA="
+            << (cma ? cma : "(unset)");
+    }
+}
+
 TEST_F(P2P, ZeroBytesNullBuffers)
 {
     if (!in_pair()) {

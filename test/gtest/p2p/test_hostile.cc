@@ -50,7 +50,8 @@ enum {
     TAG_M_MALFORMED = 28, TAG_M_LENGTHS = 29, TAG_IMP = 30, TAG_HUGE = 31,
     TAG_TRUNC = 32, TAG_OOO = 33, TAG_M_OOO = 37, TAG_GO_HONEST = 40,
     TAG_GO_FLOOD = 60, TAG_FLOOD = 61, TAG_AFTER = 62, TAG_M_EARLY = 63,
-    TAG_GO_CHAIN = 70, TAG_CHAIN = 71, TAG_GO_LAST = 72, TAG_M_CHAIN = 73
+    TAG_GO_CHAIN = 70, TAG_CHAIN = 71, TAG_GO_LAST = 72, TAG_M_CHAIN = 73,
+    TAG_GO_BADADDR = 80, TAG_BADADDR = 81, TAG_M_BADADDR = 82
 };
 
 /* messages for a communicator rank 0 never creates */
@@ -678,6 +679,81 @@ TEST(P2PHostile, HeldMessagesAreFoundInConstantTime)
                "(%.2f us a message)\n", n, best * 1e3, best * 1e6 / n);
         EXPECT_LT(best * 1e6 / n, 10.0);
     }
+}
+
+/* An RTS naming an address the sender does not have (the first pages,
+ * never mapped), with a well-formed key, from a peer on this host over
+ * shm: the receiver reads it with process_vm_readv, the kernel refuses
+ * (EFAULT), the receive fails with P2P_ERR_TRANSPORT, its buffer
+ * untouched, and the sender gets a FIN with an error. Through UCP's
+ * emulated read instead, the sender's own UCP would read that address
+ * and die. Run alone with -np 2, UCX_TLS=shm and P2PTEST_RAW_LOCAL=1 (the
+ * raw peer then publishes where it runs, as p2p does). */
+TEST(P2PHostile, RendezvousAddressOutsideTheSenderFails)
+{
+    const char   *tls  = getenv("UCX_TLS");
+    const size_t len   = 4096;
+    const uint64_t sreq = 0x4321;
+
+    if ((size != 2) || (tls == nullptr) || (strcmp(tls, "shm") != 0) ||
+        (getenv("P2PTEST_RAW_LOCAL") == nullptr)) {
+        GTEST_SKIP() << "run alone with -np 2, UCX_TLS=shm and "
+                        "P2PTEST_RAW_LOCAL=1";
+    }
+    if (rank == 1) {
+        std::vector<uint8_t> mem(len, 0x5a);
+        ucp_mem_map_params_t mp;
+        ucp_mem_h            memh;
+        void                 *key;
+        size_t               key_len;
+
+        raw.wait_tag(0, TAG_GO_BADADDR, "go");
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+        mp.address    = mem.data();
+        mp.length     = len;
+        ASSERT_EQ(UCS_OK, ucp_mem_map(raw.context(), &mp, &memh));
+        ASSERT_EQ(UCS_OK, ucp_rkey_pack(raw.context(), memh, &key,
+                                        &key_len));
+        p2p_wire_rts_t r;
+        r.m        = RawPeer::match_hdr(P2P_WIRE_RTS, 1, TAG_BADADDR,
+                                        raw.next_seq(0));
+        r.m.token  = raw.token(0);
+        r.sreq     = sreq;
+        r.length   = len;
+        r.address  = 0x1000;
+        r.rkey_len = (uint32_t)key_len;
+        ASSERT_EQ(UCS_OK, raw.send_raw(0, &r, sizeof(r), key, key_len,
+                                       r.m.token == 0));
+        raw.consume_seq(0);
+        ucp_rkey_buffer_release(key);
+        RawMsg fin = raw.wait([](const RawMsg &m) {
+            return m.type() == P2P_WIRE_FIN;
+        }, "FIN of the rendezvous with a bad address");
+        p2p_wire_ctl_t c;
+        memcpy(&c, fin.hdr.data(), sizeof(c));
+        EXPECT_EQ(sreq, c.sreq);
+        EXPECT_NE(0, c.status) << "the FIN says the data arrived";
+        ucp_mem_unmap(raw.context(), memh);
+        marker(TAG_M_BADADDR);
+        return;
+    }
+    std::vector<uint8_t> buf(len, 0xee);
+    p2p_request_t        *req;
+    p2p_status_t         st;
+    p2p_stats_t          s0 = stats();
+    ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 1, TAG_GO_BADADDR, world));
+    ASSERT_EQ(P2P_OK, p2p_irecv(buf.data(), len, 1, TAG_BADADDR, world,
+                                &req));
+    EXPECT_EQ(P2P_ERR_TRANSPORT, wait_req(&req, &st, "the bad address"));
+    EXPECT_EQ(0u, st.count);
+    for (size_t i = 0; i < len; ++i) {
+        ASSERT_EQ(0xee, buf[i]) << "byte " << i << " written";
+    }
+    EXPECT_EQ(s0.rndv_cma_reads, stats().rndv_cma_reads);
+    EXPECT_EQ(s0.rx_failed_peer, stats().rx_failed_peer);
+    EXPECT_EQ("mark", recv_marker(TAG_M_BADADDR));
+    next_phase(TAG_M_BADADDR);
 }
 
 /* More messages than memory: rank 0's allocations fail for all of them,

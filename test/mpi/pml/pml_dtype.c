@@ -3,7 +3,8 @@
  * data) received as contiguous doubles and as the same vector, a struct
  * with holes, a contiguous layout that starts past the buffer, and
  * MPI_Get_count/MPI_Get_elements on them (MPI_UNDEFINED for a partial
- * element).
+ * element), and a derived type freed while its requests are pending (the
+ * requests hold it; predefined types are not counted, being never freed).
  */
 #include "pml_test.h"
 
@@ -52,6 +53,47 @@ static void vector_round(int nblocks)
     free(packed);
 }
 
+/* MPI_Type_free right after the non-blocking calls that use the type: MPI
+ * says pending operations complete normally, so the requests must hold
+ * it until they are done (small: staged whole; large: in pieces through
+ * the request's convertor). */
+static void freed_type_round(int nblocks)
+{
+    MPI_Datatype vec;
+    MPI_Request  req;
+    MPI_Status   st;
+    int          stride = 2, count;
+    double       *full = calloc((size_t)nblocks * stride, sizeof(double));
+
+    CHECK(full != NULL, "out of memory");
+    MPI_Type_vector(nblocks, 1, stride, MPI_DOUBLE, &vec);
+    MPI_Type_commit(&vec);
+    if (pml_rank == 1) {
+        for (int i = 0; i < nblocks * stride; ++i) {
+            full[i] = (i % stride) ? -1.0 : i / stride + 0.5;
+        }
+        CHECK_MPI(MPI_Isend(full, 1, vec, 0, 6, MPI_COMM_WORLD, &req));
+        MPI_Type_free(&vec);
+        CHECK_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    } else if (pml_rank == 0) {
+        for (int i = 0; i < nblocks * stride; ++i) {
+            full[i] = 7.0;
+        }
+        CHECK_MPI(MPI_Irecv(full, 1, vec, 1, 6, MPI_COMM_WORLD, &req));
+        MPI_Type_free(&vec);
+        CHECK_MPI(MPI_Wait(&req, &st));
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        CHECK(count == nblocks * (int)sizeof(double), "bytes %d", count);
+        for (int i = 0; i < nblocks * stride; ++i) {
+            double want = (i % stride) ? 7.0 : i / stride + 0.5;
+            CHECK(full[i] == want, "freed-type element %d: %g", i, full[i]);
+        }
+    } else {
+        MPI_Type_free(&vec);
+    }
+    free(full);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Status st;
@@ -60,6 +102,8 @@ int main(int argc, char **argv)
     pml_test_init(&argc, &argv, 2);
     vector_round(10);
     vector_round(256 * 1024);   /* 2 MiB of doubles, rendezvous */
+    freed_type_round(10);
+    freed_type_round(256 * 1024);
 
     /* a struct with holes, 100 of them */
     {
