@@ -267,10 +267,15 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
         hdr = (const p2p_wire_hdr_t*)val->data.bo.bytes;
         p2p_liveness_self(&mypid, &mystart, &mypidns, myhost,
                           sizeof(myhost));
+        peer->pid        = (int32_t)P2P_FROM_LE32(hdr->pid);
+        /* A peer naming this process's pid (or none) is not another
+         * process here: the kernel read (p2p_cma.c) would copy this
+         * process's own memory at an address the peer chose into the
+         * receive buffer, what p2p_rkey_maps_sender refuses for keys. */
         peer->local      = (strncmp(hdr->host, myhost, sizeof(myhost)) == 0) &&
                            (mypidns != 0) &&
-                           (P2P_FROM_LE64(hdr->pidns) == mypidns);
-        peer->pid        = (int32_t)P2P_FROM_LE32(hdr->pid);
+                           (P2P_FROM_LE64(hdr->pidns) == mypidns) &&
+                           (peer->pid > 0) && ((uint32_t)peer->pid != mypid);
         peer->start_time = P2P_FROM_LE64(hdr->start_time);
         addr = val->data.bo.bytes + sizeof(*hdr);
     }

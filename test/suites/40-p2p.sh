@@ -183,6 +183,12 @@ for tl in shm tcp; do
             "$p2p_mpirun" "${p2p_mpi[@]}" -x P2PTEST_RAW_LOCAL -np 2 \
             "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" \
             --gtest_filter='*RendezvousAddressOutside*'
+        # one whose record names the receiver's own pid: not read by the
+        # kernel (it would copy the receiver's own memory)
+        P2PTEST_RAW_LOCAL=sibling ib2_gtest "p2p-$tl-hostile-own-pid" \
+            "$p2p_mpirun" "${p2p_mpi[@]}" -x P2PTEST_RAW_LOCAL -np 2 \
+            "$p2pt/test_p2p_hostile" "${p2p_gt[@]}" \
+            --gtest_filter='*NamingTheReceiversPid*'
         for off in 0x1000000000 0; do
             P2PTEST_MAPPED_OFFSET=$off ib2_gtest \
                 "p2p-$tl-hostile-review-mapped-key-$off" "$p2p_mpirun" \

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,6 +83,49 @@ void RawPeer::local_record(p2p_wire_addr_t *wa)
     wa->host[sizeof(wa->host) / 2 - 1] = '\0';
     snprintf(wa->host + strlen(wa->host), sizeof(wa->host) - strlen(wa->host),
              "/%s", boot);
+}
+
+/* The pid and start time of another child of our parent (the other rank
+ * mpirun started on this host, with -np 2), in place of ours. */
+bool RawPeer::sibling_record(p2p_wire_addr_t *wa)
+{
+    DIR           *d = opendir("/proc");
+    struct dirent *e;
+    bool          found = false;
+
+    while ((d != nullptr) && !found && ((e = readdir(d)) != nullptr)) {
+        int                pid = atoi(e->d_name), ppid, i;
+        char               path[64], buf[1024] = "", st, *p;
+        unsigned long long start;
+        FILE               *f;
+
+        if ((pid <= 0) || (pid == getpid())) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        if ((f = fopen(path, "r")) == nullptr) {
+            continue;
+        }
+        buf[fread(buf, 1, sizeof(buf) - 1, f)] = '\0';
+        fclose(f);
+        p = strrchr(buf, ')');
+        if ((p == nullptr) || (sscanf(p + 1, " %c %d", &st, &ppid) != 2) ||
+            (ppid != getppid())) {
+            continue;
+        }
+        for (i = 0; (p != nullptr) && (i < 20); ++i) {
+            p = strchr(p + 1, ' ');
+        }
+        if ((p != nullptr) && (sscanf(p, " %llu", &start) == 1)) {
+            wa->pid        = (uint32_t)pid;
+            wa->start_time = start;
+            found          = true;
+        }
+    }
+    if (d != nullptr) {
+        closedir(d);
+    }
+    return found;
 }
 
 bool RawPeer::init()
@@ -179,8 +223,14 @@ bool RawPeer::init()
     wa->pid     = (uint32_t)getpid();
     wa->pidns   = 0;
     snprintf(wa->host, sizeof(wa->host), "raw-peer-not-watched");
-    if (getenv("P2PTEST_RAW_LOCAL") != nullptr) {
+    const char *local = getenv("P2PTEST_RAW_LOCAL");
+    if (local != nullptr) {
         local_record(wa);
+        if ((strcmp(local, "sibling") == 0) && !sibling_record(wa)) {
+            fprintf(stderr, "raw peer: P2PTEST_RAW_LOCAL=sibling: no other "
+                    "process of our parent found\n");
+            return false;
+        }
     }
     memcpy(blob.data() + sizeof(*wa), addr, addr_len);
     /* P2PTEST_RAW_RECORD: publish the record of another p2p instead --

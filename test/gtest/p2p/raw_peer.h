@@ -95,6 +95,8 @@ public:
 
 private:
     static void local_record(p2p_wire_addr_t *wa);
+    /* P2PTEST_RAW_LOCAL=sibling: another rank's pid in the record */
+    static bool sibling_record(p2p_wire_addr_t *wa);
     static ucs_status_t am_cb(void *arg, const void *header,
                               size_t header_length, void *data,
                               size_t length,

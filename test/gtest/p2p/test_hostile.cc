@@ -51,7 +51,8 @@ enum {
     TAG_TRUNC = 32, TAG_OOO = 33, TAG_M_OOO = 37, TAG_GO_HONEST = 40,
     TAG_GO_FLOOD = 60, TAG_FLOOD = 61, TAG_AFTER = 62, TAG_M_EARLY = 63,
     TAG_GO_CHAIN = 70, TAG_CHAIN = 71, TAG_GO_LAST = 72, TAG_M_CHAIN = 73,
-    TAG_GO_BADADDR = 80, TAG_BADADDR = 81, TAG_M_BADADDR = 82
+    TAG_GO_BADADDR = 80, TAG_BADADDR = 81, TAG_M_BADADDR = 82,
+    TAG_GO_OWNPID = 83, TAG_OWNPID = 84, TAG_M_OWNPID = 85
 };
 
 /* messages for a communicator rank 0 never creates */
@@ -754,6 +755,101 @@ TEST(P2PHostile, RendezvousAddressOutsideTheSenderFails)
     EXPECT_EQ(s0.rx_failed_peer, stats().rx_failed_peer);
     EXPECT_EQ("mark", recv_marker(TAG_M_BADADDR));
     next_phase(TAG_M_BADADDR);
+}
+
+/* A peer on this host whose record names the receiver's own pid
+ * (P2PTEST_RAW_LOCAL=sibling: the raw peer publishes rank 0's pid and
+ * start time) and an RTS for an address of the receiver's: the kernel
+ * read would copy the receiver's own memory into the receive buffer and
+ * call it the message. Such a peer is not taken as another process on
+ * this host, so UCP reads from the sender instead: the raw peer maps its
+ * own page at that address, and its bytes arrive. Run alone with -np 2,
+ * UCX_TLS=shm and P2PTEST_RAW_LOCAL=sibling. */
+TEST(P2PHostile, RendezvousNamingTheReceiversPidIsNotReadByTheKernel)
+{
+    const char   *tls   = getenv("UCX_TLS");
+    const char   *local = getenv("P2PTEST_RAW_LOCAL");
+    const size_t len    = 4096;
+
+    if ((size != 2) || (tls == nullptr) || (strcmp(tls, "shm") != 0) ||
+        (local == nullptr) || (strcmp(local, "sibling") != 0)) {
+        GTEST_SKIP() << "run alone with -np 2, UCX_TLS=shm and "
+                        "P2PTEST_RAW_LOCAL=sibling";
+    }
+    if (rank == 1) {
+        uint64_t a;
+        RawMsg   go = raw.wait_tag(0, TAG_GO_OWNPID, "rank 0's address");
+        ASSERT_EQ(sizeof(a), go.data.size());
+        memcpy(&a, go.data.data(), sizeof(a));
+        void *page = mmap((void*)(uintptr_t)a, len, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                          -1, 0);
+        if (page != (void*)(uintptr_t)a) {
+            /* taken here: an empty message says so */
+            raw.eager(0, TAG_OWNPID, nullptr, 0);
+            marker(TAG_M_OWNPID);
+            return;
+        }
+        memset(page, 0x5a, len);
+        ucp_mem_map_params_t mp;
+        ucp_mem_h            memh;
+        void                 *key;
+        size_t               key_len;
+        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+        mp.address    = page;
+        mp.length     = len;
+        ASSERT_EQ(UCS_OK, ucp_mem_map(raw.context(), &mp, &memh));
+        ASSERT_EQ(UCS_OK, ucp_rkey_pack(raw.context(), memh, &key,
+                                        &key_len));
+        p2p_wire_rts_t r;
+        r.m        = RawPeer::match_hdr(P2P_WIRE_RTS, 1, TAG_OWNPID,
+                                        raw.next_seq(0));
+        r.m.token  = raw.token(0);
+        r.sreq     = 0x5432;
+        r.length   = len;
+        r.address  = a;
+        r.rkey_len = (uint32_t)key_len;
+        ASSERT_EQ(UCS_OK, raw.send_raw(0, &r, sizeof(r), key, key_len,
+                                       r.m.token == 0));
+        raw.consume_seq(0);
+        ucp_rkey_buffer_release(key);
+        RawMsg fin = raw.wait([](const RawMsg &m) {
+            return m.type() == P2P_WIRE_FIN;
+        }, "FIN of the rendezvous");
+        p2p_wire_ctl_t c;
+        memcpy(&c, fin.hdr.data(), sizeof(c));
+        EXPECT_EQ(0, c.status) << "the FIN says the data did not arrive";
+        ucp_mem_unmap(raw.context(), memh);
+        munmap(page, len);
+        marker(TAG_M_OWNPID);
+        return;
+    }
+    void *secret = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(MAP_FAILED, secret);
+    memset(secret, 0x33, len);
+    uint64_t             a  = (uint64_t)(uintptr_t)secret;
+    std::vector<uint8_t> buf(len, 0xee);
+    p2p_request_t        *req;
+    p2p_status_t         st;
+    p2p_stats_t          s0 = stats();
+    ASSERT_EQ(P2P_OK, p2p_send(&a, sizeof(a), 1, TAG_GO_OWNPID, world));
+    ASSERT_EQ(P2P_OK, p2p_irecv(buf.data(), len, 1, TAG_OWNPID, world,
+                                &req));
+    EXPECT_EQ(P2P_OK, wait_req(&req, &st, "the rendezvous"));
+    munmap(secret, len);
+    EXPECT_EQ("mark", recv_marker(TAG_M_OWNPID));
+    next_phase(TAG_M_OWNPID);
+    if (st.count == 0) {
+        GTEST_SKIP() << "the raw peer could not map rank 0's address";
+    }
+    EXPECT_EQ(len, st.count);
+    EXPECT_NE(0x33, buf[0]) << "the receiver's own memory was read";
+    for (size_t i = 0; i < len; ++i) {
+        ASSERT_EQ(0x5a, buf[i]) << "byte " << i;
+    }
+    EXPECT_EQ(s0.rndv_cma_reads, stats().rndv_cma_reads);
 }
 
 /* More messages than memory: rank 0's allocations fail for all of them,
