@@ -48,6 +48,16 @@ int p2p_req_pool_init(p2p_context_t *ctx)
         return P2P_ERR_NO_MEMORY;
     }
     ctx->have_req_mp = 1;
+    /* nothing a completion call reads of a send but its error is known
+     * for every message it stands for */
+    memset(&ctx->sent_req, 0, sizeof(ctx->sent_req));
+    ctx->sent_req.ctx           = ctx;
+    ctx->sent_req.kind          = P2P_REQ_SEND;
+    ctx->sent_req.complete      = 1;
+    ctx->sent_req.shared        = 1;
+    ctx->sent_req.status.source = P2P_ANY_SOURCE;
+    ctx->sent_req.status.tag    = P2P_ANY_TAG;
+    ctx->sent_req.status.error  = P2P_OK;
     return P2P_OK;
 }
 
