@@ -298,7 +298,9 @@ int p2p_waitall_st(int count, p2p_request_t **reqs,
 int p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
                     p2p_context_t *ctx, int mixed)
 {
-    int i, failed = 0;
+    /* the context's shared complete send: nothing to check or recycle */
+    p2p_request_t *sent = (ctx != NULL) ? &ctx->sent_req : NULL;
+    int           i, failed = 0;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL))) {
         return p2p_args_bad("p2p_waitall", "negative count, or NULL "
@@ -308,6 +310,13 @@ int p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
         p2p_request_t *req = reqs[i];
         if (req == NULL) {
             p2p_empty_status((statuses != NULL) ? &statuses[i] : NULL);
+            continue;
+        }
+        if (req == sent) {
+            if (statuses != NULL) {
+                statuses[i] = sent->status;
+            }
+            reqs[i] = NULL;
             continue;
         }
         if (P2P_UNLIKELY(!p2p_req_valid(req))) {
