@@ -175,7 +175,11 @@ P2P_API int  p2p_comm_failure_count(const p2p_comm_t *comm);
 
 /* ---- sends ---- */
 
-/* Standard: completes when the buffer may be reused. */
+/* Standard: completes when the buffer may be reused. A small message sent
+ * at once may get a request shared by all such sends, complete already:
+ * its status has the error (P2P_OK) only -- source P2P_ANY_SOURCE, tag
+ * P2P_ANY_TAG, count 0 -- and completion calls release it as any other
+ * (and set the pointer to NULL). */
 P2P_API int  p2p_isend(const void *buf, size_t len, int dest, int tag,
                        p2p_comm_t *comm, p2p_request_t **req_p);
 /* Synchronous: completes only once a receive has matched the message. */

@@ -153,6 +153,7 @@ static void p2p_abort_absent(p2p_comm_t *comm, uint32_t wrank)
              "failed there): operations with it on this communicator "
              "complete with P2P_ERR_COMM_ABORTED", wrank, comm->cid);
     comm->world[r] = (uint32_t)ctx->size;
+    comm->peer[r]  = &ctx->peers[ctx->size];
     if (!peer->failed) {
         ++comm->n_failed;       /* else counted already */
     }

@@ -5,6 +5,11 @@
  * one-thread callers a load, a branch and a jump (a lock guard inside
  * name() made the compiler save five registers on every call).
  *
+ * p2p_isend and p2p_irecv are in p2p_send.c and p2p_pt2pt.c, where their
+ * one-thread path of valid arguments inlines the work (a call and a
+ * second test of the communicator less per message); what they leave is
+ * here (name_other()).
+ *
  * This file: sends, receives and probes (work in p2p_pt2pt.c);
  * p2p_api_req.c: completion calls and progress.
  */
@@ -22,8 +27,9 @@ static P2P_MT_PATH int p2p_isend_mt(p2p_context_t *ctx, const void *buf,
     return ret;
 }
 
-int p2p_isend(const void *buf, size_t len, int dest, int tag,
-              p2p_comm_t *comm, p2p_request_t **req_p)
+/* p2p_isend (p2p_send.c) but for its one-thread call of valid arguments */
+int p2p_isend_other(const void *buf, size_t len, int dest, int tag,
+                    p2p_comm_t *comm, p2p_request_t **req_p)
 {
     p2p_context_t *ctx = (comm != NULL) ? comm->ctx : NULL;
 
@@ -165,8 +171,9 @@ static P2P_MT_PATH int p2p_irecv_mt(p2p_context_t *ctx, void *buf, size_t len,
     return ret;
 }
 
-int p2p_irecv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
-              p2p_request_t **req_p)
+/* p2p_irecv (p2p_pt2pt.c) but for its one-thread call of valid arguments */
+int p2p_irecv_other(void *buf, size_t len, int src, int tag,
+                    p2p_comm_t *comm, p2p_request_t **req_p)
 {
     p2p_context_t *ctx = (comm != NULL) ? comm->ctx : NULL;
 

@@ -77,6 +77,11 @@ int  p2p_ssend_st(const void *buf, size_t len, int dest, int tag,
                   p2p_comm_t *comm);
 int  p2p_rsend_st(const void *buf, size_t len, int dest, int tag,
                   p2p_comm_t *comm);
+/* the entry points' calls other than one-thread with valid arguments */
+int  p2p_isend_other(const void *buf, size_t len, int dest, int tag,
+                     p2p_comm_t *comm, p2p_request_t **req_p);
+int  p2p_irecv_other(void *buf, size_t len, int src, int tag,
+                     p2p_comm_t *comm, p2p_request_t **req_p);
 int  p2p_irecv_st(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
                   p2p_request_t **req_p);
 int  p2p_recv_st(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,

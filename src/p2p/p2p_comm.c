@@ -88,6 +88,7 @@ static int p2p_comm_alloc(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
                           p2p_comm_t **comm_p)
 {
     p2p_comm_t *comm;
+    int        i;
 
     if ((p2p_comm_table_grow(ctx, cid) != P2P_OK) ||
         (ctx->comms[cid] != NULL)) {
@@ -106,13 +107,16 @@ static int p2p_comm_alloc(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
     comm->rank     = rank;
     comm->size     = size;
     comm->world    = malloc(size * sizeof(*comm->world));
+    comm->peer     = malloc(size * sizeof(*comm->peer));
     comm->send_seq = calloc(size, sizeof(*comm->send_seq));
     comm->recv_seq = calloc(size, sizeof(*comm->recv_seq));
     kh_init_inplace(p2p_held, &comm->held);
     ucs_list_head_init(&comm->probed);
-    if ((comm->world == NULL) || (comm->send_seq == NULL) ||
-        (comm->recv_seq == NULL) || (p2p_mq_init(&comm->mq) != 0)) {
+    if ((comm->world == NULL) || (comm->peer == NULL) ||
+        (comm->send_seq == NULL) || (comm->recv_seq == NULL) ||
+        (p2p_mq_init(&comm->mq) != 0)) {
         free(comm->world);
+        free(comm->peer);
         free(comm->send_seq);
         free(comm->recv_seq);
         free(comm);
@@ -120,6 +124,9 @@ static int p2p_comm_alloc(p2p_context_t *ctx, uint32_t cid, uint32_t cepoch,
         return P2P_ERR_NO_MEMORY;
     }
     memcpy(comm->world, world, size * sizeof(*world));
+    for (i = 0; i < size; ++i) {
+        comm->peer[i] = &ctx->peers[world[i]];
+    }
     *comm_p = comm;
     return P2P_OK;
 }
@@ -180,6 +187,7 @@ static void p2p_comm_drop_cb(void *arg, p2p_mq_msg_t *m)
 static void p2p_comm_release(p2p_comm_t *comm)
 {
     free(comm->world);
+    free(comm->peer);
     free(comm->send_seq);
     free(comm->recv_seq);
     free(comm);

@@ -165,6 +165,9 @@ static inline void p2p_req_put(p2p_request_t *req)
 {
     p2p_context_t *ctx = req->ctx;
 
+    if (P2P_UNLIKELY(req->shared)) {
+        return;     /* ctx->sent_req: stays complete, for the next send */
+    }
     req->kind = 0;
     ucs_mpool_put_inline(req);
     --ctx->live_reqs;
@@ -217,14 +220,6 @@ int  p2p_send_req(p2p_comm_t *comm, const void *buf, size_t len, int dest,
 int  p2p_send_blocking(p2p_comm_t *comm, const void *buf, size_t len,
                        int dest, int tag, int sync);
 
-/* Whether a message may go by p2p_send_small: standard, small, to a live
- * peer already connected. */
-static inline int p2p_send_small_ok(const p2p_peer_t *peer, size_t len,
-                                    int sync)
-{
-    return !sync && (len <= peer->small_max) && !peer->failed &&
-           (peer->ep != NULL);
-}
 
 /* p2p_answer.c */
 /* A send that waits for an answer: an id, and linked to its peer. */
@@ -406,7 +401,7 @@ void p2p_comm_watch_all(p2p_comm_t *comm);
 
 static inline p2p_peer_t *p2p_comm_peer(p2p_comm_t *comm, int rank)
 {
-    return &comm->ctx->peers[comm->world[rank]];
+    return comm->peer[rank];
 }
 
 /* The peer's endpoint, connecting on first use. */

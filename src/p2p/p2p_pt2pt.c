@@ -247,8 +247,9 @@ int p2p_post_recv_packed(p2p_comm_t *comm, const p2p_pack_ops_t *ops,
     return p2p_post_recv_req(comm, req, src, tag, req_p);
 }
 
-int p2p_irecv_st(void *buf, size_t len, int src, int tag,
-                 p2p_comm_t *comm, p2p_request_t **req_p)
+static inline __attribute__((always_inline))
+int p2p_irecv_inline(void *buf, size_t len, int src, int tag,
+                     p2p_comm_t *comm, p2p_request_t **req_p)
 {
     int ret;
 
@@ -269,6 +270,22 @@ int p2p_irecv_st(void *buf, size_t len, int src, int tag,
         return P2P_ERR_INVALID;
     }
     return p2p_post_recv(comm, buf, len, src, tag, req_p);
+}
+
+int p2p_irecv_st(void *buf, size_t len, int src, int tag,
+                 p2p_comm_t *comm, p2p_request_t **req_p)
+{
+    return p2p_irecv_inline(buf, len, src, tag, comm, req_p);
+}
+
+/* The entry point: without threads, straight to the work. */
+int p2p_irecv(void *buf, size_t len, int src, int tag, p2p_comm_t *comm,
+              p2p_request_t **req_p)
+{
+    if (P2P_LIKELY((comm != NULL) && !comm->ctx->mt)) {
+        return p2p_irecv_inline(buf, len, src, tag, comm, req_p);
+    }
+    return p2p_irecv_other(buf, len, src, tag, comm, req_p);
 }
 
 /* A blocking receive whose message is queued already, standard and with

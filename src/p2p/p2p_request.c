@@ -48,6 +48,16 @@ int p2p_req_pool_init(p2p_context_t *ctx)
         return P2P_ERR_NO_MEMORY;
     }
     ctx->have_req_mp = 1;
+    /* nothing a completion call reads of a send but its error is known
+     * for every message it stands for */
+    memset(&ctx->sent_req, 0, sizeof(ctx->sent_req));
+    ctx->sent_req.ctx           = ctx;
+    ctx->sent_req.kind          = P2P_REQ_SEND;
+    ctx->sent_req.complete      = 1;
+    ctx->sent_req.shared        = 1;
+    ctx->sent_req.status.source = P2P_ANY_SOURCE;
+    ctx->sent_req.status.tag    = P2P_ANY_TAG;
+    ctx->sent_req.status.error  = P2P_OK;
     return P2P_OK;
 }
 
@@ -288,7 +298,9 @@ int p2p_waitall_st(int count, p2p_request_t **reqs,
 int p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
                     p2p_context_t *ctx, int mixed)
 {
-    int i, failed = 0;
+    /* the context's shared complete send: nothing to check or recycle */
+    p2p_request_t *sent = (ctx != NULL) ? &ctx->sent_req : NULL;
+    int           i, failed = 0;
 
     if ((count < 0) || ((count > 0) && (reqs == NULL))) {
         return p2p_args_bad("p2p_waitall", "negative count, or NULL "
@@ -298,6 +310,13 @@ int p2p_waitall_ctx(int count, p2p_request_t **reqs, p2p_status_t *statuses,
         p2p_request_t *req = reqs[i];
         if (req == NULL) {
             p2p_empty_status((statuses != NULL) ? &statuses[i] : NULL);
+            continue;
+        }
+        if (req == sent) {
+            if (statuses != NULL) {
+                statuses[i] = sent->status;
+            }
+            reqs[i] = NULL;
             continue;
         }
         if (P2P_UNLIKELY(!p2p_req_valid(req))) {

@@ -20,11 +20,16 @@
  * stack, if UCP can send it at once (p2p_send_small); otherwise, or if UCP
  * cannot, as above.
  *
+ * p2p_isend gets, for a small message sent at once, the context's shared
+ * request, complete already: none from the pool, none to give back.
+ *
  * Synchronous sends: eager and mid ones ask for an ACK at match; a
  * rendezvous send completes at FIN, which already implies a match. Sends
- * that wait for an answer: p2p_answer.c.
+ * that wait for an answer: p2p_answer.c. Blocking sends:
+ * p2p_send_blocking.c; what both share: p2p_send.h.
  */
 #include "p2p_int.h"
+#include "p2p_send.h"
 
 #include <string.h>
 
@@ -40,17 +45,6 @@ static void p2p_send_cb(void *ucp_req, ucs_status_t status, void *user_data)
         p2p_wait_done(req, p2p_status_err(status));
     }
     p2p_req_event(req);
-}
-
-static inline ucs_status_ptr_t p2p_am_send(p2p_context_t *ctx, ucp_ep_h ep,
-                                           const void *hdr, size_t hdr_len,
-                                           const void *buf, size_t len,
-                                           const ucp_request_param_t *param)
-{
-    if (P2P_UNLIKELY(p2p_fault(ctx, P2P_FAULT_SEND))) {
-        return UCS_STATUS_PTR(UCS_ERR_IO_ERROR);
-    }
-    return ucp_am_send_nbx(ep, ctx->am_id, hdr, hdr_len, buf, len, param);
 }
 
 /* After ucp_am_send_nbx of a numbered message: an error right away means
@@ -79,77 +73,6 @@ static void p2p_send_refused(p2p_request_t *req, int error)
     req->pending = 1;
     p2p_req_event(req);
 }
-
-static inline void p2p_fill_match(p2p_wire_match_t *hdr, unsigned type,
-                                  const p2p_comm_t *comm,
-                                  const p2p_peer_t *peer, int tag,
-                                  uint32_t seq)
-{
-    hdr->type     = (uint8_t)type;
-    hdr->version  = P2P_WIRE_VERSION;
-    hdr->reserved = 0;
-    hdr->cepoch   = P2P_LE32(comm->cepoch);
-    hdr->cid     = P2P_LE32(comm->cid);
-    hdr->token   = peer->tx_token;
-    hdr->src     = (int32_t)P2P_LE32((uint32_t)comm->rank);
-    hdr->tag     = (int32_t)P2P_LE32((uint32_t)tag);
-    hdr->seq     = P2P_LE32(seq);
-}
-
-/* Until the peer has given us its token, it tells our messages by the
- * endpoint UCP reports for them (p2p_wire.h). */
-static inline uint32_t p2p_auth_flag(const p2p_peer_t *peer)
-{
-    return P2P_LIKELY(peer->tx_token != 0) ? 0 : UCP_AM_SEND_FLAG_REPLY;
-}
-
-/* p2p_send_small_inline: UCP cannot send it at once, nothing was sent */
-#define P2P_SEND_LATER 1
-
-/*
- * A small standard message, sent at once or not at all: P2P_OK (sent,
- * complete), P2P_SEND_LATER (UCP cannot send it at once: take the request
- * path, nothing was sent), or an error (nothing was sent; p2p_last_error
- * says why). UCP 1.13 sends an active message through the transport's
- * am_short_iov, one piece per part: header and data in one payload are a
- * piece less than a user header and data (p2p_wire.h allows it for
- * EAGER). Forcing immediate completion lets the payload live on the stack
- * and the message go without a request of UCP's or p2p's: the receiver's
- * checks are the same either way.
- */
-static inline __attribute__((always_inline))
-int p2p_send_small_inline(p2p_comm_t *comm, p2p_peer_t *peer,
-                          const void *buf, size_t len, int dest, int tag)
-{
-    struct __attribute__((packed)) {
-        p2p_wire_match_t h;
-        uint8_t          data[P2P_WIRE_SMALL_MAX];
-    } msg;
-    p2p_context_t       *ctx = comm->ctx;
-    ucp_request_param_t param;
-    ucs_status_ptr_t    sp;
-
-    p2p_fill_match(&msg.h, P2P_WIRE_EAGER, comm, peer, tag,
-                   comm->send_seq[dest]);
-    p2p_copy(msg.data, buf, len);   /* len 0: there may be no buffer */
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
-                         UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-    param.flags        = UCP_AM_SEND_FLAG_EAGER | p2p_auth_flag(peer);
-    sp = p2p_am_send(ctx, peer->ep, NULL, 0, &msg, sizeof(msg.h) + len,
-                     &param);
-    if (P2P_LIKELY(sp == NULL)) {
-        ++comm->send_seq[dest];
-        ++ctx->stats.eager_sent;
-        return P2P_OK;
-    }
-    if (UCS_PTR_STATUS(sp) == UCS_ERR_NO_RESOURCE) {
-        return P2P_SEND_LATER;
-    }
-    p2p_set_error(ctx, "sending to rank %u failed: %s", peer->rank,
-                  ucs_status_string(UCS_PTR_STATUS(sp)));
-    return p2p_status_err(UCS_PTR_STATUS(sp));
-}
-
 
 /* What every send request says of its message before it goes. */
 static inline void p2p_send_req_init(p2p_request_t *req, p2p_peer_t *peer,
@@ -324,31 +247,54 @@ static inline void p2p_send_req_done(p2p_request_t *req, p2p_context_t *ctx,
     req->send.bblock = NULL;
 }
 
+/* A request for a send from the pool, or NULL (p2p_last_error says) */
+static inline p2p_request_t *p2p_send_req_take(p2p_context_t *ctx)
+{
+    p2p_request_t *req = p2p_fault(ctx, P2P_FAULT_REQUEST) ? NULL :
+                         ucs_mpool_get_inline(&ctx->req_mp);
+
+    if (P2P_UNLIKELY(req == NULL)) {
+        p2p_set_error(ctx, "out of memory for a send request");
+    }
+    return req;
+}
+
+/* shared_ok: a small message sent at once may get the context's shared
+ * complete request (p2p_isend; its callers read no more of it) */
 static inline __attribute__((always_inline))
 int p2p_send_start_inline(p2p_comm_t *comm, const void *buf, size_t len,
-                          int dest, int tag, int sync, p2p_request_t **req_p)
+                          int dest, int tag, int sync, int shared_ok,
+                          p2p_request_t **req_p)
 {
     p2p_context_t *ctx  = comm->ctx;
     p2p_peer_t    *peer = p2p_comm_peer(comm, dest);
-    p2p_request_t *req;
+    p2p_request_t *req  = NULL;
     int           ret;
 
     if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
-        /* the request first: once the message is out, nothing may fail */
-        req = p2p_fault(ctx, P2P_FAULT_REQUEST) ? NULL :
-              ucs_mpool_get_inline(&ctx->req_mp);
-        if (P2P_UNLIKELY(req == NULL)) {
-            p2p_set_error(ctx, "out of memory for a send request");
+        /* the request first: once the message is out, nothing may fail
+         * (the shared one cannot; one that says why UCP refused it is
+         * taken after, when nothing was sent) */
+        if (!shared_ok && ((req = p2p_send_req_take(ctx)) == NULL)) {
             return P2P_ERR_NO_MEMORY;
         }
         ret = p2p_send_small_inline(comm, peer, buf, len, dest, tag);
+        if (shared_ok && P2P_LIKELY(ret == P2P_OK)) {
+            *req_p = &ctx->sent_req;
+            return P2P_OK;
+        }
         if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
             /* done: a complete request, with the outcome */
+            if ((req == NULL) && ((req = p2p_send_req_take(ctx)) == NULL)) {
+                return P2P_ERR_NO_MEMORY;
+            }
             p2p_send_req_done(req, ctx, peer, dest, tag, len, ret);
             *req_p = req;
             return P2P_OK;
         }
-        ucs_mpool_put_inline(req);
+        if (req != NULL) {
+            ucs_mpool_put_inline(req);
+        }
     }
     return p2p_send_req(comm, buf, len, dest, tag, sync,
                         p2p_send_small_ok(peer, len, sync), req_p);
@@ -357,92 +303,35 @@ int p2p_send_start_inline(p2p_comm_t *comm, const void *buf, size_t len,
 int p2p_send_start(p2p_comm_t *comm, const void *buf, size_t len, int dest,
                    int tag, int sync, p2p_request_t **req_p)
 {
-    return p2p_send_start_inline(comm, buf, len, dest, tag, sync, req_p);
+    return p2p_send_start_inline(comm, buf, len, dest, tag, sync, 0, req_p);
 }
 
 /* p2p_isend's work (p2p_pt2pt.c has the other entry points'): the
  * arguments' check and the send in one function */
-int p2p_isend_st(const void *buf, size_t len, int dest, int tag,
-                 p2p_comm_t *comm, p2p_request_t **req_p)
+static inline __attribute__((always_inline))
+int p2p_isend_inline(const void *buf, size_t len, int dest, int tag,
+                     p2p_comm_t *comm, p2p_request_t **req_p)
 {
     if (P2P_UNLIKELY(!p2p_send_args_ok(comm, buf, len, dest, tag, req_p))) {
         return p2p_check_send(comm, buf, len, dest, tag, req_p, "p2p_isend");
     }
-    return p2p_send_start_inline(comm, buf, len, dest, tag, 0, req_p);
+    return p2p_send_start_inline(comm, buf, len, dest, tag, 0, 1, req_p);
 }
 
-/*
- * The eager message of a blocking standard send: the header on the stack,
- * no request of p2p's. UCP sends it at once (short or bcopy), or returns
- * its own request, which is waited for here -- the header lives until UCP
- * is done with it. small_tried: as p2p_send_req's.
- */
-static int p2p_send_eager_blocking(p2p_comm_t *comm, p2p_peer_t *peer,
-                                   const void *buf, size_t len, int dest,
-                                   int tag, int small_tried)
+int p2p_isend_st(const void *buf, size_t len, int dest, int tag,
+                 p2p_comm_t *comm, p2p_request_t **req_p)
 {
-    p2p_context_t       *ctx = comm->ctx;
-    p2p_wire_match_t    hdr;
-    ucp_request_param_t param;
-    ucs_status_ptr_t    sp;
-    ucs_status_t        status;
-
-    p2p_fill_match(&hdr, P2P_WIRE_EAGER, comm, peer, tag,
-                   comm->send_seq[dest]);
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags        = UCP_AM_SEND_FLAG_EAGER | p2p_auth_flag(peer);
-    sp = p2p_am_send(ctx, peer->ep, &hdr, sizeof(hdr), buf, len, &param);
-    if (P2P_UNLIKELY(UCS_PTR_IS_ERR(sp))) {
-        /* nothing was sent: its sequence number stays free */
-        status = UCS_PTR_STATUS(sp);
-        goto err;
-    }
-    ++comm->send_seq[dest];
-    ++ctx->stats.eager_sent;
-    if (P2P_LIKELY(sp == NULL)) {
-        if (small_tried && (len != 0) && (peer->tx_token != 0)) {
-            /* see p2p_send_req */
-            peer->small_max = len - 1;
-            ++ctx->stats.small_demoted;
-        }
-        return P2P_OK;
-    }
-    while ((status = ucp_request_check_status(sp)) == UCS_INPROGRESS) {
-        p2p_wait_poll(ctx);
-    }
-    ucp_request_free(sp);
-    if (P2P_LIKELY(status == UCS_OK)) {
-        return P2P_OK;
-    }
-err:
-    p2p_set_error(ctx, "sending to rank %u failed: %s", peer->rank,
-                  ucs_status_string(status));
-    return p2p_status_err(status);
+    return p2p_isend_inline(buf, len, dest, tag, comm, req_p);
 }
 
-/* A small message UCP sends at once needs no request at all, nor does an
- * eager one. */
-int p2p_send_blocking(p2p_comm_t *comm, const void *buf, size_t len,
-                      int dest, int tag, int sync)
+/* The entry point: without threads, straight to the work. */
+int p2p_isend(const void *buf, size_t len, int dest, int tag,
+              p2p_comm_t *comm, p2p_request_t **req_p)
 {
-    p2p_peer_t    *peer = p2p_comm_peer(comm, dest);
-    p2p_request_t *req;
-    int           ret, small_tried = 0;
-
-    if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
-        ret = p2p_send_small_inline(comm, peer, buf, len, dest, tag);
-        if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
-            return ret;
-        }
-        small_tried = 1;
+    if (P2P_LIKELY((comm != NULL) && !comm->ctx->mt)) {
+        return p2p_isend_inline(buf, len, dest, tag, comm, req_p);
     }
-    if (!sync && (len <= comm->ctx->cfg.eager_limit) && !peer->failed &&
-        (peer->ep != NULL)) {
-        return p2p_send_eager_blocking(comm, peer, buf, len, dest, tag,
-                                       small_tried);
-    }
-    ret = p2p_send_req(comm, buf, len, dest, tag, sync, small_tried, &req);
-    return (ret != P2P_OK) ? ret : p2p_wait_st(&req, NULL);
+    return p2p_isend_other(buf, len, dest, tag, comm, req_p);
 }
 
 /* A message the caller packs (p2p_embed.h): always by UCP's protocols,

@@ -209,6 +209,9 @@ struct p2p_comm {
     int           rank;
     int           size;
     uint32_t      *world;       /* comm rank -> world rank */
+    p2p_peer_t    **peer;       /* comm rank -> &ctx->peers[world rank]
+                                   (ctx->peers never moves): every message
+                                   looks its peer up, two loads this way */
     int           inter;        /* an intercommunicator */
     int           local_size;   /* of the local group, if inter */
     uint32_t      *send_seq;    /* next seq to each comm rank */
@@ -247,6 +250,7 @@ struct p2p_request {
     uint8_t        complete;    /* pending reached 0 */
     uint8_t        released;    /* the user let go: recycle at completion */
     uint8_t        waiting;     /* linked in a peer's waiting list */
+    uint8_t        shared;      /* the context's sent_req, never recycled */
     int            pending;     /* events still to come before completion */
     uint64_t       rid;         /* id in the request table (waiting for an
                                    answer), or 0 */
@@ -409,6 +413,9 @@ struct p2p_context {
                                      memory (the warning's rate) */
     ucs_mpool_t   req_mp;       /* requests */
     int           have_req_mp;
+    p2p_request_t sent_req;     /* what p2p_isend hands back for a message
+                                   UCP sent at once: complete, shared by
+                                   all such sends, never recycled */
     p2p_rid_slot_t *rids;       /* request table */
     uint32_t      nrids;
     uint32_t      rid_free;     /* first free slot, UINT32_MAX: none */

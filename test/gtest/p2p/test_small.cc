@@ -10,6 +10,7 @@
  */
 #include "p2p_test.h"
 
+#include <p2p_embed.h>
 #include <p2p_fault.h>
 #include <p2p_ucp.h>
 #include <p2p_wire.h>
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 using namespace p2ptest;
@@ -194,4 +196,98 @@ TEST_F(P2P, SmallSizeLearntOnlyWithToken)
     /* the sizes and the five, each counted once */
     EXPECT_EQ(s0.eager_sent + 6, s2.eager_sent);
     EXPECT_EQ(P2P_OK, p2p_finalize(c2));
+}
+
+/*
+ * p2p_isend of a small standard message UCP sent at once hands back the
+ * context's shared request, complete already (p2p.h): the same pointer
+ * for every such send, a status with the error only, released by every
+ * completion call as any request (the pointer becomes NULL) and never
+ * recycled -- the next such send gets it again, complete. A message over
+ * the small sizes gets a request of its own, with the message's status.
+ * Over shm UCP sends 8 bytes at once; elsewhere the test checks whatever
+ * requests it got.
+ */
+TEST_F(P2P, SmallIsendSharesOneCompleteRequest)
+{
+    if (!in_pair()) {
+        return;
+    }
+    const int  other = peer();
+    const char *tls  = getenv("UCX_TLS");
+    const bool shm   = (tls != nullptr) && (std::string(tls) == "shm");
+    uint64_t   out[4] = { 11, 12, 13, 14 }, in[4] = { 0, 0, 0, 0 };
+    p2p_request_t *r[4], *s[4], *w;
+    /* connected both ways first: the small path needs the endpoint */
+    ASSERT_EQ(P2P_OK, p2p_irecv(&in[0], 8, other, 20, comm, &w));
+    ASSERT_EQ(P2P_OK, p2p_send(&out[0], 8, other, 20, comm));
+    ASSERT_EQ(P2P_OK, wait_one(&w, nullptr, "the first message"));
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_EQ(P2P_OK, p2p_irecv(&in[i], 8, other, 21 + i, comm, &r[i]));
+    }
+    for (int i = 0; i < 4; ++i) {
+        ASSERT_EQ(P2P_OK, p2p_isend(&out[i], 8, other, 21 + i, comm, &s[i]));
+    }
+    const bool shared = (s[0] == s[1]) && (s[1] == s[2]) && (s[2] == s[3]);
+    if (shm) {
+        EXPECT_TRUE(shared) << "small sends over shm got requests of their "
+                               "own";
+    }
+    p2p_request_t *one = shared ? s[0] : nullptr;
+    if (shared) {
+        p2p_status_t st;
+        int          flag = 0;
+        EXPECT_EQ(1, p2p_request_done(one));
+        ASSERT_EQ(P2P_OK, p2p_test(&s[0], &flag, &st));
+        EXPECT_TRUE(flag);
+        EXPECT_EQ(nullptr, s[0]);
+        EXPECT_EQ(P2P_ANY_SOURCE, st.source);
+        EXPECT_EQ(P2P_ANY_TAG, st.tag);
+        EXPECT_EQ(P2P_OK, st.error);
+        EXPECT_EQ(0, st.cancelled);
+        EXPECT_EQ(0u, st.count);
+        EXPECT_EQ(P2P_OK, p2p_cancel(s[1]));   /* a send: left alone */
+        ASSERT_EQ(P2P_OK, p2p_request_free(&s[1]));
+        EXPECT_EQ(nullptr, s[1]);
+        /* released twice, still complete: not recycled */
+        EXPECT_EQ(1, p2p_request_done(one));
+    }
+    std::vector<p2p_status_t> sts(4);
+    ASSERT_EQ(P2P_OK, p2p_waitall(4, s, sts.data()));
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(nullptr, s[i]);
+        EXPECT_EQ(P2P_OK, sts[i].error);
+    }
+    ASSERT_EQ(P2P_OK, p2p_waitall(4, r, sts.data()));
+    for (int i = 0; i < 4; ++i) {
+        EXPECT_EQ(out[i], in[i]) << "message " << i;
+        EXPECT_EQ(21 + i, sts[i].tag);
+        EXPECT_EQ(8u, sts[i].count);
+    }
+    /* the next small send gets it again */
+    ASSERT_EQ(P2P_OK, p2p_irecv(&in[0], 8, other, 25, comm, &r[0]));
+    ASSERT_EQ(P2P_OK, p2p_isend(&out[1], 8, other, 25, comm, &s[0]));
+    if (shared) {
+        EXPECT_EQ(one, s[0]);
+    }
+    ASSERT_EQ(P2P_OK, wait_one(&s[0], nullptr, "the small send"));
+    ASSERT_EQ(P2P_OK, wait_one(&r[0], nullptr, "the small message"));
+    EXPECT_EQ(out[1], in[0]);
+    /* over the small sizes: a request of its own, the message's status */
+    std::vector<uint8_t> big(4096, 7), got(4096, 0);
+    p2p_request_t        *rb, *sb;
+    p2p_status_t         st;
+    ASSERT_EQ(P2P_OK, p2p_irecv(got.data(), got.size(), other, 30, comm,
+                                &rb));
+    ASSERT_EQ(P2P_OK, p2p_isend(big.data(), big.size(), other, 30, comm,
+                                &sb));
+    if (shared) {
+        EXPECT_NE(one, sb);
+    }
+    ASSERT_EQ(P2P_OK, wait_one(&sb, &st, "the 4 KiB send"));
+    EXPECT_EQ(other, st.source);
+    EXPECT_EQ(30, st.tag);
+    EXPECT_EQ(big.size(), st.count);
+    ASSERT_EQ(P2P_OK, wait_one(&rb, nullptr, "the 4 KiB message"));
+    EXPECT_EQ(big, got);
 }
