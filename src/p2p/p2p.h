@@ -179,7 +179,11 @@ P2P_API int  p2p_comm_failure_count(const p2p_comm_t *comm);
  * at once may get a request shared by all such sends, complete already:
  * its status has the error (P2P_OK) only -- source P2P_ANY_SOURCE, tag
  * P2P_ANY_TAG, count 0 -- and completion calls release it as any other
- * (and set the pointer to NULL). */
+ * (and set the pointer to NULL). So request pointers of sends are not
+ * unique (do not key state by them), and releasing a kept copy of one
+ * already released is not refused. Whether a send gets it depends on
+ * whether UCP could send at once: a send's status fields other than the
+ * error are not to be relied on (as MPI's). */
 P2P_API int  p2p_isend(const void *buf, size_t len, int dest, int tag,
                        p2p_comm_t *comm, p2p_request_t **req_p);
 /* Synchronous: completes only once a receive has matched the message. */
