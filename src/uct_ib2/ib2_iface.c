@@ -105,16 +105,15 @@ static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
         ibv_req_notify_cq(iface->send_cq, 0) != 0) {
         return UCS_ERR_IO_ERROR;
     }
-    /* X queues: a peer's connection request arrives on the receive CQ
-     * whatever events the user waits for (a wakeup it did not ask for is
-     * allowed; a request nobody answers is not). */
-    if (((events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG)) ||
-         (iface->xcm != NULL)) &&
+    /* X queues' connection requests are not on it: the async thread
+     * answers them (ib2_xcm.h) */
+    if ((events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG)) &&
         ibv_req_notify_cq(iface->recv_cq, 0) != 0) {
         return UCS_ERR_IO_ERROR;
     }
     /* Credit messages, pending work and connection requests waiting for
-     * their answer (resent from progress) are progress too. */
+     * their answer (resent, and the answer taken, in progress) are
+     * progress too. */
     if (send_events || recv_events || ib2_cm_busy(iface) ||
         ((iface->xcm != NULL) && ib2_xcm_busy(iface)) ||
         !ucs_list_is_empty(&iface->ctrl_pending) ||
@@ -357,8 +356,9 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_NO_MEMORY;
         goto err_cleanup_mp;
     }
-    self->xrc_domain = config->xrc_domain;
-    status           = ib2_rxq_init(self, params);
+    self->xrc_domain  = config->xrc_domain;
+    self->xrc_timeout = config->xrc_timeout;
+    status            = ib2_rxq_init(self, params);
     self->xrc_domain = NULL; /* the config is the caller's */
     if (status != UCS_OK) {
         goto err_cleanup_hash;
