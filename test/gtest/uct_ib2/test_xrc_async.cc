@@ -67,8 +67,11 @@ TEST(XrcAsync, AnsweredWithoutTheTargetProgressing)
     Entity::unpack(&remote, mem->rkey_buf);
     uint64_t *counter = reinterpret_cast<uint64_t *>(mem->p);
     *counter          = 10;
-    connect_one(s, sr, r, rs);
+    /* r first: s's request then finds r's endpoint connected, and r's
+     * async thread answers it (one before r's connect_to_ep would be
+     * answered by that call) */
     connect_one(r, rs, s, sr);
+    connect_one(s, sr, r, rs);
 
     uint64_t result = 0;
     Comp fetch;
