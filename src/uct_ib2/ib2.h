@@ -725,6 +725,8 @@ void ib2_xcm_start(ib2_ep_t *ep, ucs_time_t now);
 void ib2_xcm_unwait(ib2_ep_t *ep);
 void ib2_xcm_progress(ib2_iface_t *iface);
 int ib2_xcm_busy(ib2_iface_t *iface);
+ucs_status_t ib2_xcm_event_arm(ib2_iface_t *iface);
+void ib2_xcm_ack_events(ib2_iface_t *iface, unsigned events);
 ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc);
 
 /* X queues' TGT QPs held for peers (ib2_xtgt.c). */

@@ -3,9 +3,9 @@
  * channel's state, shared by the interface's thread and the worker's
  * async thread.
  *
- * Threads. The channel has a CQ and a completion channel of its own, so
- * its traffic never wakes the user's event descriptor. With an async
- * context that has a thread, that thread reads the CQ (ib2_xcm_drain)
+ * Threads. With an async context that has a thread, the channel's CQ has
+ * a completion channel of its own, so its traffic never wakes the user's
+ * event descriptor, and that thread reads the CQ (ib2_xcm_drain)
  * under the context's lock and answers the peers' requests itself: a
  * process makes or opens its TGT QP whether or not it progresses, as the
  * target of RDMA and atomics need not. What touches the sending side (an
@@ -17,8 +17,10 @@
  * ring and the reports. The receive path reads the endpoint table and an
  * endpoint's tgt_qpn without it: the table changes only in the
  * interface's thread, and tgt_qpn is written before the REPLY that lets
- * the peer send through it. With a signal or polled context the CQ is
- * read in progress only.
+ * the peer send through it. Without a thread (a polled or signal
+ * context) the CQ is read in progress only, and is on the interface's
+ * completion channel, so that a peer's request wakes a user sleeping on
+ * it.
  */
 #ifndef IB2_XCM_H
 #define IB2_XCM_H
@@ -65,8 +67,8 @@ typedef struct ib2_xcm {
     uint8_t              watched;        /* its handler is installed */
     uint8_t              async_thread;   /* the handler reads the CQ */
     uint8_t              in_async;       /* inside the handler */
-    volatile int         ready;          /* reports, or (no thread) the
-                                            CQ has completions */
+    volatile int         ready;          /* reports, or completions the
+                                            drain left */
     unsigned             nreports;
     ib2_xcm_report_t     reports[IB2_XCM_REPORTS];
 } ib2_xcm_t;

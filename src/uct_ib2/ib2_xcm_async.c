@@ -13,11 +13,32 @@
  * thread here; what is left is read by the next progress call. */
 #define IB2_XCM_DRAIN_MAX (2 * (IB2_XCM_RECVS + IB2_XCM_SENDS))
 
+static int ib2_xcm_has_thread(ib2_iface_t *iface)
+{
+    ucs_async_context_t *async = iface->super.worker->async;
+
+    return (async != NULL) &&
+           ((async->mode == UCS_ASYNC_MODE_THREAD_SPINLOCK) ||
+            (async->mode == UCS_ASYNC_MODE_THREAD_MUTEX));
+}
+
+/*
+ * With an async thread the CQ has a completion channel of its own, which
+ * that thread watches. Without one, nothing would answer a peer while the
+ * user sleeps on the interface's event descriptor: the CQ is then on the
+ * interface's channel and armed by iface_event_arm, so a request wakes
+ * the user, whose progress answers it.
+ */
 ucs_status_t ib2_xcm_cq_init(ib2_iface_t *iface)
 {
     ib2_xcm_t *xcm = iface->xcm;
+    struct ibv_comp_channel *channel;
     int flags;
 
+    if (!ib2_xcm_has_thread(iface)) {
+        channel = iface->channel;
+        goto create_cq;
+    }
     xcm->channel = ibv_create_comp_channel(iface->md->ctx);
     if (xcm->channel == NULL) {
         ucs_error("%s:%u: connection channel: ibv_create_comp_channel "
@@ -31,9 +52,11 @@ ucs_status_t ib2_xcm_cq_init(ib2_iface_t *iface)
                   "channel non-blocking: %m", iface->md->name, iface->port);
         return UCS_ERR_IO_ERROR;
     }
+    channel = xcm->channel;
+create_cq:
     xcm->cq = ibv_create_cq(iface->md->ctx,
                             (int)(IB2_XCM_RECVS + IB2_XCM_SENDS), NULL,
-                            xcm->channel, 0);
+                            channel, 0);
     if (xcm->cq == NULL) {
         ucs_error("%s:%u: connection channel: ibv_create_cq(%u) failed: %m",
                   iface->md->name, iface->port,
@@ -52,7 +75,7 @@ void ib2_xcm_cq_cleanup(ib2_iface_t *iface)
         ucs_warn("%s:%u: connection channel: ibv_destroy_cq failed: %m",
                  iface->md->name, iface->port);
     }
-    if ((xcm->channel != NULL) &&
+    if ((xcm->channel != NULL) &&   /* its own, not the interface's */
         (ibv_destroy_comp_channel(xcm->channel) != 0)) {
         ucs_warn("%s:%u: connection channel: ibv_destroy_comp_channel "
                  "failed: %m", iface->md->name, iface->port);
@@ -222,10 +245,7 @@ static void ib2_xcm_async_cb(int fd, ucs_event_set_types_t events, void *arg)
     ib2_iface_t *iface = arg;
     ib2_xcm_t *xcm     = iface->xcm;
 
-    if (!xcm->async_thread) {
-        xcm->ready = 1;
-        return;
-    }
+    ucs_assert(xcm->async_thread);
     ucs_assert(!xcm->in_async);
     xcm->in_async = 1;
     ib2_xcm_drain(iface);
@@ -240,26 +260,24 @@ ucs_status_t ib2_xcm_async_init(ib2_iface_t *iface)
     ucs_status_t status;
 
     xcm->async = async;
-    if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
-        /* handlers would run only when the user polls the context */
+    if (!ib2_xcm_has_thread(iface)) {
+        /* a polled context runs handlers only when the user polls it, a
+         * signal handler could not answer: read in progress, and armed
+         * on the interface's channel (ib2_xcm_cq_init) */
         ucs_debug("%s:%u: connection channel read in progress (the async "
-                  "context is polled)", iface->md->name, iface->port);
-        return UCS_OK;
+                  "context has no thread)", iface->md->name, iface->port);
+        return ib2_xcm_event_arm(iface);
     }
     if (ibv_req_notify_cq(xcm->cq, 0) != 0) {
         ucs_error("%s:%u: connection channel: ibv_req_notify_cq failed: %m",
                   iface->md->name, iface->port);
         return UCS_ERR_IO_ERROR;
     }
-    /* As rdmacm's channel (ib2_cm.c): a thread reads level-triggered, so
-     * that a dispatch missed while the interface's thread holds the lock
-     * comes again; a signal handler only raises the flag, edge-triggered. */
-    xcm->async_thread = (async->mode == UCS_ASYNC_MODE_THREAD_SPINLOCK) ||
-                        (async->mode == UCS_ASYNC_MODE_THREAD_MUTEX);
+    /* Level-triggered, as rdmacm's channel (ib2_cm.c): a dispatch missed
+     * while the interface's thread holds the lock comes again. */
+    xcm->async_thread = 1;
     status = ucs_async_set_event_handler(async->mode, xcm->channel->fd,
-                                         UCS_EVENT_SET_EVREAD |
-                                         (xcm->async_thread ? 0 :
-                                          UCS_EVENT_SET_EDGE_TRIGGERED),
+                                         UCS_EVENT_SET_EVREAD,
                                          ib2_xcm_async_cb, iface, async);
     if (status != UCS_OK) {
         ucs_error("%s:%u: cannot watch the connection channel's CQ: %s",
@@ -282,6 +300,25 @@ void ib2_xcm_async_cleanup(ib2_iface_t *iface)
         xcm->watched      = 0;
         xcm->async_thread = 0;
     }
+}
+
+/* No async thread: iface_event_arm arms the CQ on the interface's channel
+ * (its events are taken there). */
+ucs_status_t ib2_xcm_event_arm(ib2_iface_t *iface)
+{
+    ib2_xcm_t *xcm = iface->xcm;
+
+    if (xcm->async_thread || (ibv_req_notify_cq(xcm->cq, 0) == 0)) {
+        return UCS_OK;
+    }
+    ucs_error("%s:%u: connection channel: ibv_req_notify_cq failed: %m",
+              iface->md->name, iface->port);
+    return UCS_ERR_IO_ERROR;
+}
+
+void ib2_xcm_ack_events(ib2_iface_t *iface, unsigned events)
+{
+    ibv_ack_cq_events(iface->xcm->cq, events);
 }
 
 /* Lock held: for the interface's thread. A report that does not fit is

@@ -246,3 +246,37 @@ TEST(XrcAsync, EarlyRequestAnsweredAtConnect)
     EXPECT_LT(took, 0.4) << "waited for a resend";
     EXPECT_TRUE(a.errors.empty() && b.errors.empty());
 }
+
+/* Without an async thread (a polled context) nothing would answer a peer
+ * while the user sleeps on the event descriptor: the exchange's CQ is
+ * then armed on it by event_arm (even when that reports busy), the
+ * exchange's messages wake the user, and its progress answers. */
+TEST(XrcAsync, WithoutAThreadTheExchangeWakesTheUser)
+{
+    Entity s(threaded()), r(xrc_params());   /* r: polled context */
+    ASSERT_TRUE(s.ok() && r.ok());
+    uct_ep_h sr = s.ep_create(), rs = r.ep_create();
+    ASSERT_TRUE(sr && rs);
+    int fd = -1;
+    ASSERT_EQ(uct_iface_event_fd_get(r.iface, &fd), UCS_OK);
+    /* r asks; s's endpoint is not connected, so nothing answers yet */
+    connect_one(r, rs, s, sr);
+    for (int i = 0; i < 100; ++i) {
+        r.progress();
+    }
+    EXPECT_EQ(uct_iface_event_arm(r.iface, UCT_EVENT_RECV), UCS_ERR_BUSY)
+        << "an endpoint waiting for its answer is progress to come";
+    ASSERT_FALSE(readable(fd));
+
+    /* s connects: it answers r's request and sends its own */
+    connect_one(s, sr, r, rs);
+    EXPECT_TRUE(wait_for([&] { return readable(fd); },
+                         [&] { s.progress(); }))
+        << "the exchange did not wake the user";
+    ASSERT_TRUE(wait_for([&] {
+        return (counters_of(s).xnode_joined > 0) &&
+               (counters_of(r).xnode_joined > 0);
+    }, [&] { s.progress(); r.progress(); }));
+    EXPECT_EQ(counters_of(r).xcm_async, 0u);
+    EXPECT_TRUE(s.errors.empty() && r.errors.empty());
+}
