@@ -259,8 +259,14 @@ void ib2_xcm_ep_stop(ib2_ep_t *ep)
 ib2_ep_t *ib2_xcm_find(ib2_xcm_t *xcm, uint32_t id)
 {
     khiter_t it = kh_get(ib2_xcm_ep, &xcm->eps, id);
+    ib2_ep_t *ep;
 
-    return (it == kh_end(&xcm->eps)) ? NULL : kh_val(&xcm->eps, it);
+    if (it == kh_end(&xcm->eps)) {
+        return NULL;
+    }
+    ep = kh_val(&xcm->eps, it);
+    ucs_assert(ep->x.id == id);
+    return ep;
 }
 
 void ib2_xcm_ep_cleanup(ib2_ep_t *ep)

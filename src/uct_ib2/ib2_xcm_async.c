@@ -331,6 +331,8 @@ void ib2_xcm_report(ib2_iface_t *iface, uint32_t ep_id, uint8_t type,
     ib2_xcm_t *xcm = iface->xcm;
     ib2_xcm_report_t *r;
 
+    ucs_assert((type == IB2_XCM_REPLY) || (type == IB2_XCM_NOTGT) ||
+               ((type == IB2_XCM_FAIL) && UCS_STATUS_IS_ERR(status)));
     if (xcm->nreports >= IB2_XCM_REPORTS) {
         ++iface->counters.xcm_rx_lost;
     } else {
@@ -357,9 +359,11 @@ void ib2_xcm_take_reports(ib2_iface_t *iface)
     ib2_ep_t *ep;
 
     ib2_xcm_lock(xcm);
+    ucs_assert(!xcm->in_async);   /* the handler holds the lock */
     xcm->ready = 0;
     ib2_xcm_drain(iface);
     n = xcm->nreports;
+    ucs_assert(n <= IB2_XCM_REPORTS);
     memcpy(reports, xcm->reports, n * sizeof(*reports));
     xcm->nreports = 0;
     ib2_xcm_unlock(xcm);
