@@ -12,13 +12,11 @@
 #           default, no atomics)
 # The P, S and X queue sets are the ones suite 30 runs ucx_perftest with.
 # Each mode's device is softverbs0, of the type ucxg_mode_env gives.
-# Suite 36 runs a subset when IB2_UCXG_MODES names one (e.g. "verbs X").
-# X is left out of the default run: 10 of its tests fail, all because the
-# UD request for a TGT QP is answered only in the receiver's progress
-# (docs/ucx-gtest.md, "X mode"), so it runs only when named.
+# Suite 36 runs them all, or a subset when IB2_UCXG_MODES names one (e.g.
+# "verbs X").
 
-UCXG_MODES="verbs mixed P S roce-cm iwarp"
-UCXG_MODES_ALL="$UCXG_MODES X"
+UCXG_MODES="verbs mixed P S X roce-cm iwarp"
+UCXG_MODES_ALL="$UCXG_MODES"
 
 ucxg_mode_tl() {   # ucxg_mode_tl MODE: print the transport name
     case $1 in

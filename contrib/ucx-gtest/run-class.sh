@@ -7,9 +7,10 @@
 #
 #   contrib/ucx-gtest/run-class.sh [options] MODE CLASS
 #
-#   MODE    verbs | mixed | P | S | roce-cm | iwarp  (modes.sh: rc_verbs,
-#           or rc_ib2 with its default, per-peer-only or shared-only
-#           receive queues, or connected through rdmacm on RoCE and iWARP)
+#   MODE    verbs | mixed | P | S | X | roce-cm | iwarp  (modes.sh:
+#           rc_verbs, or rc_ib2 with its default, per-peer-only,
+#           shared-only or XRC-only receive queues, or connected through
+#           rdmacm on RoCE and iWARP)
 #   CLASS   a uct test class, e.g. uct_flush_test; or --classes: print
 #           the classes instantiated for the mode's transport, one a line
 #

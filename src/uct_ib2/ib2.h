@@ -169,6 +169,7 @@ typedef struct ib2_iface_config {
     unsigned long             gid_index;         /* UCS_ULUNITS_AUTO: auto */
     char                      *gid_addr;         /* "" or an IP address */
     char                      *xrc_domain;       /* X: "" or a file path */
+    double                    xrc_timeout;       /* X: seconds */
     double                    timeout;           /* seconds per retry */
     unsigned                  retry_count;
     double                    rnr_timeout;       /* S queues */
@@ -266,6 +267,8 @@ typedef struct ib2_iface {
                                               held (ib2_xnode.h) */
     uint32_t               xcm_qpn;        /* its QP number, 0: none */
     const char             *xrc_domain;    /* its file, UCX_IB2_XRC_DOMAIN
+                                              (during iface init only) */
+    double                 xrc_timeout;    /* UCX_IB2_XRC_CONNECT_TIMEOUT
                                               (during iface init only) */
     int                    srq_short;      /* an SRQ got fewer buffers than
                                               asked: refill even when idle */
@@ -463,12 +466,18 @@ typedef struct ib2_xcm_ep {
     struct ibv_ah     *ah;              /* to the peer's port */
     ib2_dev_addr_t    peer;             /* its device address */
     ucs_time_t        next;             /* ask again at */
+    ucs_time_t        deadline;         /* fail unanswered at */
     unsigned          tries;
     uint8_t           state;            /* ib2_xcm_state_t */
     uint8_t           request;          /* IB2_XCM_CONNECT or _XJOIN */
     uint8_t           waiting;          /* on xcm->waiting */
     uint8_t           drop_pending;     /* failed: its held requests go
                                            once those on the QP are done */
+    uint8_t           has_early;        /* `early` holds a request */
+    uint32_t          early_qp;         /* the UD QP it came from */
+    ib2_xcm_msg_t     early;            /* IDLE: the last request that
+                                           came before our connect_to_ep,
+                                           answered then (ib2_xcm.c) */
     ucs_list_link_t   list;             /* xcm->waiting */
     /* sending: the node's INI QP (ib2_xnode.h) */
     struct ib2_xnode  *node;
@@ -709,13 +718,15 @@ ucs_status_t ib2_xcm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
                                 uint64_t peer_node);
 void ib2_xcm_ep_stop(ib2_ep_t *ep);
 void ib2_xcm_ep_cleanup(ib2_ep_t *ep);
-void ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn, uint32_t tgt,
-                  uint32_t gen);
+ucs_status_t ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn,
+                          uint32_t tgt, uint32_t gen);
 void ib2_xcm_wait(ib2_ep_t *ep, ucs_time_t now);
+void ib2_xcm_start(ib2_ep_t *ep, ucs_time_t now);
 void ib2_xcm_unwait(ib2_ep_t *ep);
-void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc);
 void ib2_xcm_progress(ib2_iface_t *iface);
 int ib2_xcm_busy(ib2_iface_t *iface);
+ucs_status_t ib2_xcm_event_arm(ib2_iface_t *iface);
+void ib2_xcm_ack_events(ib2_iface_t *iface, unsigned events);
 ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc);
 
 /* X queues' TGT QPs held for peers (ib2_xtgt.c). */

@@ -41,12 +41,16 @@ typedef struct ib2_iface_counters {
     /* X queues' connection exchange over UD (ib2_xcm.c): requests sent
      * again; messages dropped as malformed or not from the endpoint's
      * peer, for no endpoint of ours, or for one not connected yet; sends
-     * not made (every slot in flight, or the post failed). */
+     * not made (every slot in flight, or the post failed); requests
+     * answered in the async thread; answers and failures the async thread
+     * could not leave for progress (every report slot taken). */
     uint64_t xcm_resent;
     uint64_t xcm_rx_bad;
     uint64_t xcm_rx_no_ep;
     uint64_t xcm_rx_early;
     uint64_t xcm_tx_busy;
+    uint64_t xcm_async;
+    uint64_t xcm_rx_lost;
     /* X queues' per-node INI QPs (ib2_xnode.c): an INI QP failed (a
      * request refused or not answered: its endpoints ask for a new one);
      * requests of the other endpoints posted again on the new one;

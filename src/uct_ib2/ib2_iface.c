@@ -76,15 +76,17 @@ static ucs_status_t ib2_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p)
 static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
 {
     ib2_iface_t *iface = ucs_derived_of(tl_iface, ib2_iface_t);
-    unsigned send_events = 0, recv_events = 0;
+    unsigned send_events = 0, recv_events = 0, xcm_events = 0;
     struct ibv_cq *cq;
     void *cq_ctx;
 
     while (ibv_get_cq_event(iface->channel, &cq, &cq_ctx) == 0) {
         if (cq == iface->send_cq) {
             ++send_events;
-        } else {
+        } else if (cq == iface->recv_cq) {
             ++recv_events;
+        } else {
+            ++xcm_events;   /* X exchange without an async thread */
         }
     }
     if (errno != EAGAIN) {
@@ -98,6 +100,9 @@ static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
     if (recv_events) {
         ibv_ack_cq_events(iface->recv_cq, recv_events);
     }
+    if (xcm_events) {
+        ib2_xcm_ack_events(iface, xcm_events);
+    }
     /* X queues: a node recovering from a failure waits for send
      * completions whatever the user waits for (ib2_xnode_settle) */
     if (((events & (UCT_EVENT_SEND_COMP | UCT_EVENT_RECV_SIG)) ||
@@ -105,17 +110,21 @@ static ucs_status_t ib2_iface_event_arm(uct_iface_h tl_iface, unsigned events)
         ibv_req_notify_cq(iface->send_cq, 0) != 0) {
         return UCS_ERR_IO_ERROR;
     }
-    /* X queues: a peer's connection request arrives on the receive CQ
-     * whatever events the user waits for (a wakeup it did not ask for is
-     * allowed; a request nobody answers is not). */
-    if (((events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG)) ||
-         (iface->xcm != NULL)) &&
+    /* X queues' connection requests are not on it: the async thread
+     * answers them (ib2_xcm.h); without one they wake the user, whose
+     * progress answers (a wakeup it did not ask for is allowed; a request
+     * nobody answers is not) */
+    if ((events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG)) &&
         ibv_req_notify_cq(iface->recv_cq, 0) != 0) {
         return UCS_ERR_IO_ERROR;
     }
+    if ((iface->xcm != NULL) && (ib2_xcm_event_arm(iface) != UCS_OK)) {
+        return UCS_ERR_IO_ERROR;
+    }
     /* Credit messages, pending work and connection requests waiting for
-     * their answer (resent from progress) are progress too. */
-    if (send_events || recv_events || ib2_cm_busy(iface) ||
+     * their answer (resent, and the answer taken, in progress) are
+     * progress too. */
+    if (send_events || recv_events || xcm_events || ib2_cm_busy(iface) ||
         ((iface->xcm != NULL) && ib2_xcm_busy(iface)) ||
         !ucs_list_is_empty(&iface->ctrl_pending) ||
         (!ucs_arbiter_is_empty(&iface->arbiter) &&
@@ -357,8 +366,9 @@ static UCS_CLASS_INIT_FUNC(ib2_iface_t, uct_md_h tl_md, uct_worker_h worker,
         status = UCS_ERR_NO_MEMORY;
         goto err_cleanup_mp;
     }
-    self->xrc_domain = config->xrc_domain;
-    status           = ib2_rxq_init(self, params);
+    self->xrc_domain  = config->xrc_domain;
+    self->xrc_timeout = config->xrc_timeout;
+    status            = ib2_rxq_init(self, params);
     self->xrc_domain = NULL; /* the config is the caller's */
     if (status != UCS_OK) {
         goto err_cleanup_hash;

@@ -89,6 +89,13 @@ ucs_config_field_t ib2_iface_config_table[] = {
      "user, not a link.",
      ucs_offsetof(ib2_iface_config_t, xrc_domain), UCS_CONFIG_TYPE_STRING},
 
+    {"XRC_CONNECT_TIMEOUT", "30s",
+     "X receive queues: how long an endpoint waits for the peer's process\n"
+     "to answer its request for a TGT QP (sent again meanwhile); then the\n"
+     "endpoint fails (timed out). The peer answers once it has connected\n"
+     "its own endpoint. 10ms to 1h.",
+     ucs_offsetof(ib2_iface_config_t, xrc_timeout), UCS_CONFIG_TYPE_TIME},
+
     {"DEVICE_PARAMS", IB2_DEFAULT_DEVICE_PARAMS,
      "Device parameter file: defaults for mtu, max_inline_data and\n"
      "receive_queues by vendor_id/vendor_part_id. Empty: none.",

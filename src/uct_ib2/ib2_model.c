@@ -227,7 +227,7 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
                       char *err, size_t max)
 {
     unsigned long pbufs = 0, sbufs = 0, n_p = 0, n_s = 0, n_x = 0, ep;
-    uint64_t need, rx_off, sq_one;
+    uint64_t need, rx_off, sq_one, ud_cqe;
     size_t largest;
     unsigned q;
 
@@ -301,9 +301,10 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->recv_posted = sbufs + res->peers * pbufs;
     if (n_x != 0) {
         /* X: the UD QP of connection requests (ib2_xcm.c), its receives
-         * and their ring, and its one registered region (below); it
-         * completes on the receive CQ */
+         * and their ring, its one registered region (below) and its own
+         * CQ (read in the async thread) */
         res->qp_ud        = 1;
+        res->cq          += 1;
         res->recv_posted += IB2_XCM_RECVS;
         res->rq_bytes    += ib2m_ring(dev->rq_pow2, IB2_XCM_RECVS,
                                       dev->rq_wqe);
@@ -326,7 +327,7 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
      * could complete once they exceed it (ib2_iface_reserve_rx_cq). */
     res->tx_cqe = ib2m_cq_entries(dev, conf->tx_cq_len);
     res->rx_cqe = ib2m_cq_entries(dev, conf->rx_cq_len);
-    need        = sbufs + (n_x ? IB2_XCM_RECVS + IB2_XCM_SENDS : 0);
+    need        = sbufs;
     if (pbufs != 0) {
         for (ep = 0; ep < res->peers; ++ep) {
             need += pbufs;
@@ -345,6 +346,10 @@ int ib2_model_compute(const ib2_rq_config_t *rq, const ib2_model_conf_t *conf,
     res->cq_bytes = ((dev->cq_pow2 ? res->tx_cqe + 1 : res->tx_cqe) +
                      (dev->cq_pow2 ? res->rx_cqe + 1 : res->rx_cqe)) *
                     dev->cqe;
+    if (n_x != 0) {
+        ud_cqe         = ib2m_cq_entries(dev, IB2_XCM_RECVS + IB2_XCM_SENDS);
+        res->cq_bytes += (dev->cq_pow2 ? ud_cqe + 1 : ud_cqe) * dev->cqe;
+    }
     /* X: each peer node's ring of 2^n slots (n: the send queue's
      * length rounded up), a slot the request and the larger of its
      * gather list and its inline bytes (ib2_xnode_get) */

@@ -360,11 +360,7 @@ static int ib2_rx_poll(ib2_iface_t *iface)
         return 0;
     }
     for (i = 0; i < n; ++i) {
-        if (ucs_unlikely(wc[i].qp_num == iface->xcm_qpn)) {
-            ib2_xcm_completion(iface, &wc[i]);  /* X: UD connection */
-        } else {
-            ib2_rx_completion(iface, &wc[i]);
-        }
+        ib2_rx_completion(iface, &wc[i]);
     }
     return n;
 }

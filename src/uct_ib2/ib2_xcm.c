@@ -10,51 +10,29 @@
  * node's processes makes the TGT QP depends on the order of connections.
  *
  * UD is unreliable: a request is sent again until its answer comes, with
- * a growing interval, and the endpoint fails when none comes in time. A
- * request for an endpoint that has not had its own connect_to_ep yet is
- * dropped (the peer sends it again); a repeated one is answered from the
- * endpoint's state. Messages go through a small registered region
- * (receives: GRH + message; sends: a ring of slots), and complete on the
- * interface's receive CQ, whose poll hands them here by QP number
- * (ib2_rx.c), so that event-driven progress sees them too.
+ * a growing interval, and the endpoint fails when none comes within
+ * UCX_IB2_XRC_CONNECT_TIMEOUT. A request for an endpoint that has not had
+ * its own connect_to_ep yet is dropped (the peer sends it again); a
+ * repeated one is answered from the endpoint's state. Messages go through
+ * a small registered region (receives: GRH + message; sends: a ring of
+ * slots) and complete on the channel's own CQ, read in the worker's async
+ * thread, which answers requests at once (ib2_xcm.h, "Threads").
  */
-#include "ib2_xnode.h"
+#include "ib2_xcm.h"
 
 #include <arpa/inet.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/time/time.h>
 
 #define IB2_XCM_QKEY     0x1b2c3d4eu
-#define IB2_XCM_RX_SLOT  (IB2_XCM_GRH + IB2_XCM_SLOT)
-#define IB2_XCM_WR_SEND  ((uint64_t)1 << 32)
 
 _Static_assert(sizeof(ib2_xcm_msg_t) <= IB2_XCM_SLOT,
                "a connection message fits its slot");
-/* A peer that has not connected its endpoint yet is waited for this
- * long, whatever the transport's retry settings: processes connect when
- * their address exchange lets them, which may be seconds apart. */
-#define IB2_XCM_PATIENCE 30.0            /* seconds */
 
-KHASH_INIT(ib2_xcm_ep, uint32_t, ib2_ep_t*, 1, kh_int_hash_func,
-           kh_int_hash_equal)
-
-typedef struct ib2_xcm {
-    struct ibv_qp        *qp;
-    struct ibv_mr        *mr;
-    void                 *buf;
-    unsigned             send_next;      /* next send slot */
-    unsigned             sends_out;      /* posted, not completed */
-    uint32_t             next_id;
-    ucs_time_t           first_interval;
-    unsigned             max_tries;
-    khash_t(ib2_xcm_ep)  eps;            /* id -> endpoint */
-    ucs_list_link_t      waiting;        /* endpoints awaiting a REPLY */
-} ib2_xcm_t;
-
-static void *ib2_xcm_rx_slot(ib2_xcm_t *xcm, unsigned i)
-{
-    return UCS_PTR_BYTE_OFFSET(xcm->buf, i * IB2_XCM_RX_SLOT);
-}
+/* UCX_IB2_XRC_CONNECT_TIMEOUT's range: at least one resend; at most what
+ * a person waiting on a start-up would. */
+#define IB2_XCM_TIMEOUT_MIN 0.01
+#define IB2_XCM_TIMEOUT_MAX 3600.0
 
 static void *ib2_xcm_tx_slot(ib2_xcm_t *xcm, unsigned i)
 {
@@ -62,7 +40,7 @@ static void *ib2_xcm_tx_slot(ib2_xcm_t *xcm, unsigned i)
                                i * IB2_XCM_SLOT);
 }
 
-static int ib2_xcm_post_recv(ib2_iface_t *iface, unsigned i)
+int ib2_xcm_post_recv(ib2_iface_t *iface, unsigned i)
 {
     ib2_xcm_t *xcm = iface->xcm;
     struct ibv_recv_wr wr, *bad;
@@ -116,11 +94,19 @@ err:
 ucs_status_t ib2_xcm_init(ib2_iface_t *iface)
 {
     struct ibv_qp_init_attr init;
+    double patience = iface->xrc_timeout;
     ib2_xcm_t *xcm;
     ucs_status_t status;
-    double interval, total;
     unsigned i;
 
+    if ((patience < IB2_XCM_TIMEOUT_MIN) ||
+        (patience > IB2_XCM_TIMEOUT_MAX)) {
+        ucs_error("UCX_IB2_XRC_CONNECT_TIMEOUT=%gs: give %gs to %gs (how "
+                  "long an X endpoint waits for its peer's process to "
+                  "answer)", patience, IB2_XCM_TIMEOUT_MIN,
+                  IB2_XCM_TIMEOUT_MAX);
+        return UCS_ERR_INVALID_PARAM;
+    }
     xcm = ucs_calloc(1, sizeof(*xcm), "ib2_xcm");
     if (xcm == NULL) {
         return UCS_ERR_NO_MEMORY;
@@ -135,6 +121,11 @@ ucs_status_t ib2_xcm_init(ib2_iface_t *iface)
         goto err;
     }
     memset(xcm->buf, 0, IB2_XCM_BYTES);
+    status = ib2_xcm_cq_init(iface);
+    if (status != UCS_OK) {
+        goto err;
+    }
+    status = UCS_ERR_IO_ERROR;
     xcm->mr = ibv_reg_mr(iface->md->pd, xcm->buf, IB2_XCM_BYTES,
                          IBV_ACCESS_LOCAL_WRITE);
     if (xcm->mr == NULL) {
@@ -144,8 +135,8 @@ ucs_status_t ib2_xcm_init(ib2_iface_t *iface)
         goto err;
     }
     memset(&init, 0, sizeof(init));
-    init.send_cq          = iface->recv_cq;
-    init.recv_cq          = iface->recv_cq;
+    init.send_cq          = xcm->cq;
+    init.recv_cq          = xcm->cq;
     init.qp_type          = IBV_QPT_UD;
     init.sq_sig_all       = 1;
     init.cap.max_send_wr  = IB2_XCM_SENDS;
@@ -168,19 +159,18 @@ ucs_status_t ib2_xcm_init(ib2_iface_t *iface)
             goto err;
         }
     }
-    /* Its receives and sends complete on the receive CQ. */
-    iface->rx_cq_needed += (int)(IB2_XCM_RECVS + IB2_XCM_SENDS);
-    iface->xcm_qpn       = xcm->qp->qp_num;
+    iface->xcm_qpn = xcm->qp->qp_num;
     /* First resend after the transport's ack timeout (at least 10 ms),
-     * doubling up to 1 s per resend (ib2_xcm_wait), for IB2_XCM_PATIENCE
-     * in all. */
-    interval = ucs_max(4.096e-6 * (double)(1ull << iface->config.timeout),
-                       0.01);
-    xcm->first_interval = ucs_time_from_sec(interval);
-    xcm->max_tries      = 1;
-    for (total = interval; total < IB2_XCM_PATIENCE; ++xcm->max_tries) {
-        interval = ucs_max(ucs_min(2 * interval, 1.0), interval);
-        total   += interval;
+     * doubling up to 1 s per resend (ib2_xcm_wait), until the patience
+     * is out. */
+    xcm->first_interval = ucs_time_from_sec(
+            ucs_max(4.096e-6 * (double)(1ull << iface->config.timeout),
+                    0.01));
+    xcm->patience       = ucs_time_from_sec(patience);
+    xcm->patience_sec   = patience;
+    status = ib2_xcm_async_init(iface);
+    if (status != UCS_OK) {
+        goto err;
     }
     return UCS_OK;
 
@@ -196,13 +186,13 @@ void ib2_xcm_cleanup(ib2_iface_t *iface)
     if (xcm == NULL) {
         return;
     }
+    /* First: the handler works on what is destroyed below. */
+    ib2_xcm_async_cleanup(iface);
     if ((xcm->qp != NULL) && (ibv_destroy_qp(xcm->qp) != 0)) {
         ucs_warn("%s:%u: ibv_destroy_qp(UD 0x%x) failed: %m",
                  iface->md->name, iface->port, xcm->qp->qp_num);
     }
-    if (iface->xcm_qpn != 0) {
-        iface->rx_cq_needed -= (int)(IB2_XCM_RECVS + IB2_XCM_SENDS);
-    }
+    ib2_xcm_cq_cleanup(iface);
     if ((xcm->mr != NULL) && (ibv_dereg_mr(xcm->mr) != 0)) {
         ucs_warn("%s:%u: ibv_dereg_mr failed: %m", iface->md->name,
                  iface->port);
@@ -220,6 +210,7 @@ ucs_status_t ib2_xcm_ep_init(ib2_ep_t *ep)
     khiter_t it;
     int ret;
 
+    ib2_xcm_lock(xcm);
     do {
         ep->x.id = ++xcm->next_id;
     } while ((ep->x.id == 0) ||
@@ -228,10 +219,12 @@ ucs_status_t ib2_xcm_ep_init(ib2_ep_t *ep)
     it = kh_put(ib2_xcm_ep, &xcm->eps, ep->x.id, &ret);
     if (ret < 0) {
         ep->x.id = 0;
+        ib2_xcm_unlock(xcm);
         return UCS_ERR_NO_MEMORY;
     }
+    ep->x.state           = IB2_XCM_IDLE;
     kh_val(&xcm->eps, it) = ep;
-    ep->x.state = IB2_XCM_IDLE;
+    ib2_xcm_unlock(xcm);
     return UCS_OK;
 }
 
@@ -251,12 +244,29 @@ void ib2_xcm_ep_stop(ib2_ep_t *ep)
 
     ib2_xcm_unwait(ep);
     if (ep->x.id != 0) {
+        /* from now on the async thread does not find it */
+        ib2_xcm_lock(xcm);
         it = kh_get(ib2_xcm_ep, &xcm->eps, ep->x.id);
         if (it != kh_end(&xcm->eps)) {
             kh_del(ib2_xcm_ep, &xcm->eps, it);
         }
+        ib2_xcm_unlock(xcm);
         ep->x.id = 0;
     }
+}
+
+/* In either thread: the table changes only in the interface's. */
+ib2_ep_t *ib2_xcm_find(ib2_xcm_t *xcm, uint32_t id)
+{
+    khiter_t it = kh_get(ib2_xcm_ep, &xcm->eps, id);
+    ib2_ep_t *ep;
+
+    if (it == kh_end(&xcm->eps)) {
+        return NULL;
+    }
+    ep = kh_val(&xcm->eps, it);
+    ucs_assert(ep->x.id == id);
+    return ep;
 }
 
 void ib2_xcm_ep_cleanup(ib2_ep_t *ep)
@@ -270,19 +280,24 @@ void ib2_xcm_ep_cleanup(ib2_ep_t *ep)
     ep->x.ah = NULL;
 }
 
-void ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn, uint32_t tgt,
-                  uint32_t gen)
+/* UCS_ERR_NO_RESOURCE: every send slot is in flight. */
+ucs_status_t ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn,
+                          uint32_t tgt, uint32_t gen)
 {
     ib2_iface_t *iface = ep->iface;
     ib2_xcm_t *xcm     = iface->xcm;
     struct ibv_send_wr wr, *bad;
     struct ibv_sge sge;
     ib2_xcm_msg_t *msg;
+    ucs_status_t status;
     unsigned slot;
 
+    /* the ring is shared with the async thread's answers */
+    ib2_xcm_lock(xcm);
     if (xcm->sends_out >= IB2_XCM_SENDS) {
         ++iface->counters.xcm_tx_busy; /* resent or asked again later */
-        return;
+        status = UCS_ERR_NO_RESOURCE;
+        goto out;
     }
     slot           = xcm->send_next;
     xcm->send_next = (slot + 1) % IB2_XCM_SENDS;
@@ -311,9 +326,14 @@ void ib2_xcm_send(ib2_ep_t *ep, uint8_t type, uint32_t qpn, uint32_t tgt,
         ucs_debug("%s:%u: connection channel: ibv_post_send failed: %m",
                   iface->md->name, iface->port);
         ++iface->counters.xcm_tx_busy;
-        return;
+        status = UCS_ERR_IO_ERROR;   /* resent later, as if lost */
+        goto out;
     }
     ++xcm->sends_out;
+    status = UCS_OK;
+out:
+    ib2_xcm_unlock(xcm);
+    return status;
 }
 
 void ib2_xcm_wait(ib2_ep_t *ep, ucs_time_t now)
@@ -326,11 +346,20 @@ void ib2_xcm_wait(ib2_ep_t *ep, ucs_time_t now)
     for (i = 1; i < ep->x.tries; ++i) {
         interval = ucs_min(2 * interval, cap);
     }
-    ep->x.next = now + interval;
+    /* the last resend is the deadline itself: the endpoint fails then */
+    ep->x.next = ucs_min(now + interval, ep->x.deadline);
     if (!ep->x.waiting) {
         ucs_list_add_tail(&xcm->waiting, &ep->x.list);
         ep->x.waiting = 1;
     }
+}
+
+/* A new request (CONNECT or XJOIN) was sent: it has the patience to be
+ * answered. */
+void ib2_xcm_start(ib2_ep_t *ep, ucs_time_t now)
+{
+    ep->x.deadline = now + ep->iface->xcm->patience;
+    ib2_xcm_wait(ep, now);
 }
 
 ucs_status_t ib2_xcm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
@@ -363,6 +392,8 @@ ucs_status_t ib2_xcm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
                   "%m", iface->md->name, iface->port, remote->lid);
         return UCS_ERR_UNREACHABLE;
     }
+    /* the async thread answers the peer once the endpoint leaves IDLE */
+    ib2_xcm_lock(iface->xcm);
     ep->x.peer      = *remote;
     ep->x.peer_ud   = peer_ud;
     ep->x.peer_id   = peer_id;
@@ -373,125 +404,38 @@ ucs_status_t ib2_xcm_ep_connect(ib2_ep_t *ep, const ib2_dev_addr_t *remote,
         ibv_destroy_ah(ep->x.ah);
         ep->x.ah    = NULL;
         ep->x.state = IB2_XCM_IDLE;
+    } else if (ep->x.has_early && (ep->x.early_qp == peer_ud) &&
+               (ep->x.early.src == peer_id)) {
+        /* the peer asked before we knew it: answered now, not at its
+         * resend (an interval of the transport's ack timeout) */
+        ucs_assert(ep->x.state != IB2_XCM_IDLE);
+        ib2_xcm_on_request(ep, &ep->x.early);
     }
+    ep->x.has_early = 0;
+    ib2_xcm_unlock(iface->xcm);
     return status;
 }
 
-/* A peer's request for our endpoint's side: a TGT QP made or opened. */
-static void ib2_xcm_on_request(ib2_ep_t *ep, const ib2_xcm_msg_t *msg)
-{
-    uint32_t tgt = msg->tgt;
-    ucs_status_t status;
-
-    if (msg->type == IB2_XCM_CONNECT) {
-        status = ib2_xtgt_on_connect(ep, msg->qpn, msg->gen, &tgt);
-    } else {
-        status = ib2_xtgt_on_xjoin(ep, msg->qpn, msg->gen, tgt);
-    }
-    if (status == UCS_OK) {
-        ib2_xcm_send(ep, IB2_XCM_REPLY, msg->qpn, tgt, msg->gen);
-    } else if (status == UCS_ERR_NO_ELEM) {
-        ib2_xcm_send(ep, IB2_XCM_NOTGT, msg->qpn, tgt, msg->gen);
-    } else if (status != UCS_ERR_CANCELED) {   /* not a stale request */
-        ib2_ep_set_failed(ep, status);
-    }
-}
-
-static void ib2_xcm_on_recv(ib2_iface_t *iface, const struct ibv_wc *wc,
-                            const ib2_xcm_msg_t *msg)
-{
-    ib2_xcm_t *xcm = iface->xcm;
-    ib2_ep_t *ep;
-    khiter_t it;
-
-    if ((wc->byte_len < IB2_XCM_GRH + sizeof(*msg)) ||
-        (msg->rq_hash != iface->rq_hash) || (msg->qpn == 0) ||
-        (msg->qpn > 0xffffff) || (msg->tgt > 0xffffff) ||
-        (msg->type < IB2_XCM_CONNECT) || (msg->type > IB2_XCM_NOTGT) ||
-        ((msg->type != IB2_XCM_CONNECT) && (msg->tgt == 0))) {
-        ++iface->counters.xcm_rx_bad;
-        return;
-    }
-    it = kh_get(ib2_xcm_ep, &xcm->eps, msg->dst);
-    if (it == kh_end(&xcm->eps)) {
-        ++iface->counters.xcm_rx_no_ep; /* gone, or never ours */
-        return;
-    }
-    ep = kh_val(&xcm->eps, it);
-    if (ep->x.state == IB2_XCM_IDLE) {
-        /* Not connected yet: we do not know the peer's port. It sends
-         * again. */
-        ++iface->counters.xcm_rx_early;
-        return;
-    }
-    if ((wc->src_qp != ep->x.peer_ud) || (msg->src != ep->x.peer_id)) {
-        ++iface->counters.xcm_rx_bad; /* another endpoint's, or stale */
-        return;
-    }
-    if (ep->failed || ep->destroyed) {
-        return;
-    }
-    switch (msg->type) {
-    case IB2_XCM_CONNECT:
-    case IB2_XCM_XJOIN:
-        ib2_xcm_on_request(ep, msg);
-        break;
-    case IB2_XCM_REPLY:
-        ib2_xnode_on_reply(ep, msg->qpn, msg->gen, msg->tgt);
-        break;
-    default:
-        ib2_xnode_on_notgt(ep, msg->qpn, msg->gen, msg->tgt);
-        break;
-    }
-}
-
-void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
-{
-    ib2_xcm_t *xcm = iface->xcm;
-    unsigned slot;
-
-    if (wc->wr_id & IB2_XCM_WR_SEND) {
-        ucs_assert(xcm->sends_out > 0);
-        --xcm->sends_out;
-        if (wc->status != IBV_WC_SUCCESS) {
-            ucs_debug("%s:%u: connection channel: send completed with %s",
-                      iface->md->name, iface->port,
-                      ibv_wc_status_str(wc->status));
-        }
-        return;
-    }
-    slot = (unsigned)wc->wr_id;
-    if (wc->status != IBV_WC_SUCCESS) {
-        if (wc->status != IBV_WC_WR_FLUSH_ERR) {
-            ucs_debug("%s:%u: connection channel: receive completed with %s",
-                      iface->md->name, iface->port,
-                      ibv_wc_status_str(wc->status));
-            (void)ib2_xcm_post_recv(iface, slot);
-        }
-        return;
-    }
-    ib2_xcm_on_recv(iface, wc,
-                    UCS_PTR_BYTE_OFFSET(ib2_xcm_rx_slot(xcm, slot),
-                                        IB2_XCM_GRH));
-    (void)ib2_xcm_post_recv(iface, slot);
-}
-
-/* Endpoints wait for answers (their requests are resent), or a failed
- * INI QP for the CQ budget its marker needs: progress must keep running. */
+/* Endpoints wait for answers (their requests are resent, the answers
+ * taken in progress), or a failed INI QP for the CQ budget its marker
+ * needs: progress must keep running. */
 int ib2_xcm_busy(ib2_iface_t *iface)
 {
-    return !ucs_list_is_empty(&iface->xcm->waiting) ||
+    return !ucs_list_is_empty(&iface->xcm->waiting) || iface->xcm->ready ||
            (iface->xs->unmarked != 0);
 }
 
-/* Requests whose answer is late go again; an endpoint out of tries
- * fails. */
+/* Answers the async thread left, requests whose answer is late sent
+ * again; an endpoint whose patience is out fails. */
 void ib2_xcm_progress(ib2_iface_t *iface)
 {
     ib2_xcm_t *xcm = iface->xcm;
     ucs_time_t now;
     ib2_ep_t *ep, *tmp;
 
+    if (!xcm->watched || ucs_unlikely(xcm->ready)) {
+        ib2_xcm_take_reports(iface);
+    }
     ib2_xnode_progress(iface);
     if (ucs_list_is_empty(&xcm->waiting)) {
         return;
@@ -502,17 +446,28 @@ void ib2_xcm_progress(ib2_iface_t *iface)
         if ((int64_t)(now - ep->x.next) < 0) {
             continue;
         }
-        if (ep->x.tries >= xcm->max_tries) {
+        if ((int64_t)(now - ep->x.deadline) >= 0) {
             ib2_xcm_unwait(ep);
-            ucs_debug("%s:%u: endpoint %p: no answer to %u connection "
-                      "requests", iface->md->name, iface->port, ep,
-                      ep->x.tries);
+            ucs_log(iface->super.config.failure_level,
+                    "%s:%u: rc_ib2 endpoint %p: the peer's process did not "
+                    "answer %u %s requests in %gs "
+                    "(UCX_IB2_XRC_CONNECT_TIMEOUT): it has not connected "
+                    "its endpoint, or is gone", iface->md->name,
+                    iface->port, ep, ep->x.tries,
+                    (ep->x.request == IB2_XCM_CONNECT) ? "CONNECT" : "XJOIN",
+                    xcm->patience_sec);
             ib2_ep_set_failed(ep, UCS_ERR_ENDPOINT_TIMEOUT);
             continue;
         }
+        if (ib2_xnode_resend(ep) == UCS_ERR_NO_RESOURCE) {
+            /* Not a try: every send slot is in flight (many endpoints
+             * asking at once). The rest wait for the next progress call,
+             * when the async thread has seen slots complete, rather than
+             * for a doubled interval. */
+            break;
+        }
         ++ep->x.tries;
         ++iface->counters.xcm_resent;
-        ib2_xnode_resend(ep);
         ib2_xcm_wait(ep, now);
     }
 }
@@ -536,7 +491,10 @@ ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc)
         return NULL;
     }
     ep = kh_val(&xcm->eps, it);
-    if (ep->x.tgt_qpn != wc->qp_num) {
+    /* tgt_qpn may be written by the async thread meanwhile (ib2_xcm.h):
+     * a message through a TGT QP is sent only after the REPLY that names
+     * it, which is sent after tgt_qpn is written */
+    if (*(volatile uint32_t*)&ep->x.tgt_qpn != wc->qp_num) {
         return NULL;
     }
     return ep;

@@ -191,7 +191,7 @@ static void ib2_xnode_escalate(ib2_xnode_t *node)
 }
 
 /* (Re)send the endpoint's request for the node's current INI QP. */
-void ib2_xnode_resend(ib2_ep_t *ep)
+ucs_status_t ib2_xnode_resend(ib2_ep_t *ep)
 {
     ib2_xnode_t *node = ep->x.node;
 
@@ -200,20 +200,26 @@ void ib2_xnode_resend(ib2_ep_t *ep)
         ib2_xnode_escalate(node);
     }
     if (ep->x.request == IB2_XCM_CONNECT) {
-        ib2_xcm_send(ep, IB2_XCM_CONNECT, node->qp->qp_num, 0, node->gen);
-    } else {
-        ib2_xcm_send(ep, IB2_XCM_XJOIN, node->qp->qp_num, node->tgt,
-                     node->gen);
+        return ib2_xcm_send(ep, IB2_XCM_CONNECT, node->qp->qp_num, 0,
+                            node->gen);
     }
+    return ib2_xcm_send(ep, IB2_XCM_XJOIN, node->qp->qp_num, node->tgt,
+                        node->gen);
 }
 
 static void ib2_xnode_ask(ib2_ep_t *ep, uint8_t request)
 {
+    ucs_time_t now = ucs_get_time();
+    ucs_status_t status;
+
     ep->x.state   = IB2_XCM_REQUESTING;
     ep->x.request = request;
     ep->x.tries   = 1;
-    ib2_xnode_resend(ep);
-    ib2_xcm_wait(ep, ucs_get_time());
+    status        = ib2_xnode_resend(ep);
+    ib2_xcm_start(ep, now);
+    if (status == UCS_ERR_NO_RESOURCE) {
+        ep->x.next = now;   /* sent at the next progress call */
+    }
 }
 
 /* Every live endpoint of the node failed, or a QP could not be had. */

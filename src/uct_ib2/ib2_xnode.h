@@ -165,7 +165,7 @@ ucs_status_t ib2_xnode_init(ib2_iface_t *iface);
 void ib2_xnode_cleanup(ib2_iface_t *iface);
 ucs_status_t ib2_xnode_join(ib2_ep_t *ep);
 void ib2_xnode_leave(ib2_ep_t *ep);
-void ib2_xnode_resend(ib2_ep_t *ep);
+ucs_status_t ib2_xnode_resend(ib2_ep_t *ep);
 void ib2_xnode_on_reply(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
                         uint32_t tgt);
 void ib2_xnode_on_notgt(ib2_ep_t *ep, uint32_t ini, uint32_t gen,

@@ -10,12 +10,14 @@
  * again (UD resends), and ignored when it is older than what the endpoint
  * has (generations, one per INI QP of the peer's node).
  */
-#include "ib2_xnode.h"
+#include "ib2_xcm.h"
 
+/* Lock held, here and below (ib2_xcm.h, "Threads"), but at close. */
 static void ib2_xtgt_put(ib2_iface_t *iface, ib2_xtgt_t *tgt)
 {
     khiter_t it;
 
+    ucs_assert(tgt->refs > 0);
     if (--tgt->refs != 0) {
         return;
     }
@@ -58,6 +60,7 @@ static void ib2_xtgt_set(ib2_ep_t *ep, ib2_xtgt_t *tgt, uint32_t ini,
 {
     ib2_xtgt_t *old = ep->x.tgt;
 
+    ucs_assert(tgt->ini == ini);
     ++tgt->refs;
     ep->x.tgt      = tgt;
     ep->x.tgt_qpn  = tgt->qp->qp_num;
@@ -182,12 +185,21 @@ ucs_status_t ib2_xtgt_on_xjoin(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
     return ib2_xtgt_take(ep, qp, ini, gen);
 }
 
-/* The endpoint goes: its TGT QP is let go. */
+/* The endpoint goes: its TGT QP is let go. The table is the async
+ * thread's too (ib2_xcm.h). */
 void ib2_xtgt_release(ib2_ep_t *ep)
 {
+    ib2_xcm_t *xcm = ep->iface->xcm;
+
+    if (xcm != NULL) {
+        ib2_xcm_lock(xcm);
+    }
     if (ep->x.tgt != NULL) {
         ib2_xtgt_put(ep->iface, ep->x.tgt);
         ep->x.tgt     = NULL;
         ep->x.tgt_qpn = 0;
+    }
+    if (xcm != NULL) {
+        ib2_xcm_unlock(xcm);
     }
 }

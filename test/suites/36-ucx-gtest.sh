@@ -13,8 +13,8 @@ for v in $(compgen -e | grep '^SOFTVERBS_\|^UCX_'); do unset "$v"; done
 ucxg=$SRC/contrib/ucx-gtest
 . "$ucxg/modes.sh"
 
-# IB2_UCXG_MODES names the modes to run (default: modes.sh's UCXG_MODES,
-# all but X). Keep
+# IB2_UCXG_MODES names the modes to run (default: all of modes.sh's
+# UCXG_MODES). Keep
 # verbs among them: a test that skips itself on rc_ib2 is judged against
 # its rc_verbs result.
 if [ -n "${IB2_UCXG_MODES:-}" ]; then
