@@ -62,11 +62,12 @@ typedef struct ib2_xcm {
     khash_t(ib2_xcm_ep)  eps;            /* id -> endpoint */
     ucs_list_link_t      waiting;        /* endpoints awaiting a REPLY */
     ucs_async_context_t  *async;         /* the worker's; NULL: none */
-    uint8_t              watched;        /* its handler is installed */
-    uint8_t              async_thread;   /* the handler reads the CQ */
-    uint8_t              in_async;       /* inside the handler */
-    volatile int         ready;          /* reports, or (no thread) the
-                                            CQ has completions */
+    uint8_t              watched;        /* the async thread reads the CQ;
+                                            else progress, every call */
+    uint8_t              in_async;       /* inside the handler, in the
+                                            async thread */
+    volatile int         ready;          /* reports, or the CQ has more
+                                            than a drain took */
     unsigned             nreports;
     ib2_xcm_report_t     reports[IB2_XCM_REPORTS];
 } ib2_xcm_t;

@@ -170,7 +170,7 @@ static void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
 /*
  * Lock held. Events are taken and the CQ armed before it is polled, so a
  * completion after the poll raises the next event. Without a handler
- * (polled async context) nothing is armed: progress polls the CQ.
+ * (no async thread) nothing is armed: progress polls the CQ.
  */
 void ib2_xcm_drain(ib2_iface_t *iface)
 {
@@ -213,21 +213,18 @@ void ib2_xcm_drain(ib2_iface_t *iface)
 }
 
 /*
- * The CQ has an event. In the async thread (the context blocked by its
- * dispatcher) the CQ is read and the peers' requests are answered here;
- * from a signal handler only the flag is raised, for progress.
+ * The CQ has an event: in the async thread (the context blocked by its
+ * dispatcher), the CQ is read and the peers' requests are answered here.
+ * UCP's progress may also replay a dispatch that missed the lock, in the
+ * user's thread: that is not an answer without the user (xcm_async).
  */
 static void ib2_xcm_async_cb(int fd, ucs_event_set_types_t events, void *arg)
 {
     ib2_iface_t *iface = arg;
     ib2_xcm_t *xcm     = iface->xcm;
 
-    if (!xcm->async_thread) {
-        xcm->ready = 1;
-        return;
-    }
     ucs_assert(!xcm->in_async);
-    xcm->in_async = 1;
+    xcm->in_async = ucs_async_is_from_async(xcm->async);
     ib2_xcm_drain(iface);
     xcm->in_async = 0;
 }
@@ -240,10 +237,18 @@ ucs_status_t ib2_xcm_async_init(ib2_iface_t *iface)
     ucs_status_t status;
 
     xcm->async = async;
-    if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
-        /* handlers would run only when the user polls the context */
+    /* Without a thread, progress reads the CQ at every call. A polled
+     * context runs handlers only when the user polls it. A signal-driven
+     * one would run it from SIGIO, which a completion channel does not
+     * reliably raise (O_ASYNC is ignored by some, as by rdmacm's channel,
+     * ib2_cm.c), and which, raised while progress holds the lock to
+     * answer, is only queued as missed, for a replay plain progress never
+     * makes: the CQ would not be read again. */
+    if ((async == NULL) ||
+        ((async->mode != UCS_ASYNC_MODE_THREAD_SPINLOCK) &&
+         (async->mode != UCS_ASYNC_MODE_THREAD_MUTEX))) {
         ucs_debug("%s:%u: connection channel read in progress (the async "
-                  "context is polled)", iface->md->name, iface->port);
+                  "context has no thread)", iface->md->name, iface->port);
         return UCS_OK;
     }
     if (ibv_req_notify_cq(xcm->cq, 0) != 0) {
@@ -251,20 +256,14 @@ ucs_status_t ib2_xcm_async_init(ib2_iface_t *iface)
                   iface->md->name, iface->port);
         return UCS_ERR_IO_ERROR;
     }
-    /* As rdmacm's channel (ib2_cm.c): a thread reads level-triggered, so
-     * that a dispatch missed while the interface's thread holds the lock
-     * comes again; a signal handler only raises the flag, edge-triggered. */
-    xcm->async_thread = (async->mode == UCS_ASYNC_MODE_THREAD_SPINLOCK) ||
-                        (async->mode == UCS_ASYNC_MODE_THREAD_MUTEX);
+    /* As rdmacm's channel (ib2_cm.c): level-triggered, so that a dispatch
+     * missed while the interface's thread holds the lock comes again. */
     status = ucs_async_set_event_handler(async->mode, xcm->channel->fd,
-                                         UCS_EVENT_SET_EVREAD |
-                                         (xcm->async_thread ? 0 :
-                                          UCS_EVENT_SET_EDGE_TRIGGERED),
+                                         UCS_EVENT_SET_EVREAD,
                                          ib2_xcm_async_cb, iface, async);
     if (status != UCS_OK) {
         ucs_error("%s:%u: cannot watch the connection channel's CQ: %s",
                   iface->md->name, iface->port, ucs_status_string(status));
-        xcm->async_thread = 0;
         return status;
     }
     xcm->watched = 1;
@@ -279,8 +278,7 @@ void ib2_xcm_async_cleanup(ib2_iface_t *iface)
     if (xcm->watched) {
         /* waits for a handler that is running */
         ucs_async_remove_handler(xcm->channel->fd, 1);
-        xcm->watched      = 0;
-        xcm->async_thread = 0;
+        xcm->watched = 0;
     }
 }
 
@@ -309,8 +307,8 @@ void ib2_xcm_report(ib2_iface_t *iface, uint32_t ep_id, uint8_t type,
     xcm->ready = 1;
 }
 
-/* In the interface's thread: read the CQ (polled or signalled context,
- * or what a drain left), then act on the reports. */
+/* In the interface's thread: read the CQ (an async context without a
+ * thread, or what a drain left), then act on the reports. */
 void ib2_xcm_take_reports(ib2_iface_t *iface)
 {
     ib2_xcm_t *xcm = iface->xcm;
