@@ -65,9 +65,11 @@ static ib2_xtgt_t *ib2_xtgt_add(ib2_iface_t *iface, struct ibv_qp *qp,
  * and accepted for the endpoint (ib2_xtgt_was) until the interface's
  * thread has seen the receive CQ empty after the switch
  * (ib2_xtgt_rx_empty). That is enough: the peer asks again only after
- * its old INI QP completed or flushed every send, and a message is
- * acknowledged only once it is in our CQ, so when the switch is made
- * every message the old TGT QP delivered is in the CQ already. Applying
+ * its old INI QP completed or flushed every send, which takes a failed
+ * message, its flush and a UD round trip after the last one we
+ * acknowledged, while the device writes a receive's completion as it
+ * acknowledges it; so when the switch is made every message the old TGT
+ * QP delivered is in the CQ already. Applying
  * the switch in progress instead would leave a peer of a process that
  * does not progress without an answer, which is what the async thread
  * is for.
