@@ -266,6 +266,12 @@ typedef struct ib2_iface {
     struct ib2_xshare      *xs;            /* X: per-node INI QPs, TGT QPs
                                               held (ib2_xnode.h) */
     uint32_t               xcm_qpn;        /* its QP number, 0: none */
+    volatile uint32_t      xtgt_switches;  /* X: endpoints' TGT QP
+                                              switches so far */
+    volatile unsigned      xtgt_nold;      /* X: TGT QPs switched from,
+                                              accepted until the receive
+                                              CQ is seen empty
+                                              (ib2_xtgt.c) */
     const char             *xrc_domain;    /* its file, UCX_IB2_XRC_DOMAIN
                                               (during iface init only) */
     double                 xrc_timeout;    /* UCX_IB2_XRC_CONNECT_TIMEOUT
@@ -735,6 +741,8 @@ ucs_status_t ib2_xtgt_on_connect(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
 ucs_status_t ib2_xtgt_on_xjoin(ib2_ep_t *ep, uint32_t ini, uint32_t gen,
                                uint32_t tgt_qpn);
 void ib2_xtgt_release(ib2_ep_t *ep);
+int ib2_xtgt_was(ib2_ep_t *ep, uint32_t qpn);
+void ib2_xtgt_rx_empty(ib2_iface_t *iface, uint32_t switches);
 
 /* X queues' per-node INI QPs, what the send path asks of them
  * (ib2_xnode_tx.c, ib2_xnode.c). */

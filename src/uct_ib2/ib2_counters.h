@@ -63,6 +63,9 @@ typedef struct ib2_iface_counters {
     uint64_t xnode_joined;
     uint64_t xnode_notgt;
     uint64_t xnode_unsure;
+    /* X: messages received through a TGT QP their endpoint had switched
+     * from, delivered (ib2_xtgt.c, "Switches"). */
+    uint64_t xtgt_old_rx;
     /* rdmacm: reads of the event channel that found nothing (each a
      * system call on a real rdma_cm device). */
     uint64_t cm_empty_reads;

@@ -29,6 +29,8 @@
  */
 #include "ib2_tx.h"
 
+#include <ucs/arch/cpu.h>
+
 /* ---- P queue bookkeeping ---------------------------------------------------- */
 
 /*
@@ -349,11 +351,15 @@ static void ib2_rx_refill_srqs(ib2_iface_t *iface)
 /* Poll up to a batch of receive completions; returns how many. */
 static int ib2_rx_poll(ib2_iface_t *iface)
 {
+    int max           = (int)ucs_min(iface->config.rx_poll_batch, 32u);
+    /* X: read before the poll, so that a poll that comes back short saw
+     * the CQ empty after those TGT QP switches (ib2_xtgt.c, "Switches") */
+    uint32_t switches = iface->xtgt_switches;
     struct ibv_wc wc[32];
     int i, n;
 
-    n = ibv_poll_cq(iface->recv_cq,
-                    (int)ucs_min(iface->config.rx_poll_batch, 32u), wc);
+    ucs_memory_cpu_load_fence();
+    n = ibv_poll_cq(iface->recv_cq, max, wc);
     if (ucs_unlikely(n < 0)) {
         ucs_error("%s:%u: ibv_poll_cq(receive) failed: %d", iface->md->name,
                   iface->port, n);
@@ -361,6 +367,9 @@ static int ib2_rx_poll(ib2_iface_t *iface)
     }
     for (i = 0; i < n; ++i) {
         ib2_rx_completion(iface, &wc[i]);
+    }
+    if (ucs_unlikely(iface->xtgt_nold != 0) && (n < max)) {
+        ib2_xtgt_rx_empty(iface, switches);
     }
     return n;
 }

@@ -493,8 +493,10 @@ ib2_ep_t *ib2_xcm_rx_ep(ib2_iface_t *iface, const struct ibv_wc *wc)
     ep = kh_val(&xcm->eps, it);
     /* tgt_qpn may be written by the async thread meanwhile (ib2_xcm.h):
      * a message through a TGT QP is sent only after the REPLY that names
-     * it, which is sent after tgt_qpn is written */
-    if (*(volatile uint32_t*)&ep->x.tgt_qpn != wc->qp_num) {
+     * it, which is sent after tgt_qpn is written; one through the TGT QP
+     * it switched from is kept until received (ib2_xtgt.c, "Switches") */
+    if (ucs_unlikely(*(volatile uint32_t*)&ep->x.tgt_qpn != wc->qp_num) &&
+        !ib2_xtgt_was(ep, wc->qp_num)) {
         return NULL;
     }
     return ep;

@@ -193,7 +193,7 @@ static void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
 /*
  * Lock held. Events are taken and the CQ armed before it is polled, so a
  * completion after the poll raises the next event. Without a handler
- * (polled async context) nothing is armed: progress polls the CQ.
+ * (no async thread) nothing is armed: progress polls the CQ.
  */
 void ib2_xcm_drain(ib2_iface_t *iface)
 {
@@ -236,9 +236,10 @@ void ib2_xcm_drain(ib2_iface_t *iface)
 }
 
 /*
- * The CQ has an event. In the async thread (the context blocked by its
- * dispatcher) the CQ is read and the peers' requests are answered here;
- * from a signal handler only the flag is raised, for progress.
+ * The CQ has an event: in the async thread (the context blocked by its
+ * dispatcher), the CQ is read and the peers' requests are answered here.
+ * UCP's progress may also replay a dispatch that missed the lock, in the
+ * user's thread: that is not an answer without the user (xcm_async).
  */
 static void ib2_xcm_async_cb(int fd, ucs_event_set_types_t events, void *arg)
 {
@@ -247,7 +248,7 @@ static void ib2_xcm_async_cb(int fd, ucs_event_set_types_t events, void *arg)
 
     ucs_assert(xcm->async_thread);
     ucs_assert(!xcm->in_async);
-    xcm->in_async = 1;
+    xcm->in_async = ucs_async_is_from_async(xcm->async);
     ib2_xcm_drain(iface);
     xcm->in_async = 0;
 }
@@ -282,7 +283,6 @@ ucs_status_t ib2_xcm_async_init(ib2_iface_t *iface)
     if (status != UCS_OK) {
         ucs_error("%s:%u: cannot watch the connection channel's CQ: %s",
                   iface->md->name, iface->port, ucs_status_string(status));
-        xcm->async_thread = 0;
         return status;
     }
     xcm->watched = 1;
@@ -297,8 +297,7 @@ void ib2_xcm_async_cleanup(ib2_iface_t *iface)
     if (xcm->watched) {
         /* waits for a handler that is running */
         ucs_async_remove_handler(xcm->channel->fd, 1);
-        xcm->watched      = 0;
-        xcm->async_thread = 0;
+        xcm->watched = 0;
     }
 }
 
@@ -348,8 +347,8 @@ void ib2_xcm_report(ib2_iface_t *iface, uint32_t ep_id, uint8_t type,
     xcm->ready = 1;
 }
 
-/* In the interface's thread: read the CQ (polled or signalled context,
- * or what a drain left), then act on the reports. */
+/* In the interface's thread: read the CQ (an async context without a
+ * thread, or what a drain left), then act on the reports. */
 void ib2_xcm_take_reports(ib2_iface_t *iface)
 {
     ib2_xcm_t *xcm = iface->xcm;

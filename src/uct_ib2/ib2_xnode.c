@@ -84,6 +84,8 @@ void ib2_xnode_cleanup(ib2_iface_t *iface)
     kh_destroy_inplace(ib2_xnode, &xs->nodes);
     kh_destroy_inplace(ib2_xini, &xs->inis);
     kh_destroy_inplace(ib2_xtgt, &xs->tgts);
+    ucs_free(xs->old);
+    iface->xtgt_nold = 0;
     ucs_free(xs);
     iface->xs = NULL;
 }

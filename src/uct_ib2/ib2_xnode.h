@@ -88,6 +88,15 @@ typedef struct ib2_xtgt {
     unsigned          refs;
 } ib2_xtgt_t;
 
+/* A TGT QP an endpoint took its peer's messages through before a switch
+ * (ib2_xtgt.c, "Switches"): still accepted for that endpoint until the
+ * receive CQ has been seen empty after switch number `seq`. */
+typedef struct ib2_xtgt_old {
+    uint32_t          ep_id;
+    uint32_t          qpn;
+    uint32_t          seq;
+} ib2_xtgt_old_t;
+
 KHASH_INIT(ib2_xnode, uint64_t, ib2_xnode_t*, 1, kh_int64_hash_func,
            kh_int64_hash_equal)
 KHASH_INIT(ib2_xini, uint32_t, ib2_xnode_t*, 1, kh_int_hash_func,
@@ -101,6 +110,8 @@ typedef struct ib2_xshare {
     khash_t(ib2_xnode) nodes;       /* by key */
     khash_t(ib2_xini)  inis;        /* by INI QP number */
     khash_t(ib2_xtgt)  tgts;        /* by TGT QP number */
+    ib2_xtgt_old_t     *old;        /* switched from, not yet drained */
+    unsigned           old_max;     /* allocated */
     ucs_list_link_t    list;        /* every node, for progress */
     unsigned           unmarked;    /* DRAINING nodes without a marker */
     unsigned           busy;        /* nodes recovering: their send

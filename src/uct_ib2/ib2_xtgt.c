@@ -53,8 +53,60 @@ static ib2_xtgt_t *ib2_xtgt_add(ib2_iface_t *iface, struct ibv_qp *qp,
     return tgt;
 }
 
+/*
+ * Switches. When the peer's node makes a new INI QP (its old one failed:
+ * a neighbour of ours died, or refused a message), it asks again and the
+ * endpoint takes its messages through another TGT QP. Messages that came
+ * through the old one before may still wait in our receive CQ: they were
+ * acknowledged, so the peer does not send them again, and the endpoint
+ * holds everything after them for their sequence numbers. The request
+ * that causes the switch is answered in the async thread, not behind
+ * those messages in the receive CQ, so the old TGT QP's number is kept
+ * and accepted for the endpoint (ib2_xtgt_was) until the interface's
+ * thread has seen the receive CQ empty after the switch
+ * (ib2_xtgt_rx_empty). That is enough: the peer asks again only after
+ * its old INI QP completed or flushed every send, which takes a failed
+ * message, its flush and a UD round trip after the last one we
+ * acknowledged, while the device writes a receive's completion as it
+ * acknowledges it; so when the switch is made every message the old TGT
+ * QP delivered is in the CQ already. Applying
+ * the switch in progress instead would leave a peer of a process that
+ * does not progress without an answer, which is what the async thread
+ * is for.
+ */
+static void ib2_xtgt_keep_old(ib2_ep_t *ep, uint32_t qpn)
+{
+    ib2_iface_t *iface = ep->iface;
+    ib2_xshare_t *xs   = iface->xs;
+    unsigned n         = iface->xtgt_nold;
+    ib2_xtgt_old_t *old;
+    unsigned max;
+
+    if (n == xs->old_max) {
+        max = ucs_max(2 * xs->old_max, 8u);
+        old = ucs_realloc(xs->old, max * sizeof(*old), "ib2_xtgt_old");
+        if (old == NULL) {
+            ucs_warn("%s:%u: no memory to keep TGT QP 0x%x: messages of "
+                     "its peer not yet received are dropped",
+                     iface->md->name, iface->port, qpn);
+            return;
+        }
+        xs->old     = old;
+        xs->old_max = max;
+    }
+    xs->old[n].ep_id = ep->x.id;
+    xs->old[n].qpn   = qpn;
+    xs->old[n].seq   = iface->xtgt_switches + 1;
+    /* the entry, then the number a receive poll compares with, then
+     * (ib2_xtgt_set) the endpoint's new TGT QP */
+    ucs_memory_cpu_store_fence();
+    iface->xtgt_nold     = n + 1;
+    iface->xtgt_switches = xs->old[n].seq;
+    ucs_memory_cpu_store_fence();
+}
+
 /* The peer's messages come through `tgt` from now on (the one before is
- * let go). */
+ * let go, and its number kept for what it delivered: "Switches"). */
 static void ib2_xtgt_set(ib2_ep_t *ep, ib2_xtgt_t *tgt, uint32_t ini,
                             uint32_t gen)
 {
@@ -62,6 +114,9 @@ static void ib2_xtgt_set(ib2_ep_t *ep, ib2_xtgt_t *tgt, uint32_t ini,
 
     ucs_assert(tgt->ini == ini);
     ++tgt->refs;
+    if ((old != NULL) && (old != tgt) && (ep->x.id != 0)) {
+        ib2_xtgt_keep_old(ep, ep->x.tgt_qpn);
+    }
     ep->x.tgt      = tgt;
     ep->x.tgt_qpn  = tgt->qp->qp_num;
     ep->x.peer_ini = ini;
@@ -69,6 +124,68 @@ static void ib2_xtgt_set(ib2_ep_t *ep, ib2_xtgt_t *tgt, uint32_t ini,
     if (old != NULL) {
         ib2_xtgt_put(ep->iface, old);
     }
+}
+
+/* The receive path may run at close, after the channel (and with it the
+ * async handler) is gone. */
+static void ib2_xtgt_lock(ib2_iface_t *iface)
+{
+    if (iface->xcm != NULL) {
+        ib2_xcm_lock(iface->xcm);
+    }
+}
+
+static void ib2_xtgt_unlock(ib2_iface_t *iface)
+{
+    if (iface->xcm != NULL) {
+        ib2_xcm_unlock(iface->xcm);
+    }
+}
+
+/* In the receive path, for a message through a QP that is not the
+ * endpoint's TGT QP (rare): did the endpoint take its peer's messages
+ * through it before a switch whose messages may not all be received? */
+int ib2_xtgt_was(ib2_ep_t *ep, uint32_t qpn)
+{
+    ib2_iface_t *iface = ep->iface;
+    int found          = 0;
+    unsigned i;
+
+    if (iface->xtgt_nold == 0) {
+        return 0;
+    }
+    ib2_xtgt_lock(iface);
+    for (i = 0; i < iface->xtgt_nold; ++i) {
+        if ((iface->xs->old[i].ep_id == ep->x.id) &&
+            (iface->xs->old[i].qpn == qpn)) {
+            ++iface->counters.xtgt_old_rx;
+            found = 1;
+            break;
+        }
+    }
+    ib2_xtgt_unlock(iface);
+    return found;
+}
+
+/* The interface's thread read `switches` (iface->xtgt_switches), then
+ * polled the receive CQ and found it empty: whatever a TGT QP switched
+ * from up to then delivered has been received. */
+void ib2_xtgt_rx_empty(ib2_iface_t *iface, uint32_t switches)
+{
+    ib2_xshare_t *xs = iface->xs;
+    unsigned i, n;
+
+    ib2_xtgt_lock(iface);
+    n = iface->xtgt_nold;
+    for (i = 0; i < n;) {
+        if ((int32_t)(xs->old[i].seq - switches) <= 0) {
+            xs->old[i] = xs->old[--n];
+        } else {
+            ++i;
+        }
+    }
+    iface->xtgt_nold = n;
+    ib2_xtgt_unlock(iface);
 }
 
 /* qp, connected to INI QP `ini`, becomes a TGT QP of the domain and the

@@ -149,8 +149,9 @@ TEST(XrcAsync, ShortConnectTimeoutFailsAnUnansweredConnect)
     EXPECT_EQ(s.errors[0].first, sr);
     EXPECT_EQ(s.errors[0].second, UCS_ERR_ENDPOINT_TIMEOUT);
     EXPECT_GE(took, limit * 0.95);
-    /* the deadline, and a progress call after it (2 shared cores) */
-    EXPECT_LT(took, limit + 0.25);
+    /* The configured limit, not the default 30 s: the margin is for a
+     * loaded machine (progress calls late by seconds), not a target. */
+    EXPECT_LT(took, limit + 5.0);
     EXPECT_TRUE(log.contains("UCX_IB2_XRC_CONNECT_TIMEOUT")) << log.text();
     EXPECT_GE(counters_of(s).xcm_resent, 2u);
     EXPECT_GE(counters_of(r).xcm_rx_early, 1u);
@@ -221,11 +222,13 @@ TEST(XrcAsync, TwoPeersOneClosesDuringTheExchange)
 }
 
 /* A request that arrives before the endpoint's own connect_to_ep is kept
- * and answered by it: the asking side comes up without sending again
- * (its first resend is the transport's ack timeout away, ~0.5 s here). */
+ * and answered by it: the asking side comes up without sending again.
+ * Its first resend is the transport's ack timeout away, set long here
+ * (several seconds), so that a loaded machine does not reach it. */
 TEST(XrcAsync, EarlyRequestAnsweredAtConnect)
 {
-    EntityParams p = with_env({{"UCX_IB2_RECEIVE_QUEUES", kXSpec}});
+    EntityParams p = with_env({{"UCX_IB2_RECEIVE_QUEUES", kXSpec},
+                               {"UCX_IB2_TIMEOUT", "8s"}});
     Entity a(p), b(p);
     ASSERT_TRUE(a.ok() && b.ok());
     uct_ep_h ab = a.ep_create(), ba = b.ep_create();
@@ -240,10 +243,8 @@ TEST(XrcAsync, EarlyRequestAnsweredAtConnect)
                          [&] { a.progress(); b.progress(); }));
     double took = std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - start).count();
-    if (took < 0.4) {   /* else the machine stalled past the resend */
-        EXPECT_EQ(counters_of(a).xcm_resent, resent);
-    }
-    EXPECT_LT(took, 0.4) << "waited for a resend";
+    EXPECT_EQ(counters_of(a).xcm_resent, resent) << "waited for a resend";
+    EXPECT_LT(took, 4.0) << "waited for a resend";
     EXPECT_TRUE(a.errors.empty() && b.errors.empty());
 }
 
