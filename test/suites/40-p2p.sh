@@ -478,6 +478,18 @@ if [ -z "${IB2_PREFIX:-}" ]; then
             -x UCX_IB2_RECEIVE_QUEUES -np 2 "$p2pt/test_p2p" \
             "${p2p_gt[@]}" --gtest_filter="$p2p_rq_tests"
     done
+    # The whole p2p test over X queues alone (XRC: one INI QP per node,
+    # SRQs per queue), and the 3-rank ordering tests (the communicator
+    # loops as in suite 39: a million takes long and proves no more here)
+    p2p_x=X,1024,256,128,32:X,4096,256,128,32:X,16384,64,32,8
+    UCX_IB2_RECEIVE_QUEUES=$p2p_x P2PTEST_COMM_LOOPS=20000 ib2_gtest \
+        p2p-rc_ib2-X-whole "${p2p_sv[@]}" "$p2p_mpirun" "${p2p_mpi[@]}" \
+        -x UCX_IB2_RECEIVE_QUEUES -x P2PTEST_COMM_LOOPS -np 2 \
+        "$p2pt/test_p2p" "${p2p_gt[@]}" "$p2p_no_bound"
+    UCX_IB2_RECEIVE_QUEUES=$p2p_x ib2_gtest p2p-rc_ib2-X-3ranks \
+        "${p2p_sv[@]}" "$p2p_mpirun" "${p2p_mpi[@]}" \
+        -x UCX_IB2_RECEIVE_QUEUES -np 3 "$p2pt/test_p2p" "${p2p_gt[@]}" \
+        --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'
 
     # The traffic really goes over rc_ib2: UCP names each lane's transport.
     ib2_check p2p-rc_ib2-lanes bash -c '
