@@ -352,13 +352,18 @@ static void ib2_rx_refill_srqs(ib2_iface_t *iface)
 static int ib2_rx_poll(ib2_iface_t *iface)
 {
     int max           = (int)ucs_min(iface->config.rx_poll_batch, 32u);
-    /* X: read before the poll, so that a poll that comes back short saw
-     * the CQ empty after those TGT QP switches (ib2_xtgt.c, "Switches") */
-    uint32_t switches = iface->xtgt_switches;
+    unsigned nold     = iface->xtgt_nold;
+    uint32_t switches = 0;
     struct ibv_wc wc[32];
     int i, n;
 
-    ucs_memory_cpu_load_fence();
+    if (ucs_unlikely(nold != 0)) {
+        /* X: read before the poll, so that a poll that comes back short
+         * saw the CQ empty after those TGT QP switches (ib2_xtgt.c,
+         * "Switches"); one made during the poll is forgotten later */
+        switches = iface->xtgt_switches;
+        ucs_memory_cpu_load_fence();
+    }
     n = ibv_poll_cq(iface->recv_cq, max, wc);
     if (ucs_unlikely(n < 0)) {
         ucs_error("%s:%u: ibv_poll_cq(receive) failed: %d", iface->md->name,
@@ -368,7 +373,7 @@ static int ib2_rx_poll(ib2_iface_t *iface)
     for (i = 0; i < n; ++i) {
         ib2_rx_completion(iface, &wc[i]);
     }
-    if (ucs_unlikely(iface->xtgt_nold != 0) && (n < max)) {
+    if (ucs_unlikely(nold != 0) && (n < max)) {
         ib2_xtgt_rx_empty(iface, switches);
     }
     return n;

@@ -193,7 +193,8 @@ static void ib2_xcm_completion(ib2_iface_t *iface, const struct ibv_wc *wc)
 /*
  * Lock held. Events are taken and the CQ armed before it is polled, so a
  * completion after the poll raises the next event. Without a handler
- * (no async thread) nothing is armed: progress polls the CQ.
+ * (no async thread) progress polls the CQ at every call, and it is armed
+ * only by iface_event_arm, on the interface's channel (ib2_xcm_event_arm).
  */
 void ib2_xcm_drain(ib2_iface_t *iface)
 {

@@ -97,6 +97,10 @@ typedef struct ib2_xtgt_old {
     uint32_t          seq;
 } ib2_xtgt_old_t;
 
+/* TGT QPs switched from and kept at once, per interface: at most 768 KiB
+ * of records; a switch beyond fails its endpoint (ib2_xtgt.c). */
+#define IB2_XTGT_OLD_MAX 65536u
+
 KHASH_INIT(ib2_xnode, uint64_t, ib2_xnode_t*, 1, kh_int64_hash_func,
            kh_int64_hash_equal)
 KHASH_INIT(ib2_xini, uint32_t, ib2_xnode_t*, 1, kh_int_hash_func,

@@ -64,12 +64,16 @@ static ib2_xtgt_t *ib2_xtgt_add(ib2_iface_t *iface, struct ibv_qp *qp,
  * those messages in the receive CQ, so the old TGT QP's number is kept
  * and accepted for the endpoint (ib2_xtgt_was) until the interface's
  * thread has seen the receive CQ empty after the switch
- * (ib2_xtgt_rx_empty). That is enough: the peer asks again only after
- * its old INI QP completed or flushed every send, which takes a failed
- * message, its flush and a UD round trip after the last one we
- * acknowledged, while the device writes a receive's completion as it
- * acknowledges it; so when the switch is made every message the old TGT
- * QP delivered is in the CQ already. Applying
+ * (ib2_xtgt_rx_empty). The peer asks again only after its old INI QP
+ * completed or flushed every send (a failed message, its flush and a UD
+ * round trip after the last one we acknowledged), so at the switch every
+ * message the old TGT QP delivered is almost certainly in our CQ (on
+ * softverbs certainly: it writes a receive's completion as it
+ * acknowledges it). What would come through the old QP later is safe
+ * either way: a message the peer saw fail or flush it posts again on the
+ * new INI QP (a duplicate of one we took is dropped by its sequence
+ * number), and one it may have had executed fails its endpoint
+ * (ib2_xnode_fail.c). Applying
  * the switch in progress instead would leave a peer of a process that
  * does not progress without an answer, which is what the async thread
  * is for.
@@ -83,12 +87,21 @@ static void ib2_xtgt_keep_old(ib2_ep_t *ep, uint32_t qpn)
     unsigned max;
 
     if (n == xs->old_max) {
-        max = ucs_max(2 * xs->old_max, 8u);
-        old = ucs_realloc(xs->old, max * sizeof(*old), "ib2_xtgt_old");
+        /* bounded: a peer chooses how often it asks again */
+        max = ucs_min(ucs_max(2 * xs->old_max, 8u), IB2_XTGT_OLD_MAX);
+        old = (max > xs->old_max) ?
+              ucs_realloc(xs->old, max * sizeof(*old), "ib2_xtgt_old") :
+              NULL;
         if (old == NULL) {
-            ucs_warn("%s:%u: no memory to keep TGT QP 0x%x: messages of "
-                     "its peer not yet received are dropped",
-                     iface->md->name, iface->port, qpn);
+            /* its messages not yet received through the old QP would be
+             * dropped and the endpoint would wait for them for ever */
+            ucs_error("%s:%u: cannot keep TGT QP 0x%x (%u kept, %s): the "
+                      "endpoint to its peer fails", iface->md->name,
+                      iface->port, qpn, n, (max > xs->old_max) ?
+                      "no memory" : "the most kept at once");
+            ib2_xcm_report(iface, ep->x.id, IB2_XCM_FAIL, qpn, 0, 0,
+                           (max > xs->old_max) ? UCS_ERR_NO_MEMORY :
+                                                 UCS_ERR_EXCEEDS_LIMIT);
             return;
         }
         xs->old     = old;
@@ -151,6 +164,9 @@ int ib2_xtgt_was(ib2_ep_t *ep, uint32_t qpn)
     int found          = 0;
     unsigned i;
 
+    /* after the endpoint's TGT QP number the caller compared: the switch
+     * published the kept number before the new QP (ib2_xtgt_keep_old) */
+    ucs_memory_cpu_load_fence();
     if (iface->xtgt_nold == 0) {
         return 0;
     }
