@@ -350,8 +350,10 @@ TEST(P2PReview3, NewCommunicatorCountsKnownFailures)
 namespace {
 
 /* Rank 2, commit: offers to both, its round-1 commit byte to rank 0;
- * once rank 0's round-2 byte is here (rank 0 is through the round, its
- * send to rank 2 done), it dies before its own round-2 byte to rank 1. */
+ * once rank 1's round-1 byte and rank 0's round-2 byte are here (rank 0
+ * is through the round, its send to rank 2 done; rank 1's send to rank 2
+ * done, or rank 1 would know of a failure in round 1 and tell rank 0 in
+ * round 2), it dies before its own round-2 byte to rank 1. */
 int raw_commit_death(RawPeer &raw)
 {
     raw.wait_tag(0, 50, "go");
@@ -362,6 +364,7 @@ int raw_commit_death(RawPeer &raw)
     raw.wait_tag(1, P2P_WIRE_TAG_ALLGATHER, "rank 1's offer");
     uint8_t ok = 0;
     raw.eager(0, P2P_WIRE_TAG_BARRIER, &ok, 1);
+    raw.wait_tag(1, P2P_WIRE_TAG_BARRIER, "rank 1's round-1 byte");
     raw.wait_tag(0, P2P_WIRE_TAG_BARRIER, "rank 0's round-2 byte");
     raise(SIGKILL);
     return 0;
