@@ -19,6 +19,8 @@
  * worker and endpoint (ucp_tag_recv_nbx posted, ucp_tag_send_nbx, progress
  * until the receive completes), what p2p's expected loop does over UCP's
  * matching instead of its own (the context then has UCP's tag feature).
+ * With -c also UCP alone carrying p2p's header and data by each of the
+ * ways UCP offers (p2p_cost_carry.c).
  *
  * Run it under callgrind with collection limited to the loops:
  *
@@ -31,7 +33,7 @@
  * without valgrind prints ns per message and the allocations per message
  * it counted (of the whole process: p2p, UCP, the C library).
  */
-#include <p2p_ucp.h>
+#include "p2p_cost.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +42,6 @@
 #include <unistd.h>
 
 #define COST_TAG    7
-#define COST_WINDOW 32
 
 /*
  * Every allocation in the process while a loop runs -- p2p's, UCP's, the
@@ -229,13 +230,18 @@ int main(int argc, char **argv)
     p2p_comm_t    *world;
     size_t        len = 8;
     int           n = 10000, opt;
-    double        t0, t1, t2, t3, t4;
+    double        t0, t1, t2, t3, t4, tc[4];
     unsigned long a_exp, a_unexp, a_stream, a_tag = 0;
-    int           tag = 0;
+    int           tag = 0, carry = 0;
     p2p_init_params_t params = { 0 };
 
-    while ((opt = getopt(argc, argv, "n:s:tuh")) != -1) {
+    while ((opt = getopt(argc, argv, "n:s:tuch")) != -1) {
         switch (opt) {
+        case 'c':
+            /* UCP alone carrying p2p's bytes (needs the tag feature) */
+            params.flags |= P2P_INIT_F_UCP_TAG;
+            carry         = 1;
+            break;
         case 'u':
             /* also the reference loop on UCP's tag API */
             params.flags |= P2P_INIT_F_UCP_TAG;
@@ -254,7 +260,8 @@ int main(int argc, char **argv)
         default:
             fprintf(stderr, "usage: %s [-n iterations] [-s size] [-t: "
                     "P2P_INIT_F_THREAD_MULTIPLE] [-u: UCP tag "
-                    "reference]\n", argv[0]);
+                    "reference] [-c: UCP carrying p2p's bytes]\n",
+                    argv[0]);
             return (opt == 'h') ? 0 : 1;
         }
     }
@@ -280,6 +287,12 @@ int main(int argc, char **argv)
         p2p_cost_ucp_tag(world, len, 100);
         p2p_cost_ucp_tag_stream(world, len, 100);
     }
+    if (carry) {
+        p2p_cost_carry_init(world);
+        p2p_cost_carry_am(world, len, 100);
+        p2p_cost_carry_drain(world, len, 100);
+        p2p_cost_carry_bounce(world, len, 100);
+    }
     cost_counting = 1;
     t0 = cost_now();
     p2p_cost_expected(world, len, n);
@@ -300,6 +313,15 @@ int main(int argc, char **argv)
     }
     t4            = cost_now();
     a_tag         = cost_allocs;
+    if (carry) {
+        tc[0] = cost_now();
+        p2p_cost_carry_am(world, len, n);
+        tc[1] = cost_now();
+        p2p_cost_carry_drain(world, len, n);
+        tc[2] = cost_now();
+        p2p_cost_carry_bounce(world, len, n);
+        tc[3] = cost_now();
+    }
     cost_counting = 0;
     printf("%zu-byte messages to self, %d each:\n"
            "  expected    %8.1f ns  %.3f allocations per message\n"
@@ -312,6 +334,12 @@ int main(int argc, char **argv)
         printf("  UCP tag, expected and stream: %.1f ns, %.3f allocations "
                "per message\n", (t4 - t3) / n / 2 * 1e9,
                (double)a_tag / n / 2);
+    }
+    if (carry) {
+        printf("  UCP carrying %zu + 32 bytes: am %.1f ns, drain %.1f ns, "
+               "bounce %.1f ns per message\n", len,
+               (tc[1] - tc[0]) / n * 1e9, (tc[2] - tc[1]) / n * 1e9,
+               (tc[3] - tc[2]) / n * 1e9);
     }
     return (p2p_finalize(ctx) == P2P_OK) ? 0 : 1;
 }

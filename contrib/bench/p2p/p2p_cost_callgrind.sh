@@ -7,7 +7,9 @@
 # library, UCX (libucp, libuct, libucs and transport modules), the C
 # library (memcpy, mostly) and the program itself. The "tag" lines are
 # the reference: the expected and stream loops on UCP's own tag API, same
-# worker and endpoint (p2p_cost -u). The allocations are p2p_cost's own count,
+# worker and endpoint (p2p_cost -u). The "carry" lines are UCP alone moving
+# p2p's header and data to a receiver that matches them itself, by each
+# way UCP offers (p2p_cost -c, p2p_cost_carry.c). The allocations are p2p_cost's own count,
 # without valgrind.
 #
 #   contrib/bench/p2p/p2p_cost_callgrind.sh BUILD_DIR [SIZE [P2P_COST_OPTIONS]]
@@ -56,7 +58,7 @@ by_object() {
 collected() {   # collected LOOP N: per-object instructions inside LOOP
     local out=$tmp/cg.$1.$2
     valgrind --tool=callgrind --collect-atstart=no --toggle-collect="$1" \
-        --callgrind-out-file="$out" "$bin" -n "$2" -s "$size" -u \
+        --callgrind-out-file="$out" "$bin" -n "$2" -s "$size" -u -c \
         ${extra[@]+"${extra[@]}"} >/dev/null 2>&1
     by_object "$out"
 }
@@ -64,12 +66,14 @@ collected() {   # collected LOOP N: per-object instructions inside LOOP
 echo "$size-byte messages to self ${extra[*]:-}; callgrind instructions per message:"
 printf "  %-14s %8s %8s %8s %8s %8s\n" "" total p2p UCX libc program
 for loop in p2p_cost_expected p2p_cost_unexp p2p_cost_stream \
-        p2p_cost_ucp_tag p2p_cost_ucp_tag_stream; do
+        p2p_cost_ucp_tag p2p_cost_ucp_tag_stream p2p_cost_carry_am \
+        p2p_cost_carry_drain p2p_cost_carry_bounce; do
     collected $loop $n1 > "$tmp/a"
     collected $loop $n2 > "$tmp/b"
     label=${loop#p2p_cost_}
     label=${label/ucp_tag_stream/tag stream}
     label=${label/ucp_tag/tag expected}
+    label=${label/carry_/carry }
     awk -v l="$label" -v d=$((n2 - n1)) '
         FNR == NR { a[$1] = $2; next }
         { b[$1] = $2 }
@@ -80,4 +84,4 @@ for loop in p2p_cost_expected p2p_cost_unexp p2p_cost_stream \
                    v["ucx"], v["libc"], v["prog"] + v["other"]
         }' "$tmp/a" "$tmp/b"
 done
-"$bin" -n 100000 -s "$size" -u ${extra[@]+"${extra[@]}"}
+"$bin" -n 100000 -s "$size" -u -c ${extra[@]+"${extra[@]}"}
