@@ -33,7 +33,8 @@ esac
 # Everything the product builds against, tests with or benchmarks against
 # (gnuplot-nox draws the main job's plots; gfortran is the compiler
 # Open MPI's mpifort runs, which libopenmpi-dev does not install, for
-# Open MPI's Fortran examples in suite 46).
+# Open MPI's Fortran examples in suite 46; python3-mpi4py brings mpi4py's
+# programs that suite 46 runs through pml ib2).
 PACKAGES=(
     build-essential autoconf automake libtool pkg-config dpkg-dev
     libucx-dev ucx-utils libucx0
@@ -41,7 +42,7 @@ PACKAGES=(
     rdmacm-utils
     libhwloc-dev libpmix-dev
     openmpi-bin libopenmpi-dev
-    gfortran
+    gfortran python3-mpi4py
     libgtest-dev
     valgrind hyperfine
     gnuplot-nox

@@ -10,7 +10,8 @@
 # cache on; failure detection off), to show they see what they guard
 # against. Open MPI's own example programs (hello, ring, connectivity, the
 # C++ and Fortran rings; contrib/ompi-examples) run under pml ib2 over
-# shm, tcp and rc_ib2 and under ob1, their output checked.
+# shm, tcp and rc_ib2 and under ob1, their output checked. So do
+# mpi4py's benchmark programs and a map over its futures pool.
 # Skipped, with the reason, where configure found no Open MPI development
 # headers (the component is then not built).
 for v in $(compgen -e | grep '^P2P_\|^UCX_\|^SOFTVERBS_\|^OMPI_'); do
@@ -210,6 +211,64 @@ for p in "${pml_ex_rings[@]}"; do
         --mca btl self,vader
 done
 
+# mpi4py's own programs (Debian's python3-mpi4py, run by Debian's
+# python3): its benchmark module's hello world (a token passed down the
+# ranks) and ring test (which aborts if a message comes back changed), and
+# test/mpi/mpi4py/pool.py, a map over mpi4py.futures' static pool: a
+# manager thread on rank 0 hands out pickled tasks that the workers probe
+# for (MPI_THREAD_MULTIPLE, matched probes, objects of 0 B to 1 MiB).
+# Under pml ib2 over shm and tcp (here) and rc_ib2 (below), and ob1.
+pml_python=/usr/bin/python3
+pml_py_here=1
+if ! "$pml_python" -c 'import mpi4py.futures' 2>/dev/null; then
+    ib2_result SKIP "pml/mpi4py (mpi4py is not importable by $pml_python: install Debian's python3-mpi4py, as contrib/setup.sh does)"
+    pml_py_here=0
+fi
+
+# pml_py NAME NP LINES REGEX [mpirun args...] -- PYTHON ARGS...: passes
+# when the job exits 0 and exactly LINES lines of its output match REGEX
+pml_py() {
+    local name=$1 np=$2 lines=$3 re=$4 margs=()
+    shift 4
+    [ "$pml_py_here" = 1 ] || return 0
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do
+        margs+=("$1")
+        shift
+    done
+    shift
+    ib2_check "pml/$name" bash -c '
+        lines=$1 re=$2; shift 2
+        out=$("$@" 2>&1)
+        rc=$?
+        echo "$out"
+        echo "exit $rc"
+        [ $rc -eq 0 ] &&
+        [ "$(printf "%s\n" "$out" | grep -cE "$re")" -eq "$lines" ]' \
+        _ "$lines" "$re" "${pml_mpirun[@]}" "${margs[@]}" -np "$np" \
+        "$pml_python" "$@"
+}
+
+pml_py_all() {   # pml_py_all PREFIX [mpirun args...]: all of them
+    local pre=$1
+    shift
+    pml_py "$pre/mpi4py-helloworld-3" 3 3 \
+        '^Hello, World! I am process [0-2] of 3 on ' \
+        "$@" -- -m mpi4py.bench helloworld
+    pml_py "$pre/mpi4py-ringtest-3" 3 1 \
+        '^time for 200 loops = [0-9.e+-]+ seconds [(]3 processes, 1024 bytes[)]$' \
+        "$@" -- -m mpi4py.bench ringtest -n 1024 -l 200
+    pml_py "$pre/mpi4py-ringtest-1m-3" 3 1 \
+        '^time for 20 loops = [0-9.e+-]+ seconds [(]3 processes, 1048576 bytes[)]$' \
+        "$@" -- -m mpi4py.bench ringtest -n 1048576 -l 20
+    pml_py "$pre/mpi4py-futures-pool-4" 4 1 '^pool: OK 41266120$' \
+        "$@" -- -m mpi4py.futures "$SRC/test/mpi/mpi4py/pool.py"
+}
+
+for tls in shm tcp; do
+    pml_py_all "ib2-$tls" --mca pml ib2 -x UCX_TLS=$tls
+done
+pml_py_all ob1-vader --mca pml ob1 --mca btl self,vader
+
 # pml ib2 over rc_ib2 on the softverbs device (as 40-p2p.sh runs p2p):
 # rc_ib2 carries everything, ud_verbs only helps UCP wire up.
 pml_shm=ib2-pml-suite-$$
@@ -238,6 +297,8 @@ for np in 2 4; do
             --mca btl self -x UCX_TLS=rc_ib2,ud_verbs:aux
     done
 done
+pml_py_all ib2-rc_ib2 --mca pml ib2 --mca btl self \
+    -x UCX_TLS=rc_ib2,ud_verbs:aux
 
 # pml_freed sees the bug it guards against: with UCX 1.13's own
 # registration cache on, which p2p leaves off, UCP merges its memory
