@@ -136,9 +136,11 @@ for tl in shm tcp; do
     # the instruction-count program's loops all run and print their
     # timings (docs/p2p.md, "What carries a small message"), alone, once
     if [ -z "${IB2_PREFIX:-}" ] && [ "$tl" = shm ]; then
-        ib2_check p2p-cost-loops-run bash -c 'set -o pipefail; "$1" -n 2000 -s 8 -u -c |
-            grep -E "^  UCP carrying 8 \+ 32 bytes: am [0-9.]+ ns, drain [0-9.]+ ns, bounce [0-9.]+ ns"' - \
-            "$BUILD/contrib/bench/p2p/p2p_cost"
+        ib2_check p2p-cost-loops-run bash -c '
+            out=$("$1" -n 2000 -s 8 -u -c) || exit 1
+            echo "$out"
+            echo "$out" | grep -Eq "^  UCP carrying 8 \+ 32 bytes: am [0-9.]+ ns, drain [0-9.]+ ns, bounce [0-9.]+ ns, put [0-9.]+ ns, putflag [0-9.]+ ns per message$"' \
+            - "$BUILD/contrib/bench/p2p/p2p_cost"
     fi
     # what happens at the unexpected-queue bound
     P2P_UNEXPECTED_LIMIT=64k ib2_gtest "p2p-$tl-unexpected-bound" \

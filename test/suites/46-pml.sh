@@ -213,10 +213,12 @@ done
 
 # mpi4py's own programs (Debian's python3-mpi4py, run by Debian's
 # python3): its benchmark module's hello world (a token passed down the
-# ranks) and ring test (which aborts if a message comes back changed), and
+# ranks) and ring test (which warns if a message comes back changed: with
+# -W error::UserWarning the warning aborts the job), and
 # test/mpi/mpi4py/pool.py, a map over mpi4py.futures' static pool: a
-# manager thread on rank 0 hands out pickled tasks that the workers probe
-# for (MPI_THREAD_MULTIPLE, matched probes, objects of 0 B to 1 MiB).
+# manager thread on rank 0 (MPI_THREAD_MULTIPLE) hands out pickled tasks
+# by synchronous send, which the workers find with probes and take with
+# matched receives (objects of 0 B to 1 MiB, each checked).
 # Under pml ib2 over shm and tcp (here) and rc_ib2 (below), and ob1.
 pml_python=/usr/bin/python3
 pml_py_here=1
@@ -256,10 +258,12 @@ pml_py_all() {   # pml_py_all PREFIX [mpirun args...]: all of them
         "$@" -- -m mpi4py.bench helloworld
     pml_py "$pre/mpi4py-ringtest-3" 3 1 \
         '^time for 200 loops = [0-9.e+-]+ seconds [(]3 processes, 1024 bytes[)]$' \
-        "$@" -- -m mpi4py.bench ringtest -n 1024 -l 200
+        "$@" -- -W error::UserWarning -m mpi4py.bench ringtest \
+        -n 1024 -l 200
     pml_py "$pre/mpi4py-ringtest-1m-3" 3 1 \
         '^time for 20 loops = [0-9.e+-]+ seconds [(]3 processes, 1048576 bytes[)]$' \
-        "$@" -- -m mpi4py.bench ringtest -n 1048576 -l 20
+        "$@" -- -W error::UserWarning -m mpi4py.bench ringtest \
+        -n 1048576 -l 20
     pml_py "$pre/mpi4py-futures-pool-4" 4 1 '^pool: OK 41266120$' \
         "$@" -- -m mpi4py.futures "$SRC/test/mpi/mpi4py/pool.py"
 }

@@ -230,7 +230,7 @@ int main(int argc, char **argv)
     p2p_comm_t    *world;
     size_t        len = 8;
     int           n = 10000, opt;
-    double        t0, t1, t2, t3, t4, tc[4];
+    double        t0, t1, t2, t3, t4, tc[6];
     unsigned long a_exp, a_unexp, a_stream, a_tag = 0;
     int           tag = 0, carry = 0;
     p2p_init_params_t params = { 0 };
@@ -288,10 +288,12 @@ int main(int argc, char **argv)
         p2p_cost_ucp_tag_stream(world, len, 100);
     }
     if (carry) {
-        p2p_cost_carry_init(world);
+        p2p_cost_carry_init(world, len);
         p2p_cost_carry_am(world, len, 100);
         p2p_cost_carry_drain(world, len, 100);
         p2p_cost_carry_bounce(world, len, 100);
+        p2p_cost_carry_put(world, len, 100);
+        p2p_cost_carry_putflag(world, len, 100);
     }
     cost_counting = 1;
     t0 = cost_now();
@@ -321,6 +323,10 @@ int main(int argc, char **argv)
         tc[2] = cost_now();
         p2p_cost_carry_bounce(world, len, n);
         tc[3] = cost_now();
+        p2p_cost_carry_put(world, len, n);
+        tc[4] = cost_now();
+        p2p_cost_carry_putflag(world, len, n);
+        tc[5] = cost_now();
     }
     cost_counting = 0;
     printf("%zu-byte messages to self, %d each:\n"
@@ -337,9 +343,11 @@ int main(int argc, char **argv)
     }
     if (carry) {
         printf("  UCP carrying %zu + 32 bytes: am %.1f ns, drain %.1f ns, "
-               "bounce %.1f ns per message\n", len,
-               (tc[1] - tc[0]) / n * 1e9, (tc[2] - tc[1]) / n * 1e9,
-               (tc[3] - tc[2]) / n * 1e9);
+               "bounce %.1f ns, put %.1f ns, putflag %.1f ns per message\n",
+               len, (tc[1] - tc[0]) / n * 1e9, (tc[2] - tc[1]) / n * 1e9,
+               (tc[3] - tc[2]) / n * 1e9, (tc[4] - tc[3]) / n * 1e9,
+               (tc[5] - tc[4]) / n * 1e9);
+        p2p_cost_carry_cleanup(world);
     }
     return (p2p_finalize(ctx) == P2P_OK) ? 0 : 1;
 }

@@ -12,9 +12,12 @@
 /* messages in flight in a stream loop, as p2p_bench's rate test */
 #define COST_WINDOW 32
 
-void p2p_cost_carry_init(p2p_comm_t *comm);
+void p2p_cost_carry_init(p2p_comm_t *comm, size_t len);
+void p2p_cost_carry_cleanup(p2p_comm_t *comm);
 void p2p_cost_carry_am(p2p_comm_t *comm, size_t len, int n);
 void p2p_cost_carry_drain(p2p_comm_t *comm, size_t len, int n);
 void p2p_cost_carry_bounce(p2p_comm_t *comm, size_t len, int n);
+void p2p_cost_carry_put(p2p_comm_t *comm, size_t len, int n);
+void p2p_cost_carry_putflag(p2p_comm_t *comm, size_t len, int n);
 
 #endif

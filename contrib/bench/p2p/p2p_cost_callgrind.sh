@@ -7,10 +7,10 @@
 # library, UCX (libucp, libuct, libucs and transport modules), the C
 # library (memcpy, mostly) and the program itself. The "tag" lines are
 # the reference: the expected and stream loops on UCP's own tag API, same
-# worker and endpoint (p2p_cost -u). The "carry" lines are UCP alone moving
-# p2p's header and data to a receiver that matches them itself, by each
-# way UCP offers (p2p_cost -c, p2p_cost_carry.c). The allocations are p2p_cost's own count,
-# without valgrind.
+# worker and endpoint (p2p_cost -u). The "carry" lines are UCP alone
+# moving p2p's header and data to a receiver that matches them itself, by
+# active message, tag message or put (p2p_cost -c, p2p_cost_carry.c). The
+# allocations are p2p_cost's own count, without valgrind.
 #
 #   contrib/bench/p2p/p2p_cost_callgrind.sh BUILD_DIR [SIZE [P2P_COST_OPTIONS]]
 # (e.g. SIZE 8 and -t: the cost of P2P_INIT_F_THREAD_MULTIPLE)
@@ -67,7 +67,8 @@ echo "$size-byte messages to self ${extra[*]:-}; callgrind instructions per mess
 printf "  %-14s %8s %8s %8s %8s %8s\n" "" total p2p UCX libc program
 for loop in p2p_cost_expected p2p_cost_unexp p2p_cost_stream \
         p2p_cost_ucp_tag p2p_cost_ucp_tag_stream p2p_cost_carry_am \
-        p2p_cost_carry_drain p2p_cost_carry_bounce; do
+        p2p_cost_carry_drain p2p_cost_carry_bounce p2p_cost_carry_put \
+        p2p_cost_carry_putflag; do
     collected $loop $n1 > "$tmp/a"
     collected $loop $n2 > "$tmp/b"
     label=${loop#p2p_cost_}

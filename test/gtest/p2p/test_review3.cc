@@ -78,8 +78,9 @@ p2p_wire_cid_offer_t raw_offer(uint32_t window, uint32_t epoch)
 /*
  * A member dies in the commit round of p2p_comm_dup after its first
  * message: rank 2 (a raw peer) sends its offer to both and its round-1
- * barrier byte (0) to rank 0, then -- once rank 0 is through the round --
- * dies before its round-2 byte to rank 1.
+ * barrier byte (0) to rank 0, then -- once rank 1's round-1 byte is in
+ * and rank 0 is through the round -- dies before its round-2 byte to
+ * rank 1.
  * Rank 0 hears no failure and keeps the communicator; rank 1's round-2
  * receive fails and it drops it. Rank 1 then tells rank 0 (ABORT): on the
  * new communicator rank 1 is absent at rank 0, and every operation with
