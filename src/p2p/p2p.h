@@ -343,8 +343,9 @@ typedef struct p2p_stats {
     /* peers whose process the kernel would not let this one read (ptrace
      * rules): their rendezvous go through UCP's read */
     uint64_t rndv_cma_refused;
-    /* kernel reads discarded because the peer's process had ended by the
-     * end of the read (its pid may have named another process) */
+    /* kernel reads discarded (or not made) because the peer's process
+     * had ended by the end of the read, or before its first one: its pid
+     * may have named another process */
     uint64_t rndv_cma_gone;
 } p2p_stats_t;
 
