@@ -347,6 +347,9 @@ typedef struct p2p_stats {
      * had ended by the end of the read, or before its first one: its pid
      * may have named another process */
     uint64_t rndv_cma_gone;
+    /* kernel reads given up to UCP's read because nothing could be said
+     * of the peer's process (no descriptor left for its pidfd or /proc) */
+    uint64_t rndv_cma_unchecked;
 } p2p_stats_t;
 
 P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);

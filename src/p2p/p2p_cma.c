@@ -29,7 +29,10 @@
  * get from a dead peer does, and the peer is failed. Not readable means
  * the process lived throughout the read: the bytes are its. Where no
  * pidfd can be had (Linux < 5.3, no descriptors left), the start time is
- * compared after the read instead.
+ * compared after the read instead. Where that cannot be read either (no
+ * descriptor for /proc), nothing is known: the bytes read are wiped, the
+ * peer is not failed, and the message is read by UCP instead; the next
+ * rendezvous tries again.
  *
  * The kernel allows the read only where ptrace would be allowed, which
  * can differ from peer to peer (another uid, a process that made itself
@@ -70,19 +73,56 @@ static ucs_status_t p2p_cma_gone(p2p_context_t *ctx, p2p_peer_t *peer)
     return UCS_ERR_CONNECTION_RESET;
 }
 
-/* Before the peer's first kernel read: hold its process by a pidfd. */
+/* What a check of the peer's process found */
+enum {
+    P2P_CMA_SAME,       /* the process of the first read, alive */
+    P2P_CMA_GONE,       /* ended, or the pid names another process */
+    P2P_CMA_UNKNOWN     /* /proc could not be read: no verdict */
+};
+
+static int p2p_cma_start_time_check(p2p_peer_t *peer)
+{
+    uint64_t t = p2p_proc_start_time(peer->pid);
+
+    if (t == P2P_START_TIME_UNKNOWN) {
+        return P2P_CMA_UNKNOWN;
+    }
+    return (t == peer->start_time) ? P2P_CMA_SAME : P2P_CMA_GONE;
+}
+
+/* Nothing can be said of the peer's process now (out of descriptors):
+ * this message is read by UCP, the peer left alone. */
+static ucs_status_t p2p_cma_unknown(p2p_context_t *ctx, p2p_peer_t *peer)
+{
+    ++ctx->stats.rndv_cma_unchecked;
+    if (!(ctx->warned & P2P_WARNED_PIDFD_FD)) {
+        ctx->warned |= P2P_WARNED_PIDFD_FD;
+        p2p_warn(ctx, "cannot tell whether rank %u's process is the one "
+                 "that sent its rendezvous message (%s): the message is "
+                 "read by UCP instead of process_vm_readv. Raise the "
+                 "descriptor limit (ulimit -n); further cases are only "
+                 "counted (rndv_cma_unchecked).", peer->rank,
+                 strerror(errno));
+    }
+    return UCS_ERR_UNSUPPORTED;
+}
+
+/* Before a kernel read until one succeeds: hold the peer's process by a
+ * pidfd, or learn that none can be had on this kernel. */
 static ucs_status_t p2p_cma_watch(p2p_context_t *ctx, p2p_peer_t *peer)
 {
-    int fd, err;
+    int fd, err, check;
 
     fd = p2p_pidfd_open(peer->pid);
     if (fd >= 0) {
         /* the pid may name another process already: the start time says
          * whether the one held is the peer (if it is still the peer's now,
          * it was at the open as well) */
-        if (p2p_proc_start_time(peer->pid) != peer->start_time) {
+        check = p2p_cma_start_time_check(peer);
+        if (check != P2P_CMA_SAME) {
             close(fd);
-            return p2p_cma_gone(ctx, peer);
+            return (check == P2P_CMA_GONE) ? p2p_cma_gone(ctx, peer) :
+                   p2p_cma_unknown(ctx, peer);
         }
         peer->pidfd     = fd;
         peer->cma_watch = P2P_CMA_WATCH_PIDFD;
@@ -92,21 +132,25 @@ static ucs_status_t p2p_cma_watch(p2p_context_t *ctx, p2p_peer_t *peer)
     if (err == ESRCH) {
         return p2p_cma_gone(ctx, peer);
     }
-    peer->cma_watch = P2P_CMA_WATCH_START_TIME;
-    if (!(ctx->warned & P2P_WARNED_PIDFD)) {
-        ctx->warned |= P2P_WARNED_PIDFD;
-        p2p_log(ctx, P2P_LOG_DEBUG, "pidfd_open of rank %u failed (%s%s): "
-                "after its rendezvous reads by process_vm_readv the "
-                "process's start time is compared instead (a new process "
-                "that got its pid within the same clock tick would not be "
-                "told apart)", peer->rank, strerror(err),
-                (err == ENOSYS) ? ": Linux older than 5.3" : "");
+    if (err == ENOSYS) {
+        /* for good: the start time after every read */
+        peer->cma_watch = P2P_CMA_WATCH_START_TIME;
+        if (!(ctx->warned & P2P_WARNED_PIDFD)) {
+            ctx->warned |= P2P_WARNED_PIDFD;
+            p2p_log(ctx, P2P_LOG_DEBUG, "pidfd_open is not available "
+                    "(Linux older than 5.3): after a rendezvous read by "
+                    "process_vm_readv the sender's start time is compared "
+                    "instead (a new process that got its pid within the "
+                    "same clock tick would not be told apart)");
+        }
     }
+    /* otherwise (out of descriptors, no memory) this read is checked by
+     * the start time, and the next one tries a pidfd again */
     return UCS_OK;
 }
 
-/* Whether the peer's process has lived since its first kernel read. */
-static int p2p_cma_same_process(p2p_peer_t *peer)
+/* Whether the peer's process has lived since the read began. */
+static int p2p_cma_check(p2p_peer_t *peer)
 {
     struct pollfd pfd;
     int           r;
@@ -119,15 +163,15 @@ static int p2p_cma_same_process(p2p_peer_t *peer)
             r = poll(&pfd, 1, 0);
         } while ((r < 0) && (errno == EINTR));
         if (r == 0) {
-            return 1;
+            return P2P_CMA_SAME;
         }
         if ((r > 0) && (pfd.revents & POLLIN)) {
-            return 0;
+            return P2P_CMA_GONE;
         }
         /* poll could not say (no memory, a descriptor closed behind this
          * library's back): /proc can */
     }
-    return p2p_proc_start_time(peer->pid) == peer->start_time;
+    return p2p_cma_start_time_check(peer);
 }
 
 static void p2p_cma_refused(p2p_context_t *ctx, p2p_peer_t *peer, int err)
@@ -168,7 +212,7 @@ ucs_status_t p2p_cma_read(p2p_context_t *ctx, p2p_peer_t *peer, void *buf,
     size_t       done = 0;
     ssize_t      n;
     ucs_status_t status;
-    int          err;
+    int          err, check;
 
     if (peer->cma_watch == P2P_CMA_WATCH_NONE) {
         status = p2p_cma_watch(ctx, peer);
@@ -185,11 +229,14 @@ ucs_status_t p2p_cma_read(p2p_context_t *ctx, p2p_peer_t *peer, void *buf,
         if (n > 0) {
             /* alive at the end of the read: alive throughout it, so the
              * pid named the peer and the bytes are the peer's */
-            if (!p2p_cma_same_process(peer)) {
+            check = p2p_cma_check(peer);
+            if (check != P2P_CMA_SAME) {
                 /* another process's memory, maybe: not left behind in
-                 * the receive buffer either */
+                 * the receive buffer either (UCP's read, if it comes,
+                 * writes it all again) */
                 memset(buf, 0, done + (size_t)n);
-                return p2p_cma_gone(ctx, peer);
+                return (check == P2P_CMA_GONE) ? p2p_cma_gone(ctx, peer) :
+                       p2p_cma_unknown(ctx, peer);
             }
             done += (size_t)n;
             continue;
@@ -199,7 +246,8 @@ ucs_status_t p2p_cma_read(p2p_context_t *ctx, p2p_peer_t *peer, void *buf,
             continue;
         }
         /* whatever the error, a process gone explains it best */
-        if (!p2p_cma_same_process(peer)) {
+        check = p2p_cma_check(peer);
+        if (check == P2P_CMA_GONE) {
             return p2p_cma_gone(ctx, peer);
         }
         if ((n < 0) && ((err == EPERM) || (err == ENOSYS))) {

@@ -459,7 +459,8 @@ enum {
     P2P_WARNED_ABORT     = 1u << 2,
     P2P_WARNED_MAPPED    = 1u << 3,
     P2P_WARNED_CMA       = 1u << 4,
-    P2P_WARNED_PIDFD     = 1u << 5
+    P2P_WARNED_PIDFD     = 1u << 5,
+    P2P_WARNED_PIDFD_FD  = 1u << 6
 };
 
 /* p2p_peer_t.cma_watch */

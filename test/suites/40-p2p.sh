@@ -125,6 +125,12 @@ for tl in shm tcp; do
             "${p2p_mpi[@]}" -x UCX_TLS -np 3 "$p2pt/test_p2p_cma" \
             "${p2p_gt[@]}" \
             --gtest_filter=P2PCma.RefusedPeerOnlyLosesTheKernelRead
+        # no descriptor to spare at the receiver: no verdict on the
+        # sender's process is no death
+        P2P_KEEPALIVE_INTERVAL=100ms ib2_gtest "p2p-$tl-cma-out-of-fds" \
+            "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS \
+            -x P2P_KEEPALIVE_INTERVAL -np 3 "$p2pt/test_p2p_cma_fds" \
+            "${p2p_gt[@]}"
         # a dead sender's pid given to another process before its message
         # is read: the job in a PID namespace of its own, where the test
         # can hand the pid on (ns_last_pid); the shell stays its pid 1.
@@ -142,7 +148,8 @@ for tl in shm tcp; do
                     --gtest_filter="P2PCma.PidReused${p2p_when}*"
             done
         else
-            ib2_result SKIP "p2p-$tl-cma-pid-reused (unshare --pid is not permitted here: run as root or where user namespaces are allowed)"
+            ib2_result SKIP "p2p-$tl-cma-pid-reused (unshare --pid is \
+not permitted here: run as root or where user namespaces are allowed)"
         fi
     fi
     # the wildcard ordering stress with two senders

@@ -22,7 +22,10 @@
  * 1's read by the kernel, rank 2's by UCP.
  *
  * Each test needs its own job (the dead stay dead, the capability stays
- * dropped): test/suites/40-p2p.sh shows the command lines.
+ * dropped): test/suites/40-p2p.sh shows the command lines. A blocking call
+ * that does not return within P2PTEST_WAIT_LIMIT seconds (default 60)
+ * fails the process (p2p_util.h), so a rank whose partner failed early
+ * does not wait for the job's end.
  */
 #include "p2p_util.h"
 #include <gtest/gtest.h>
@@ -50,11 +53,9 @@
 #include <unistd.h>
 #include <vector>
 
-namespace {
+using namespace p2pfix;
 
-p2p_context_t *ctx;
-p2p_comm_t    *world;
-int           rank, size;
+namespace {
 
 /* where rank 1's send buffer and the stand-in's bytes are: an address
  * neither rank nor the stand-in has mapped otherwise */
@@ -236,6 +237,10 @@ void pid_reused(bool warm_up, bool no_pidfd = false)
     }
 
     if (rank == 1) {
+        /* its sends and its wait for rank 0's word, which never come if
+         * rank 0 failed first */
+        Blocking b("rank 1's messages to rank 0 and its wait for the word "
+                   "to die");
         void *p = mmap((void*)fixed_addr, msg_len, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
                        -1, 0);
@@ -264,12 +269,16 @@ void pid_reused(bool warm_up, bool no_pidfd = false)
         ASSERT_TRUE(hide_pidfd_open(&why)) << why;
     }
     int32_t victim = 0;
-    ASSERT_EQ(P2P_OK, p2p_recv(&victim, sizeof(victim), 1, 2, world,
-                               nullptr));
+    {
+        Blocking b("rank 1's pid");
+        ASSERT_EQ(P2P_OK, p2p_recv(&victim, sizeof(victim), 1, 2, world,
+                                   nullptr));
+    }
     ASSERT_GT(victim, 1);
     std::vector<uint8_t> in(msg_len, 0);
     if (warm_up) {
         p2p_stats_t s0 = stats();
+        Blocking b("rank 1's first message");
         ASSERT_EQ(P2P_OK, p2p_recv(in.data(), msg_len, 1, 1, world,
                                    nullptr));
         ASSERT_EQ(1u, stats().rndv_cma_reads - s0.rndv_cma_reads)
@@ -394,6 +403,8 @@ TEST(P2PCma, RefusedPeerOnlyLosesTheKernelRead)
     if ((tls == nullptr) || (strcmp(tls, "shm") != 0)) {
         GTEST_SKIP() << "needs UCX_TLS=shm";
     }
+    /* every exchange below, which a rank that failed first leaves waiting */
+    Blocking b("the refused-peer test's exchanges");
     /* every pair connected first: attaching a peer's shared memory goes
      * through /proc/<pid>/fd, which the same rules guard */
     for (int r = 0; r < size; ++r) {
@@ -486,15 +497,5 @@ TEST(P2PCma, RefusedPeerOnlyLosesTheKernelRead)
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
-    if (p2p_init(nullptr, &ctx) != P2P_OK) {
-        fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));
-        return 2;
-    }
-    world = p2p_comm_world(ctx);
-    rank  = p2p_comm_rank(world);
-    size  = p2p_comm_size(world);
-    p2p_test_report_at_rank0(rank);
-    int rc = RUN_ALL_TESTS();
-    p2p_finalize(ctx);
-    return rc;
+    return init_and_run_all();
 }
