@@ -340,6 +340,16 @@ typedef struct p2p_stats {
     /* rendezvous reads from a process on this host by process_vm_readv
      * (P2P_CMA), among the received rendezvous */
     uint64_t rndv_cma_reads;
+    /* peers whose process the kernel would not let this one read (ptrace
+     * rules): their rendezvous go through UCP's read */
+    uint64_t rndv_cma_refused;
+    /* kernel reads discarded (or not made) because the peer's process
+     * had ended by the end of the read, or before its first one: its pid
+     * may have named another process */
+    uint64_t rndv_cma_gone;
+    /* kernel reads given up to UCP's read because nothing could be said
+     * of the peer's process (no descriptor left for its pidfd or /proc) */
+    uint64_t rndv_cma_unchecked;
 } p2p_stats_t;
 
 P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);

@@ -2,7 +2,7 @@
  * p2p context: init (configuration, UCX, wire-up, the world communicator),
  * finalize and teardown, and the accessors of p2p.h and p2p_ucp.h.
  */
-#include "p2p_int.h"
+#include "p2p_cma.h"
 
 #include <ucs/sys/math.h>
 
@@ -48,6 +48,9 @@ static void p2p_teardown(p2p_context_t *ctx)
     p2p_mt_cleanup(ctx);
     kh_destroy_inplace(p2p_ep_rank, &ctx->ep_rank);
     kh_destroy_inplace(p2p_token, &ctx->tokens);
+    if (ctx->peers != NULL) {
+        p2p_cma_cleanup(ctx);
+    }
     free(ctx->peers);
     free(ctx->comms);
     free(ctx);

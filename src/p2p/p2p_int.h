@@ -50,6 +50,9 @@ void p2p_wireup_finalize(p2p_context_t *ctx);
 /* p2p_liveness.c */
 void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, uint64_t *pidns,
                        char *host, size_t hostlen);
+/* A process's start time, 0 if it is gone, or P2P_START_TIME_UNKNOWN if
+ * /proc could not be read (no descriptor left, no memory): not a death. */
+#define P2P_START_TIME_UNKNOWN UINT64_MAX
 uint64_t p2p_proc_start_time(int32_t pid);
 void p2p_slow_progress(p2p_context_t *ctx);
 

@@ -19,6 +19,7 @@
  */
 #include "p2p_int.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -27,7 +28,9 @@
 #include <unistd.h>
 
 /* Field 22 of /proc/<pid>/stat (clock ticks since boot); 0 if the process
- * does not exist (or is a zombie: its memory is gone already). */
+ * does not exist (or is a zombie: its memory is gone already);
+ * P2P_START_TIME_UNKNOWN if the file could not be read for another reason
+ * (out of descriptors or memory), which says nothing about the process. */
 uint64_t p2p_proc_start_time(int32_t pid)
 {
     char               path[64], buf[1024], *p;
@@ -39,9 +42,14 @@ uint64_t p2p_proc_start_time(int32_t pid)
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     fd = open(path, O_RDONLY);
     if (fd < 0) {
-        return 0;
+        return ((errno == ENOENT) || (errno == ESRCH)) ? 0 :
+               P2P_START_TIME_UNKNOWN;
     }
     n = read(fd, buf, sizeof(buf) - 1);
+    if ((n < 0) && (errno != ESRCH)) {
+        close(fd);
+        return P2P_START_TIME_UNKNOWN;
+    }
     close(fd);
     if (n <= 0) {
         return 0;
@@ -71,6 +79,11 @@ void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, uint64_t *pidns,
 
     *pid        = (uint32_t)getpid();
     *start_time = p2p_proc_start_time((int32_t)*pid);
+    if (*start_time == P2P_START_TIME_UNKNOWN) {
+        /* published as "not known": peers leave this process to UCP
+         * (p2p_wireup.c) */
+        *start_time = 0;
+    }
     /* a pid means the same process only within one PID namespace (two
      * containers on a host share host name and boot id, not this) */
     *pidns      = (stat("/proc/self/ns/pid", &st) == 0) ?
@@ -91,7 +104,8 @@ void p2p_liveness_self(uint32_t *pid, uint64_t *start_time, uint64_t *pidns,
 
 static void p2p_check_peers(p2p_context_t *ctx)
 {
-    int i;
+    uint64_t t;
+    int      i;
 
     for (i = 0; i < ctx->size; ++i) {
         p2p_peer_t *peer = &ctx->peers[i];
@@ -99,7 +113,10 @@ static void p2p_check_peers(p2p_context_t *ctx)
             (i == ctx->rank)) {
             continue;
         }
-        if (p2p_proc_start_time(peer->pid) != peer->start_time) {
+        t = p2p_proc_start_time(peer->pid);
+        /* /proc unreadable here (out of descriptors): no verdict, the
+         * next check looks again */
+        if ((t != P2P_START_TIME_UNKNOWN) && (t != peer->start_time)) {
             p2p_peer_failed(peer, UCS_ERR_CONNECTION_RESET, 0);
         }
     }

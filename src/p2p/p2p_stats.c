@@ -33,7 +33,9 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
     fprintf(stream,
             "p2p[%d] stats: eager sends %llu, UCP-protocol sends %llu, "
             "rendezvous sends %llu (by UCP's rendezvous %llu), rendezvous "
-            "receives read by process_vm_readv %llu, "
+            "receives read by process_vm_readv %llu (peers refused %llu, "
+            "reads discarded, process gone %llu, given to UCP unchecked "
+            "%llu), "
             "sync acks %llu, one-payload size lowered %llu times\n"
             "p2p[%d] stats: unexpected messages %llu, bytes now %zu, "
             "peak %zu, limit %zu, dropped %llu\n"
@@ -54,6 +56,9 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             (unsigned long long)(s.rndv_sent + s.rndv_ucp_sent),
             (unsigned long long)s.rndv_ucp_sent,
             (unsigned long long)s.rndv_cma_reads,
+            (unsigned long long)s.rndv_cma_refused,
+            (unsigned long long)s.rndv_cma_gone,
+            (unsigned long long)s.rndv_cma_unchecked,
             (unsigned long long)s.sync_acks,
             (unsigned long long)s.small_demoted,
             ctx->rank, (unsigned long long)s.unexp_msgs, s.unexp_bytes,

@@ -150,6 +150,10 @@ typedef struct p2p_peer {
     uint64_t      tx_token;
     int32_t       pid;
     uint64_t      start_time;   /* of its process, from /proc (pid reuse) */
+    /* how a kernel read makes sure the bytes are this process's and not
+     * those of another that got its pid (p2p_cma.c): P2P_CMA_WATCH_* */
+    uint8_t       cma_watch;
+    int           pidfd;        /* P2P_CMA_WATCH_PIDFD: its process */
     /* bytes held for its messages no receive has taken yet (unexpected,
      * out of order, early), counted against P2P_UNEXPECTED_LIMIT */
     size_t        held_bytes;
@@ -454,7 +458,16 @@ enum {
     P2P_WARNED_SOURCE    = 1u << 1,
     P2P_WARNED_ABORT     = 1u << 2,
     P2P_WARNED_MAPPED    = 1u << 3,
-    P2P_WARNED_CMA       = 1u << 4
+    P2P_WARNED_CMA       = 1u << 4,
+    P2P_WARNED_PIDFD     = 1u << 5,
+    P2P_WARNED_PIDFD_FD  = 1u << 6
+};
+
+/* p2p_peer_t.cma_watch */
+enum {
+    P2P_CMA_WATCH_NONE = 0,     /* no kernel read from it yet */
+    P2P_CMA_WATCH_PIDFD,        /* a pidfd of its process is open */
+    P2P_CMA_WATCH_START_TIME    /* no pidfd: its start time is compared */
 };
 
 

@@ -271,11 +271,14 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
         /* A peer naming this process's pid (or none) is not another
          * process here: the kernel read (p2p_cma.c) would copy this
          * process's own memory at an address the peer chose into the
-         * receive buffer, what p2p_rkey_maps_sender refuses for keys. */
+         * receive buffer, what p2p_rkey_maps_sender refuses for keys.
+         * One that could not read its own start time (0) cannot be told
+         * apart from a process that took its pid: left to UCP too. */
         peer->local      = (strncmp(hdr->host, myhost, sizeof(myhost)) == 0) &&
                            (mypidns != 0) &&
                            (P2P_FROM_LE64(hdr->pidns) == mypidns) &&
-                           (peer->pid > 0) && ((uint32_t)peer->pid != mypid);
+                           (peer->pid > 0) && ((uint32_t)peer->pid != mypid) &&
+                           (P2P_FROM_LE64(hdr->start_time) != 0);
         peer->start_time = P2P_FROM_LE64(hdr->start_time);
         addr = val->data.bo.bytes + sizeof(*hdr);
     }

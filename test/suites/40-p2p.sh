@@ -119,6 +119,38 @@ for tl in shm tcp; do
         P2P_CMA=n ib2_gtest "p2p-$tl-no-cma" "$p2p_mpirun" "${p2p_mpi[@]}" \
             -x P2P_CMA -np 2 "$p2pt/test_p2p" "${p2p_gt[@]}" \
             --gtest_filter='P2P.SendRecvAcrossProtocols:P2P.LargeMessage64MiB:P2P.Truncation:P2P.RendezvousOnOneHost*'
+        # a peer the kernel will not let rank 0 read (non-dumpable, and
+        # rank 0 without CAP_SYS_PTRACE) loses the kernel read alone
+        ib2_gtest "p2p-$tl-cma-refused-peer" "$p2p_mpirun" \
+            "${p2p_mpi[@]}" -x UCX_TLS -np 3 "$p2pt/test_p2p_cma" \
+            "${p2p_gt[@]}" \
+            --gtest_filter=P2PCma.RefusedPeerOnlyLosesTheKernelRead
+        # no descriptor to spare at the receiver: no verdict on the
+        # sender's process is no death
+        P2P_KEEPALIVE_INTERVAL=100ms ib2_gtest "p2p-$tl-cma-out-of-fds" \
+            "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS \
+            -x P2P_KEEPALIVE_INTERVAL -np 3 "$p2pt/test_p2p_cma_fds" \
+            "${p2p_gt[@]}"
+        # a dead sender's pid given to another process before its message
+        # is read: the job in a PID namespace of its own, where the test
+        # can hand the pid on (ns_last_pid); the shell stays its pid 1.
+        # After/Before the first read from that peer, and Without pidfd
+        # (pidfd_open failing with ENOSYS, as on Linux < 5.3)
+        if unshare --pid --fork --mount-proc true 2>/dev/null; then
+            for p2p_when in After Before Without; do
+                P2P_KEEPALIVE_INTERVAL=3600s p2p_gtest_rec \
+                    "p2p-$tl-cma-pid-reused-${p2p_when,,}" \
+                    "$(command -v unshare)" --pid --fork --mount-proc \
+                    sh -c '"$@"; exit $?' sh "$p2p_mpirun" \
+                    "${p2p_mpi[@]}" --enable-recovery -x UCX_TLS \
+                    -x P2P_KEEPALIVE_INTERVAL -np 2 "$p2pt/test_p2p_cma" \
+                    "${p2p_gt[@]}" \
+                    --gtest_filter="P2PCma.PidReused${p2p_when}*"
+            done
+        else
+            ib2_result SKIP "p2p-$tl-cma-pid-reused (unshare --pid is \
+not permitted here: run as root or where user namespaces are allowed)"
+        fi
     fi
     # the wildcard ordering stress with two senders
     ib2_gtest "p2p-$tl-3ranks" "$p2p_mpirun" "${p2p_mpi[@]}" -np 3 \

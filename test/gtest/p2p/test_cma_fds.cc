@@ -1,0 +1,123 @@
+/*
+ * The kernel read of rendezvous messages (p2p_cma.c) with no file
+ * descriptor to spare: a pidfd, or /proc/<pid>/stat, cannot be opened,
+ * so nothing can be said of the sender's process. That is no death: the
+ * message goes through UCP's read, the peer is not failed, and neither
+ * is it by the liveness check (p2p_liveness.c), which reads /proc too.
+ *
+ * RunOutOfDescriptorsFailsNobody (-np 3, UCX_TLS=shm,
+ * P2P_KEEPALIVE_INTERVAL=100ms): rank 0 lowers its descriptor limit to
+ * what it has open plus one (a pidfd can be had, then /proc cannot be
+ * read) and receives three rendezvous messages from each of the others;
+ * every byte arrives, nobody is failed, and the reads given to UCP are
+ * counted. Before, every one of them failed and both senders were failed.
+ */
+#include "p2p_util.h"
+
+#include <gtest/gtest.h>
+
+#include <p2p.h>
+
+#include <cerrno>
+#include <cstring>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <vector>
+
+using namespace p2pfix;
+
+namespace {
+
+const size_t msg_len = (size_t)1 << 20;
+const int    rounds  = 3;
+
+uint8_t pattern(size_t i, int salt)
+{
+    return (uint8_t)((i * 131 + (size_t)salt * 7) % 251);
+}
+
+/* descriptors open now (the directory's own left out) */
+int open_fds()
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n  = -1;    /* the directory's */
+
+    if (d == nullptr) {
+        return -1;
+    }
+    while (readdir(d) != nullptr) {
+        ++n;
+    }
+    closedir(d);
+    return n - 2;   /* "." and ".." */
+}
+
+}
+
+TEST(P2PCmaFds, RunOutOfDescriptorsFailsNobody)
+{
+    ASSERT_EQ(3, size) << "run with mpirun -np 3";
+    const char *tls = getenv("UCX_TLS");
+    if ((tls == nullptr) || (strcmp(tls, "shm") != 0)) {
+        GTEST_SKIP() << "needs UCX_TLS=shm";
+    }
+    Blocking b("the descriptor test's exchanges");
+    std::vector<uint8_t> buf(msg_len);
+
+    /* every pair connected first: nothing else needs a descriptor later */
+    ASSERT_EQ(P2P_OK, p2p_barrier(world));
+    if (rank != 0) {
+        for (int r = 0; r < rounds; ++r) {
+            for (size_t i = 0; i < msg_len; ++i) {
+                buf[i] = pattern(i, rank * 10 + r);
+            }
+            ASSERT_EQ(P2P_OK, p2p_send(buf.data(), msg_len, 0, 5, world));
+        }
+        ASSERT_EQ(P2P_OK, p2p_barrier(world));
+        return;
+    }
+
+    struct rlimit old_lim, lim;
+    ASSERT_EQ(0, getrlimit(RLIMIT_NOFILE, &old_lim)) << strerror(errno);
+    int n = open_fds();
+    ASSERT_GT(n, 0);
+    lim          = old_lim;
+    lim.rlim_cur = (rlim_t)n + 1;
+    ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &lim)) << strerror(errno);
+
+    p2p_stats_t s0, s1;
+    p2p_get_stats(ctx, &s0);
+    for (int r = 0; r < rounds; ++r) {
+        for (int src = 1; src < size; ++src) {
+            std::fill(buf.begin(), buf.end(), 0);
+            EXPECT_EQ(P2P_OK, p2p_recv(buf.data(), msg_len, src, 5, world,
+                                       nullptr))
+                << "rank " << src << " round " << r;
+            for (size_t i = 0; i < msg_len; ++i) {
+                ASSERT_EQ(pattern(i, src * 10 + r), buf[i])
+                    << "rank " << src << " round " << r << " byte " << i;
+            }
+        }
+    }
+    /* the liveness check runs every P2P_KEEPALIVE_INTERVAL (100ms here)
+     * and, out of descriptors, must not take the peers for dead either:
+     * progress through several of its turns */
+    double end = now() + 0.5;
+    while (now() < end) {
+        p2p_progress(ctx);
+    }
+    p2p_get_stats(ctx, &s1);
+    ASSERT_EQ(0, setrlimit(RLIMIT_NOFILE, &old_lim)) << strerror(errno);
+    EXPECT_EQ(0, p2p_comm_failure_count(world));
+    EXPECT_EQ(0u, s1.rndv_cma_gone - s0.rndv_cma_gone);
+    EXPECT_GE(s1.rndv_cma_unchecked - s0.rndv_cma_unchecked, 1u)
+        << "no read was given to UCP unchecked: the descriptor limit did "
+           "not bite, and the test tests nothing";
+    ASSERT_EQ(P2P_OK, p2p_barrier(world));
+}
+
+int main(int argc, char **argv)
+{
+    ::testing::InitGoogleTest(&argc, argv);
+    return init_and_run_all();
+}
