@@ -1,8 +1,8 @@
 /*
  * Registration: ibv_reg_mr through the leave-pinned cache (src/reg_cache)
- * or directly, as UCX_IB2_REG_METHODS says, with the access the caller's
- * UCT_MD_MEM_ACCESS_* flags need; memory mapped read-only is registered
- * for reads even where writes were asked for (see
+ * or directly, as UCX_IB2_REG_METHODS says, with all the access the device
+ * offers whatever the caller's UCT_MD_MEM_ACCESS_* flags (see
+ * ib2_md_mem_reg); memory mapped read-only is registered for reads (see
  * ib2_md_readonly_access). Error messages say what to raise (memlock, the
  * adapter's translation tables).
  */
@@ -57,42 +57,6 @@ int ib2_md_access(ib2_md_t *md)
 
     if (md->dev_attr.atomic_cap != IBV_ATOMIC_NONE) {
         access |= IBV_ACCESS_REMOTE_ATOMIC;
-    }
-    return access;
-}
-
-/*
- * The verbs access a registration with these UCT flags needs. Write access
- * only when asked for: a read-only buffer can then still be the source of
- * a remote get or a send. No access flag at all: everything, as before
- * UCT had them.
- */
-static int ib2_md_reg_access(ib2_md_t *md, unsigned flags)
-{
-    int access = 0;
-
-    if (!(flags & UCT_MD_MEM_ACCESS_ALL)) {
-        return md->access;
-    }
-    if (flags & (UCT_MD_MEM_ACCESS_LOCAL_WRITE | UCT_MD_MEM_ACCESS_REMOTE_PUT)) {
-        /* remote write needs local write (verbs rule) */
-        access |= IBV_ACCESS_LOCAL_WRITE;
-    }
-    if (flags & UCT_MD_MEM_ACCESS_REMOTE_PUT) {
-        access |= IBV_ACCESS_REMOTE_WRITE;
-    }
-    if (flags & UCT_MD_MEM_ACCESS_REMOTE_GET) {
-        access |= IBV_ACCESS_REMOTE_READ;
-    }
-    if ((flags & UCT_MD_MEM_ACCESS_REMOTE_ATOMIC) &&
-        (md->access & IBV_ACCESS_REMOTE_ATOMIC)) {
-        access |= IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
-    }
-    if ((access & IBV_ACCESS_LOCAL_WRITE) &&
-        (md->ctx->device->transport_type == IBV_TRANSPORT_IWARP)) {
-        /* iWARP delivers a read response as a tagged write into the sink:
-         * the sink of a get needs remote write */
-        access |= IBV_ACCESS_REMOTE_WRITE;
     }
     return access;
 }
@@ -208,7 +172,18 @@ ucs_status_t ib2_md_mem_reg(uct_md_h uct_md, void *address,
                             uct_mem_h *memh_p)
 {
     ib2_md_t *md = ucs_derived_of(uct_md, ib2_md_t);
-    int access   = ib2_md_reg_access(md, flags);
+    /*
+     * All the access the device offers, whatever UCT_MD_MEM_ACCESS_* asks
+     * for, as UCX's IB memory domains give. UCX 1.13's UCP keeps one
+     * registration per buffer and domain in its own cache (ucp_memh_get
+     * registers a domain once, with the flags of the buffer's first use)
+     * and reuses it for every later use: a buffer sent by eager zero-copy
+     * (LOCAL_READ) and then by rendezvous is read remotely through the
+     * first registration, one sent and later received into by a
+     * rendezvous put is written remotely. A registration narrowed to the
+     * first use's flags fails those with a remote access error.
+     */
+    int access   = md->access;
     int ro_access;
     char msg[1024];
     int ret;
