@@ -144,13 +144,12 @@ static int ib2_md_reg_once(ib2_md_t *md, void *address, size_t length,
 }
 
 /*
- * The access left when write access was asked for memory the process maps
- * read-only, or -1. UCX 1.13's UCP asks for write access on every buffer
- * it registers, a send buffer too, and aborts (an assertion in its
- * rendezvous) when the registration fails; a read-only buffer can only
- * ever be read, so the reads are what it gets. A write into it through
- * this registration fails on the adapter, as the same write by the CPU
- * would fault.
+ * The access left for memory the process maps read-only, or -1: every
+ * registration asks for write access (ib2_md_mem_reg), and UCX 1.13's UCP
+ * aborts (an assertion in its rendezvous) when a send buffer's
+ * registration fails; a read-only buffer can only ever be read, so the
+ * reads are what it gets. A write into it through this registration fails
+ * on the adapter, as the same write by the CPU would fault.
  */
 static int ib2_md_readonly_access(void *address, size_t length, int access)
 {

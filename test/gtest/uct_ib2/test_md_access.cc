@@ -160,6 +160,39 @@ TEST_P(MdAccess, RegistrationServesEveryLaterUse)
     }
 }
 
+/*
+ * Memory mapped read-only is the one registration without remote write
+ * now (every other gets all the device's access): the adapter refuses a
+ * peer's put into it, the peer's endpoint fails and the bytes stay.
+ */
+TEST_P(MdAccess, ReadOnlyMemoryRefusesRemotePut)
+{
+    char *p = map(4400, PROT_READ);
+    ASSERT_NE(nullptr, p);
+    Mem m;
+    ASSERT_EQ(UCS_OK, reg(pair->s, p, UCT_MD_MEM_ACCESS_LOCAL_READ, m));
+    Mem *local = pair->r.alloc(kLen, 0x33);
+    uct_iov_t iov = {local->p, kLen, local->memh, 0, 1};
+    Comp c;
+    ucs_status_t st = retry([&] {
+        return uct_ep_put_zcopy(pair->rs, &iov, 1, m.addr(), m.rkey.rkey,
+                                &c.c);
+    }, [&] { progress(); });
+    if (st == UCS_INPROGRESS) {
+        ASSERT_TRUE(wait_for([&] { return c.calls > 0; },
+                             [&] { progress(); }));
+        st = c.status;
+    }
+    EXPECT_NE(UCS_OK, st);
+    ASSERT_TRUE(wait_for([&] { return !pair->r.errors.empty(); },
+                         [&] { progress(); }));
+    EXPECT_EQ(UCS_ERR_CONNECTION_RESET, pair->r.errors[0].second);
+    std::string why;
+    EXPECT_TRUE(check(p, kLen, 4400, &why)) << why;
+    dereg(pair->s, m);
+    munmap(p, kLen);
+}
+
 TEST_P(MdAccess, UnmappedMemoryIsAClearError)
 {
     char *p = map(4300, PROT_READ | PROT_WRITE);
