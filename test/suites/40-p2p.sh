@@ -126,10 +126,18 @@ for tl in shm tcp; do
             "${p2p_gt[@]}" \
             --gtest_filter=P2PCma.RefusedPeerOnlyLosesTheKernelRead
         # no descriptor to spare at the receiver: no verdict on the
-        # sender's process is no death
+        # sender's process is no death -- one to spare (the kernel read's
+        # check), none (also p2p's liveness check; UCX's own keepalive,
+        # which fails the peer then, set long)
         P2P_KEEPALIVE_INTERVAL=100ms ib2_gtest "p2p-$tl-cma-out-of-fds" \
             "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS \
             -x P2P_KEEPALIVE_INTERVAL -np 3 "$p2pt/test_p2p_cma_fds" \
+            "${p2p_gt[@]}"
+        P2P_KEEPALIVE_INTERVAL=100ms UCX_KEEPALIVE_INTERVAL=3600s \
+            P2PTEST_FD_SPARE=0 ib2_gtest "p2p-$tl-cma-no-fd-at-all" \
+            "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS \
+            -x P2P_KEEPALIVE_INTERVAL -x UCX_KEEPALIVE_INTERVAL \
+            -x P2PTEST_FD_SPARE -np 3 "$p2pt/test_p2p_cma_fds" \
             "${p2p_gt[@]}"
         # a dead sender's pid given to another process before its message
         # is read: the job in a PID namespace of its own, where the test
