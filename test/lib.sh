@@ -38,7 +38,14 @@ ib2_gtest() {
         tail -n 30 "$log"
         return 1
     fi
-    if [ $rc -ne 0 ] && ! grep -q '^\[  FAILED  \] [^ ]* (' "$log"; then
+    local hung
+    hung=$(sed -n 's/^\*\*\* test hung ([^)]*): \([^ ]*\)$/\1/p' "$log")
+    if [ -n "$hung" ]; then
+        # The binary's watchdog named the test that hung: say which, so
+        # that the summary alone points at it.
+        ib2_result FAIL "$name/$hung (hung: no progress, see $log)"
+        tail -n 30 "$log"
+    elif [ $rc -ne 0 ] && ! grep -q '^\[  FAILED  \] [^ ]* (' "$log"; then
         # Crashed, hung or failed outside a test case: still one failure.
         ib2_result FAIL "$name (exit $rc, see $log)"
         tail -n 30 "$log"
