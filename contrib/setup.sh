@@ -44,7 +44,7 @@ PACKAGES=(
     openmpi-bin libopenmpi-dev
     gfortran python3-mpi4py
     libgtest-dev
-    valgrind hyperfine
+    valgrind hyperfine gdb
     gnuplot-nox
 )
 

@@ -39,7 +39,8 @@ ib2_gtest() {
         return 1
     fi
     local hung
-    hung=$(sed -n 's/^\*\*\* test hung ([^)]*): \([^ ]*\)$/\1/p' "$log")
+    hung=$(sed -n 's/^\*\*\* test hung ([^)]*): \([^ ]*\)$/\1/p' "$log" |
+           tail -n 1)
     if [ -n "$hung" ]; then
         # The binary's watchdog named the test that hung: say which, so
         # that the summary alone points at it.
