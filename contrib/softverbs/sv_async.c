@@ -4,15 +4,17 @@
  * Events name objects by handle; they are mapped back to this process's
  * objects here, and skipped if the object was destroyed meanwhile.
  * Delivered events are counted per object so that destroy waits for their
- * acknowledgement, as libibverbs does.
+ * acknowledgement, as libibverbs does; destroy clears the object's entry
+ * before it waits, and lookup and count happen under the entry table's
+ * lock, so no event is counted on an object being freed.
  */
 #include "sv_int.h"
 
 #include <errno.h>
 #include <string.h>
 
-static int sv_async_resolve(const struct sv_event *ev,
-                            struct ibv_async_event *out)
+static int sv_async_resolve_locked(const struct sv_event *ev,
+                                   struct ibv_async_event *out)
 {
     memset(out, 0, sizeof(*out));
     out->event_type = (enum ibv_event_type)ev->type;
@@ -69,6 +71,19 @@ static int sv_async_resolve(const struct sv_event *ev,
         out->element.port_num = (int)ev->handle;
         return 1;
     }
+}
+
+/* Under the table's lock: destroy, having cleared the entry, waits for the
+ * events counted here and no other (sv_local_set). */
+static int sv_async_resolve(const struct sv_event *ev,
+                            struct ibv_async_event *out)
+{
+    int found;
+
+    sv_local_lock();
+    found = sv_async_resolve_locked(ev, out);
+    sv_local_unlock();
+    return found;
 }
 
 SV_EXPORT int ibv_get_async_event(struct ibv_context *c,

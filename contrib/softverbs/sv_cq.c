@@ -571,18 +571,12 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
     if (atomic_load(&cq->refs) != 0) {
         return EBUSY;
     }
-    sv_wait_acks(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed,
-                 cq->comp_events, "CQ");
-    sv_wait_acks(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed,
-                 cq->async_events, "CQ");
+    /* No event is delivered for the CQ once it is out of the table and its
+     * channel's list (both readers count under those locks); then those
+     * delivered before must be acknowledged. */
     pthread_mutex_lock(&sv_cq_list_lock);
     sv_local_set(SV_T_CQ, cq->idx, NULL);
     pthread_mutex_unlock(&sv_cq_list_lock);
-    sv_cq_lock(sh);
-    sv_slot_unpublish(sh);
-    sv_mutex_unlock(&sh->lock);
-    sv_heap_free(sh->ring_off, (uint64_t)sh->size * sizeof(struct sv_cqe));
-    sv_slot_release(SV_T_CQ, sh);
     if (cq->chan != NULL) {
         struct sv_channel *ch = cq->chan;
         struct sv_cq **pp;
@@ -597,6 +591,15 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
         ch->ch.refcnt--;
         pthread_mutex_unlock(&ch->lock);
     }
+    sv_wait_acks(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed,
+                 cq->comp_events, "CQ");
+    sv_wait_acks(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed,
+                 cq->async_events, "CQ");
+    sv_cq_lock(sh);
+    sv_slot_unpublish(sh);
+    sv_mutex_unlock(&sh->lock);
+    sv_heap_free(sh->ring_off, (uint64_t)sh->size * sizeof(struct sv_cqe));
+    sv_slot_release(SV_T_CQ, sh);
     pthread_spin_destroy(&cq->poll_lock);
     free(cq);
     return 0;
@@ -698,7 +701,15 @@ SV_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
     return 0;
 }
 
-/* An event that found the channel's ring full, kept on its CQ. */
+static void sv_cq_count_event(struct sv_cq *cq)
+{
+    pthread_mutex_lock(&cq->cq.mutex);
+    cq->comp_events++;
+    pthread_mutex_unlock(&cq->cq.mutex);
+}
+
+/* An event that found the channel's ring full, kept on its CQ; counted
+ * on the CQ. */
 static struct sv_cq *sv_channel_deferred(struct sv_channel *ch)
 {
     struct sv_cq *cq;
@@ -714,6 +725,9 @@ static struct sv_cq *sv_channel_deferred(struct sv_channel *ch)
             break;
         }
     }
+    if (cq != NULL) {
+        sv_cq_count_event(cq); /* before destroy can unlist it */
+    }
     pthread_mutex_unlock(&ch->lock);
     return cq;
 }
@@ -728,10 +742,15 @@ SV_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel,
     for (;;) {
         cq = NULL;
         if (sv_evq_try(&ch->evq, &ev) == 0) {
+            /* looked up and counted as one step (sv_local_set) */
+            sv_local_lock();
             cq = sv_local_get(SV_T_CQ, sv_handle_idx(SV_T_CQ, ev.handle));
             if (cq == NULL || cq->handle != ev.handle || cq->chan != ch) {
+                sv_local_unlock();
                 continue; /* destroyed after the event was queued */
             }
+            sv_cq_count_event(cq);
+            sv_local_unlock();
         } else {
             cq = sv_channel_deferred(ch);
         }
@@ -744,9 +763,6 @@ SV_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel,
         }
         sv_evq_wait(&ch->evq);
     }
-    pthread_mutex_lock(&cq->cq.mutex);
-    cq->comp_events++;
-    pthread_mutex_unlock(&cq->cq.mutex);
     *cq_out     = ibv_cq_ex_to_cq(&cq->cq);
     *cq_context = cq->cq.cq_context;
     return 0;

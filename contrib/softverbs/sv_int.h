@@ -737,8 +737,12 @@ void sv_local_count_put(int which, uint32_t dev);
 int  sv_heap_alloc(uint64_t bytes, uint64_t *off);
 void sv_heap_free(uint64_t off, uint64_t bytes);
 sv_mutex_t *sv_stripe(uint64_t key);
+/* Entries are set under a lock that event readers take around their
+ * lookup and count (sv_local_lock): destroy clears first, then waits. */
 void sv_local_set(int t, uint32_t idx, void *obj);
 void *sv_local_get(int t, uint32_t idx);
+void sv_local_lock(void);
+void sv_local_unlock(void);
 uint16_t sv_port_lid(uint32_t dev, uint32_t port);
 
 /* sv_addr.c: port addresses (SOFTVERBS_DEVICES pN.ip=) and their GIDs */

@@ -830,7 +830,13 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     struct timespec ts;
     int warned = 0;
 
-    /* events delivered for this QP must be acknowledged first */
+    /* No event is delivered for the QP once its entry is gone; those
+     * delivered before must be acknowledged first (sv_local_set). */
+    if (ibqp->qp_type == IBV_QPT_XRC_RECV) {
+        sv_xrc_tgt_forget(qp); /* events go to another handle, if any */
+    } else {
+        sv_local_set(SV_T_QP, qp->idx, NULL);
+    }
     pthread_mutex_lock(&ibqp->mutex);
     while (ibqp->events_completed != qp->async_events) {
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -845,11 +851,6 @@ SV_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     pthread_mutex_unlock(&ibqp->mutex);
 
     sv_progress_remove(qp);
-    if (ibqp->qp_type == IBV_QPT_XRC_RECV) {
-        sv_xrc_tgt_forget(qp); /* events go to another handle, if any */
-    } else {
-        sv_local_set(SV_T_QP, qp->idx, NULL);
-    }
     sv_cm_qp_gone(); /* the connection manager may have looked it up */
     /* a TGT QP lives while any process holds a handle of it */
     if (ibqp->qp_type != IBV_QPT_XRC_RECV || sv_xrc_tgt_release(sh)) {

@@ -717,6 +717,17 @@ out:
     return rc;
 }
 
+/*
+ * An event reader (another thread) maps an event's handle to an object and
+ * counts the event on it; destroy clears the table entry, then waits until
+ * every counted event is acknowledged, then frees. The lock makes the
+ * reader's lookup and count one step as seen from destroy: once
+ * sv_local_set has cleared an entry, no reader still holds a pointer that
+ * it has not yet counted (which destroy's wait would miss, and the reader
+ * would then lock a freed object).
+ */
+static pthread_mutex_t sv_local_mutex = PTHREAD_MUTEX_INITIALIZER;
+
 static void sv_atfork_child(void)
 {
     int t;
@@ -754,6 +765,7 @@ static void sv_atfork_child(void)
     sv_g.seg_fd   = -1;
     sv_g.wake_fd  = -1;
     pthread_mutex_init(&sv_g.lock, NULL);
+    pthread_mutex_init(&sv_local_mutex, NULL); /* an event reader's */
     sv_progress_fork_child();
     sv_xrc_fork_child();
 }
@@ -981,9 +993,21 @@ void sv_local_count_put(int which, uint32_t dev)
     atomic_fetch_sub(which ? &me->n_ah[dev] : &me->n_pd[dev], 1);
 }
 
+void sv_local_lock(void)
+{
+    pthread_mutex_lock(&sv_local_mutex);
+}
+
+void sv_local_unlock(void)
+{
+    pthread_mutex_unlock(&sv_local_mutex);
+}
+
 void sv_local_set(int t, uint32_t idx, void *obj)
 {
+    pthread_mutex_lock(&sv_local_mutex);
     sv_g.local[t][idx] = obj;
+    pthread_mutex_unlock(&sv_local_mutex);
 }
 
 void *sv_local_get(int t, uint32_t idx)

@@ -318,6 +318,8 @@ SV_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
     if (atomic_load(&r->refs) != 0) {
         return EBUSY;
     }
+    /* no event after the entry is gone; those before are acknowledged */
+    sv_local_set(SV_T_SRQ, r->srq.idx, NULL);
     pthread_mutex_lock(&ibsrq->mutex);
     while (ibsrq->events_completed != r->srq.async_events) {
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -330,7 +332,6 @@ SV_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
         }
     }
     pthread_mutex_unlock(&ibsrq->mutex);
-    sv_local_set(SV_T_SRQ, r->srq.idx, NULL);
     sv_mutex_lock(&sh->lock);
     sv_slot_unpublish(sh);
     sv_mutex_unlock(&sh->lock);
