@@ -588,13 +588,18 @@ SV_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
                 break;
             }
         }
-        ch->ch.refcnt--;
         pthread_mutex_unlock(&ch->lock);
     }
     sv_wait_acks(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed,
                  cq->comp_events, "CQ");
     sv_wait_acks(&ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed,
                  cq->async_events, "CQ");
+    if (cq->chan != NULL) {
+        /* the channel stays busy (EBUSY) until the CQ is gone */
+        pthread_mutex_lock(&cq->chan->lock);
+        cq->chan->ch.refcnt--;
+        pthread_mutex_unlock(&cq->chan->lock);
+    }
     sv_cq_lock(sh);
     sv_slot_unpublish(sh);
     sv_mutex_unlock(&sh->lock);
