@@ -16,6 +16,8 @@
  */
 #include "p2p_int.h"
 
+#include <ucs/sys/math.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,6 +156,9 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
  * *put_short: the largest put UCP makes at once on every RMA lane
  * ("put[lane]: 0..<short>..N" lists N - 1), 0 if there is none: how
  * large a message an eager ring (p2p_ring_tx.c) may carry to this peer.
+ * UCX 1.13 keeps that limit per remote key in an int8_t
+ * (ucp_rkey_resolve_inner: at most INT8_MAX), and refuses a put
+ * forced to complete at once above it, whatever the lane takes.
  */
 static size_t p2p_ep_put_short(const char *text)
 {
@@ -169,7 +174,7 @@ static size_t p2p_ep_put_short(const char *text)
         min = (n < min) ? n : min;
         p  += strlen(" put[");
     }
-    return (min == SIZE_MAX) ? 0 : min;
+    return (min == SIZE_MAX) ? 0 : ucs_min(min, (size_t)INT8_MAX);
 }
 
 static int p2p_ep_rma_emulated(ucp_ep_h ep, int *user_sw, size_t *put_short)
