@@ -16,6 +16,7 @@
  * statistics (rx_*), and the first of each kind is reported.
  */
 #include "p2p_int.h"
+#include "p2p_ring.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -283,6 +284,11 @@ int p2p_arrival_ret(p2p_context_t *ctx, p2p_rx_t *rx)
         return 0;
     }
     ahead = (int32_t)(rx->m.seq - comm->recv_seq[rx->m.src]);
+    if (P2P_UNLIKELY(ahead > 0) && (peer->ring_rx != NULL)) {
+        /* the messages before it may wait in the sender's ring */
+        p2p_ring_peer_poll(ctx, peer);
+        ahead = (int32_t)(rx->m.seq - comm->recv_seq[rx->m.src]);
+    }
     if (P2P_UNLIKELY(ahead != 0)) {
         if (ahead < 0) {
             /* already delivered: a replay or a duplicate */

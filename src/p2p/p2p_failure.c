@@ -81,6 +81,13 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
     int           r;
 
     if (!peer->failed) {
+        if ((status != UCS_ERR_NO_MEMORY) &&
+            (status != UCS_ERR_EXCEEDS_LIMIT)) {
+            /* what it put into its ring before it died is delivered, as
+             * UCP delivers what it had received (not for a peer cut off:
+             * nothing more is taken from it) */
+            p2p_ring_peer_poll(ctx, peer);
+        }
         peer->failed     = 1;
         p2p_cma_forget(peer);
         p2p_ring_peer_failed(ctx, peer);

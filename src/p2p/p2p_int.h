@@ -67,13 +67,13 @@ static inline void p2p_defer(p2p_context_t *ctx)
 }
 
 unsigned p2p_ring_poll(p2p_context_t *ctx);  /* p2p_ring.c */
-/* Our rings (first: what landed before UCP finds its writer dead), UCP,
- * and now and then what p2p watches itself. */
+/* UCP, then our rings (after: a caller's active message sent before a
+ * ring message is seen first), now and then what p2p watches itself. */
 static inline unsigned p2p_ctx_progress(p2p_context_t *ctx)
 {
-    unsigned n = (ctx->n_rings != 0) ? p2p_ring_poll(ctx) : 0;
+    unsigned n = ucp_worker_progress(ctx->worker);
 
-    n += ucp_worker_progress(ctx->worker);
+    n += (ctx->n_rings != 0) ? p2p_ring_poll(ctx) : 0;
     if (P2P_UNLIKELY((++ctx->ticks & P2P_SLOW_TICKS) == 0)) {
         p2p_slow_progress(ctx);
     }

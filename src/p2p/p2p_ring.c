@@ -179,10 +179,25 @@ static void p2p_ring_credit(p2p_context_t *ctx, p2p_ring_rx_t *r)
     }
 }
 
+/* Whether a message is ahead of its sender's turn: one of a live
+ * communicator whose earlier message, an active message sent before it,
+ * is still on its way. It waits in its slot (the slot holds it, no copy,
+ * no record); anything else is taken and checked as usual. */
+static int p2p_ring_ahead(p2p_context_t *ctx, const p2p_wire_match_t *h)
+{
+    p2p_comm_t *comm = p2p_comm_by_cid(ctx, P2P_FROM_LE32(h->cid));
+    int32_t    src   = (int32_t)P2P_FROM_LE32((uint32_t)h->src);
+
+    return (comm != NULL) && (comm->cepoch == P2P_FROM_LE32(h->cepoch)) &&
+           ((uint32_t)src < (uint32_t)comm->size) &&
+           ((int32_t)(P2P_FROM_LE32(h->seq) - comm->recv_seq[src]) > 0);
+}
+
 /* The slot at r->next holds a message (its trailer nonzero): copy it out,
- * empty the slot, and hand the message to the arrival path. */
-static void p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
-                          uint64_t trailer)
+ * empty the slot, and hand the message to the arrival path. Returns 0 if
+ * it is ahead of its turn and was left where it is. */
+static int p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
+                         uint64_t trailer)
 {
     struct __attribute__((packed)) {
         p2p_wire_match_t h;
@@ -199,6 +214,9 @@ static void p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
     ucs_memory_cpu_load_fence();
     if (bad == NULL) {
         memcpy(&msg, slot, sizeof(msg.h) + len);
+        if (p2p_ring_ahead(ctx, &msg.h)) {
+            return 0;
+        }
     }
     *(volatile uint64_t*)(slot + P2P_WIRE_RING_SLOT -
                           P2P_WIRE_RING_TRAILER) = 0;
@@ -210,17 +228,53 @@ static void p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
     p2p_ring_credit(ctx, r);
     if (bad != NULL) {
         p2p_rx_malformed(ctx, bad, 0);
-        return;
+        return 1;
     }
     if (msg.h.token != r->peer->rx_token) {
         /* only the peer we gave this ring writes it, with our token */
         ++ctx->stats.rx_unauthenticated;
-        return;
+        return 1;
     }
     ++ctx->stats.ring_recv;
     /* exactly an active message's checks, from the header on; the slot
      * came by no endpoint, so the sender is known by its token alone */
     p2p_am_eager(ctx, &msg.h, msg.data, len, NULL);
+    return 1;
+}
+
+/* One ring's messages, in slot order, while they are in their turn.
+ * Bounded: a peer filling slots as fast as they empty cannot keep the
+ * poll here. */
+static unsigned p2p_ring_poll_one(p2p_context_t *ctx, p2p_ring_rx_t *r)
+{
+    unsigned found = 0, k;
+
+    ucs_assert(ctx->ring_polling);
+    for (k = 0; (k < r->slots) && !r->dead; ++k) {
+        uint64_t t = P2P_FROM_LE64(*(volatile uint64_t*)
+                                   (r->base + (size_t)r->next *
+                                    P2P_WIRE_RING_SLOT + P2P_WIRE_RING_SLOT -
+                                    P2P_WIRE_RING_TRAILER));
+        if ((t == 0) || !p2p_ring_take(ctx, r, t)) {
+            break;
+        }
+        ++found;
+    }
+    if (!r->dead) {
+        p2p_ring_credit(ctx, r);
+    }
+    return found;
+}
+
+void p2p_ring_peer_poll(p2p_context_t *ctx, p2p_peer_t *peer)
+{
+    if ((peer->ring_rx == NULL) || ctx->ring_polling ||
+        peer->ring_rx->dead) {
+        return;
+    }
+    ctx->ring_polling = 1;
+    (void)p2p_ring_poll_one(ctx, peer->ring_rx);
+    ctx->ring_polling = 0;
 }
 
 /* Free the rings whose peers failed (not from a nested poll: the outer
@@ -244,7 +298,7 @@ static void p2p_ring_reap(p2p_context_t *ctx)
 
 unsigned p2p_ring_poll(p2p_context_t *ctx)
 {
-    unsigned found = 0, i, k;
+    unsigned found = 0, i;
 
     if (ctx->ring_polling) {
         return 0;
@@ -253,24 +307,7 @@ unsigned p2p_ring_poll(p2p_context_t *ctx)
     /* rings appended during the loop (an offer from delivery) are read
      * too; none is removed before the loop ends */
     for (i = 0; i < ctx->n_rings; ++i) {
-        p2p_ring_rx_t *r = ctx->rings[i];
-        /* bounded: a peer filling slots as fast as they empty cannot keep
-         * the poll here */
-        for (k = 0; (k < r->slots) && !r->dead; ++k) {
-            uint64_t t = P2P_FROM_LE64(*(volatile uint64_t*)
-                                       (r->base + (size_t)r->next *
-                                        P2P_WIRE_RING_SLOT +
-                                        P2P_WIRE_RING_SLOT -
-                                        P2P_WIRE_RING_TRAILER));
-            if (t == 0) {
-                break;
-            }
-            p2p_ring_take(ctx, r, t);
-            ++found;
-        }
-        if (!r->dead) {
-            p2p_ring_credit(ctx, r);
-        }
+        found += p2p_ring_poll_one(ctx, ctx->rings[i]);
     }
     if (P2P_UNLIKELY(ctx->ring_reap)) {
         ctx->ring_reap = 0;
@@ -282,6 +319,7 @@ unsigned p2p_ring_poll(p2p_context_t *ctx)
 
 void p2p_ring_peer_failed(p2p_context_t *ctx, p2p_peer_t *peer)
 {
+    ucs_assert(peer->failed);
     if (peer->ring_rx != NULL) {
         peer->ring_rx->dead = 1;
         peer->ring_rx       = NULL;

@@ -59,6 +59,11 @@ void     p2p_ring_count(p2p_context_t *ctx, p2p_peer_t *peer);
 /* Every ring's next slots: their messages go through the arrival path.
  * Returns how many were found. */
 unsigned p2p_ring_poll(p2p_context_t *ctx);
+/* Read peer's ring now (not from within a poll): an active message of
+ * it arrived ahead of its turn, and the messages before it may be in
+ * the ring; or the peer is about to be taken as failed, and what it put
+ * before is delivered as UCP delivers what it had received. */
+void     p2p_ring_peer_poll(p2p_context_t *ctx, p2p_peer_t *peer);
 /* The peer failed: its ring is no longer read, and unmapped soon. */
 void     p2p_ring_peer_failed(p2p_context_t *ctx, p2p_peer_t *peer);
 /* Before the worker is destroyed, endpoints closed: every ring and key. */

@@ -266,9 +266,9 @@ TEST(P2PKilled, RingSlotsOfADeadPeer)
     }
     if (rank == 1) {
         p2p_stats_t s;
-        p2p_get_stats(ctx, &s);
         pid = (int32_t)getpid();
         ASSERT_EQ(P2P_OK, p2p_send(&pid, sizeof(pid), 0, 3, world));
+        p2p_get_stats(ctx, &s);
         for (int i = 0; i < n; ++i) {
             memset(buf, i, sizeof(buf));
             ASSERT_EQ(P2P_OK, p2p_send(buf, 16, 0, 4, world));
