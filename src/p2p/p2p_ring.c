@@ -139,11 +139,13 @@ void p2p_ring_count(p2p_context_t *ctx, p2p_peer_t *peer)
     if ((++peer->ring_eager < P2P_RING_AFTER) || !ctx->cfg.ring ||
         (ctx->n_rings >= P2P_RING_PEERS) || ctx->closing ||
         ctx->teardown || peer->failed || (peer->ep == NULL) ||
-        (peer->ring_rx != NULL) || !peer->token_sent || peer->rma_sw ||
+        (peer->ring_rx != NULL) || peer->rma_sw ||
+        (!peer->token_sent && (peer->tx_token != peer->rx_token)) ||
         (peer->put_short < sizeof(p2p_wire_match_t) +
                            P2P_WIRE_RING_TRAILER)) {
-        /* a message in a slot must carry our token; and without a put
-         * UCP makes at once, the peer could not use the ring */
+        /* a message in a slot must carry our token (handed to the peer,
+         * or known to it: ourselves); and without a put UCP makes at
+         * once, the peer could not use the ring */
         return;
     }
     p2p_ring_offer(ctx, peer);
