@@ -164,6 +164,17 @@ static void p2p_ring_credit(p2p_context_t *ctx, p2p_ring_rx_t *r)
         (r->peer->ep == NULL)) {
         return;
     }
+    if ((r->peer->rank == (uint32_t)ctx->rank) &&
+        (r->peer->ring_tx != NULL) && (r->peer->ring_tx->gen == r->gen)) {
+        /* our own ring, which we write: the slots are ours again at
+         * once (a CREDIT to self would come back only at the next
+         * progress, after the next sends found no slot) */
+        ucs_assert((uint32_t)(r->peer->ring_tx->sent - (uint32_t)r->head) <=
+                   r->slots);
+        r->peer->ring_tx->freed = (uint32_t)r->head;
+        r->credited             = r->head;
+        return;
+    }
     c.type             = P2P_WIRE_CREDIT;
     c.version          = P2P_WIRE_VERSION;
     c.reserved         = 0;
