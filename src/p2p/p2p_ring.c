@@ -151,8 +151,9 @@ void p2p_ring_count(p2p_context_t *ctx, p2p_peer_t *peer)
     p2p_ring_offer(ctx, peer);
 }
 
-/* Give emptied slots back once a batch is due. If UCP cannot send the
- * CREDIT at once, the next poll tries again: the count is absolute. */
+/* Give emptied slots back (a batch is due: p2p_ring_credit_due). If UCP
+ * cannot send the CREDIT at once, the next poll tries again: the count
+ * is absolute. */
 static void p2p_ring_credit(p2p_context_t *ctx, p2p_ring_rx_t *r)
 {
     ucp_request_param_t param;
@@ -160,8 +161,7 @@ static void p2p_ring_credit(p2p_context_t *ctx, p2p_ring_rx_t *r)
     ucs_status_ptr_t    sp;
 
     ucs_assert(r->head - r->credited <= r->slots);
-    if ((r->head - r->credited < P2P_WIRE_RING_CREDIT_BATCH) ||
-        (r->peer->ep == NULL)) {
+    if (r->peer->ep == NULL) {
         return;
     }
     if ((r->peer->rank == (uint32_t)ctx->rank) &&
@@ -206,6 +206,11 @@ static int p2p_ring_ahead(p2p_context_t *ctx, const p2p_wire_match_t *h)
            ((int32_t)(P2P_FROM_LE32(h->seq) - comm->recv_seq[src]) > 0);
 }
 
+static inline int p2p_ring_credit_due(const p2p_ring_rx_t *r)
+{
+    return r->head - r->credited >= P2P_WIRE_RING_CREDIT_BATCH;
+}
+
 /* The slot at r->next holds a message (its trailer nonzero): copy it out,
  * empty the slot, and hand the message to the arrival path. Returns 0 if
  * it is ahead of its turn and was left where it is. */
@@ -238,7 +243,9 @@ static int p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
         r->next = 0;
         r->lap  = (r->lap == UINT32_MAX) ? 1 : (r->lap + 1);
     }
-    p2p_ring_credit(ctx, r);
+    if (P2P_UNLIKELY(p2p_ring_credit_due(r))) {
+        p2p_ring_credit(ctx, r);
+    }
     if (bad != NULL) {
         p2p_rx_malformed(ctx, bad, 0);
         return 1;
@@ -273,7 +280,7 @@ static unsigned p2p_ring_poll_one(p2p_context_t *ctx, p2p_ring_rx_t *r)
         }
         ++found;
     }
-    if (!r->dead) {
+    if (!r->dead && p2p_ring_credit_due(r)) {
         p2p_ring_credit(ctx, r);
     }
     return found;
