@@ -3,9 +3,9 @@
  * gives a peer it hears often from a ring of slots in its memory, which
  * the peer fills by put -- only where UCP has a native put lane (shared
  * memory, rc_ib2), never over TCP, where UCX 1.13 emulates RMA with
- * active messages. Each test runs on a context of its own, so that its
- * rings and counters start from nothing; all ranks take part in its
- * creation. The ring path's use is asserted by its counters where the
+ * active messages. Each test runs on a context of its own, with
+ * P2P_RING=y (off by default), so that its rings and counters start from
+ * nothing; all ranks take part in its creation. The ring path's use is asserted by its counters where the
  * transport has a put lane, and its absence where it has none.
  */
 #include "p2p_test.h"
@@ -83,7 +83,10 @@ struct Ctx {
     p2p_comm_t    *w = nullptr;
     Ctx()
     {
+        /* rings are off by default (docs/p2p.md): on for this context */
+        setenv("P2P_RING", "y", 1);
         EXPECT_EQ(P2P_OK, p2p_init(nullptr, &c)) << p2p_last_error(nullptr);
+        unsetenv("P2P_RING");
         w = (c != nullptr) ? p2p_comm_world(c) : nullptr;
     }
     ~Ctx()
