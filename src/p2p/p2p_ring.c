@@ -211,9 +211,13 @@ static inline int p2p_ring_credit_due(const p2p_ring_rx_t *r)
     return r->head - r->credited >= P2P_WIRE_RING_CREDIT_BATCH;
 }
 
-/* The slot at r->next holds a message (its trailer nonzero): copy it out,
- * empty the slot, and hand the message to the arrival path. Returns 0 if
- * it is ahead of its turn and was left where it is. */
+/* The slot at r->next holds a message (its trailer carries the lap
+ * expected there): copy it out, move on, and hand the message to the
+ * arrival path. Returns 0 if it is ahead of its turn and was left where it
+ * is. The slot is not cleared: a trailer of another lap is an empty slot,
+ * so a trailer that lands twice (UCX copies 8 bytes with two overlapping
+ * stores, and a sender preempted between them rewrites the old value
+ * after we took it) is not a message again. */
 static int p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
                          uint64_t trailer)
 {
@@ -223,11 +227,10 @@ static int p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
     } msg;
     uint8_t    *slot = r->base + (size_t)r->next * P2P_WIRE_RING_SLOT;
     uint32_t   len   = (uint32_t)trailer;
-    uint32_t   lap   = (uint32_t)(trailer >> 32);
-    const char *bad  = (lap != r->lap) ? "ring slot of another lap" :
-                       (len > P2P_WIRE_RING_DATA) ?
+    const char *bad  = (len > P2P_WIRE_RING_DATA) ?
                        "ring slot longer than its data" : NULL;
 
+    ucs_assert((uint32_t)(trailer >> 32) == r->lap);
     /* the trailer was written after the data: read nothing before it */
     ucs_memory_cpu_load_fence();
     if (bad == NULL) {
@@ -236,8 +239,6 @@ static int p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
             return 0;
         }
     }
-    *(volatile uint64_t*)(slot + P2P_WIRE_RING_SLOT -
-                          P2P_WIRE_RING_TRAILER) = 0;
     ++r->head;
     if (++r->next == r->slots) {
         r->next = 0;
@@ -275,7 +276,7 @@ static unsigned p2p_ring_poll_one(p2p_context_t *ctx, p2p_ring_rx_t *r)
                                    (r->base + (size_t)r->next *
                                     P2P_WIRE_RING_SLOT + P2P_WIRE_RING_SLOT -
                                     P2P_WIRE_RING_TRAILER));
-        if ((t == 0) || !p2p_ring_take(ctx, r, t)) {
+        if (((uint32_t)(t >> 32) != r->lap) || !p2p_ring_take(ctx, r, t)) {
             break;
         }
         ++found;

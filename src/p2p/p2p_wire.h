@@ -95,13 +95,15 @@
  * data whatever order one put's bytes land in. A sender may write the
  * k-th message only while k < freed + slots, freed being the last CREDIT's
  * count (0 before any). The receiver reads the trailer of the next slot;
- * a nonzero one means a message: the receiver copies the slot out, zeroes
- * the trailer, and takes the message through the same checks as an EAGER
- * active message (version, token, communicator and epoch, source,
- * sequence number -- ring and active messages of one sender share the
- * sequence numbers). A trailer with another lap or a length over
- * P2P_WIRE_RING_DATA, or a header that is not EAGER of this version, is
- * malformed: dropped and counted, the slot still consumed. CREDIT carries
+ * one with the lap expected there means a message (any other lap: the
+ * slot is still empty -- the receiver never clears a trailer, so one
+ * written twice is not taken twice): the receiver copies the slot out and
+ * takes the message through the same checks as an EAGER active message
+ * (version, token, communicator and epoch, source, sequence number --
+ * ring and active messages of one sender share the sequence numbers). A
+ * length over P2P_WIRE_RING_DATA, or a header that is not EAGER of this
+ * version, is malformed: dropped and counted, the slot still consumed. A
+ * sender that writes a wrong lap stalls its own ring. CREDIT carries
  * the number of slots the receiver has emptied in total (wrapping), sent
  * at least every P2P_WIRE_RING_CREDIT_BATCH slots; a sender drops a
  * CREDIT of another generation, or one that goes back or beyond what it
