@@ -350,6 +350,16 @@ typedef struct p2p_stats {
     /* kernel reads given up to UCP's read because nothing could be said
      * of the peer's process (no descriptor left for its pidfd or /proc) */
     uint64_t rndv_cma_unchecked;
+    /* eager RDMA rings (docs/p2p.md): rings given to peers, rings taken
+     * from peers, messages put into peers' rings (also in eager_sent),
+     * messages found in ours, credits sent back, and puts UCP could not
+     * make at once (those messages went as active messages) */
+    uint64_t ring_offered;
+    uint64_t ring_accepted;
+    uint64_t ring_sent;
+    uint64_t ring_recv;
+    uint64_t ring_credits;
+    uint64_t ring_busy;
 } p2p_stats_t;
 
 P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);

@@ -8,18 +8,21 @@
  * one inline chain of the same checks and is delivered at once.
  */
 #include "p2p_int.h"
+#include "p2p_ring.h"
 
 #include <string.h>
 
 /* An answer or a token: short, no data, always by reply endpoint. */
 static void p2p_am_ctl(p2p_context_t *ctx, unsigned type, const void *header,
-                       size_t length, const ucp_am_recv_param_t *param)
+                       const void *data, size_t length,
+                       const ucp_am_recv_param_t *param)
 {
     p2p_peer_t       *peer = NULL;
     p2p_wire_ctl_t   ctl;
     p2p_wire_token_t tok;
 
-    if ((length != 0) || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    if (((length != 0) && (type != P2P_WIRE_RING)) ||
+        (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
         p2p_rx_malformed(ctx, "control message with data",
                          p2p_wire_hdr_size[type]);
         return;
@@ -33,6 +36,14 @@ static void p2p_am_ctl(p2p_context_t *ctx, unsigned type, const void *header,
     }
     if (type == P2P_WIRE_ABORT) {
         p2p_abort_arrived(ctx, peer, header);
+        return;
+    }
+    if (type == P2P_WIRE_RING) {
+        p2p_ring_arrived(ctx, peer, header, data, length);
+        return;
+    }
+    if (type == P2P_WIRE_CREDIT) {
+        p2p_credit_arrived(ctx, peer, header);
         return;
     }
     if (type != P2P_WIRE_TOKEN) {
@@ -92,7 +103,7 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
         return UCS_OK;
     }
     if (type >= P2P_WIRE_FIN) {
-        p2p_am_ctl(ctx, type, header, length, param);
+        p2p_am_ctl(ctx, type, header, data, length, param);
         return UCS_OK;
     }
     /* UCP places the user header at any offset: read an aligned copy */
@@ -148,12 +159,11 @@ static ucs_status_t p2p_am_cb_slow(p2p_context_t *ctx, const void *header,
 /* What the arrival path knows of an EAGER message, from its header. */
 static inline __attribute__((always_inline))
 void p2p_rx_eager(p2p_rx_t *rx, const p2p_wire_match_t *h, void *data,
-                  size_t length, const ucp_am_recv_param_t *param)
+                  size_t length, ucp_ep_h ep)
 {
     rx->type     = P2P_WIRE_EAGER;
     rx->how      = P2P_ARR_DATA;
-    rx->ep       = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ?
-                   param->reply_ep : NULL;
+    rx->ep       = ep;
     rx->token    = h->token;
     rx->m.cid    = P2P_FROM_LE32(h->cid);
     rx->m.cepoch = P2P_FROM_LE32(h->cepoch);
@@ -180,8 +190,7 @@ void p2p_rx_eager(p2p_rx_t *rx, const p2p_wire_match_t *h, void *data,
  */
 static inline __attribute__((always_inline))
 int p2p_am_eager_fast(p2p_context_t *ctx, const p2p_wire_match_t *h,
-                      void *data, size_t length,
-                      const ucp_am_recv_param_t *param)
+                      void *data, size_t length, ucp_ep_h ep)
 {
     uint32_t      cid = P2P_FROM_LE32(h->cid);
     int32_t       src = (int32_t)P2P_FROM_LE32((uint32_t)h->src);
@@ -204,6 +213,10 @@ int p2p_am_eager_fast(p2p_context_t *ctx, const p2p_wire_match_t *h,
         return 0;
     }
     ++comm->recv_seq[src];
+    if (P2P_UNLIKELY(peer->ring_eager < P2P_RING_AFTER)) {
+        /* a peer heard from often may get a ring (p2p_ring.c) */
+        p2p_ring_count(ctx, peer);
+    }
     r = p2p_mq_match_arrival(&comm->mq, src, tag);
     if (r == NULL) {
         p2p_rx_t rx;
@@ -211,7 +224,7 @@ int p2p_am_eager_fast(p2p_context_t *ctx, const p2p_wire_match_t *h,
         /* nothing is held and no creation is under way (checked above),
          * and queueing holds nothing nor starts one: nothing to look at
          * after it (p2p_arrival_in_order) */
-        p2p_rx_eager(&rx, h, data, length, param);
+        p2p_rx_eager(&rx, h, data, length, ep);
         (void)p2p_unexp_queue(comm, peer, &rx);
         return 1;
     }
@@ -224,13 +237,28 @@ int p2p_am_eager_fast(p2p_context_t *ctx, const p2p_wire_match_t *h,
     return 1;
 }
 
+/* An EAGER message whose header's format was checked (type, version):
+ * the inline chain if every check passes at once, else the general path.
+ * ep: the endpoint UCP says it came by, or NULL. */
+static inline __attribute__((always_inline))
+void p2p_am_eager_checked(p2p_context_t *ctx, const p2p_wire_match_t *h,
+                          void *data, size_t length, ucp_ep_h ep)
+{
+    p2p_rx_t rx;
+
+    if (P2P_LIKELY(p2p_am_eager_fast(ctx, h, data, length, ep))) {
+        return;
+    }
+    p2p_rx_eager(&rx, h, data, length, ep);
+    (void)p2p_arrival_ret(ctx, &rx);
+}
+
 static ucs_status_t p2p_am_cb(void *arg, const void *header,
                               size_t header_length, void *data,
                               size_t length, const ucp_am_recv_param_t *param)
 {
     p2p_context_t    *ctx = arg;
     p2p_wire_match_t h;
-    p2p_rx_t         rx;
 
     /* the hot path: a standard eager message of the current version, its
      * header the user header or, for a small one, the start of the data */
@@ -255,12 +283,23 @@ static ucs_status_t p2p_am_cb(void *arg, const void *header,
                               param);
     }
     memcpy(&h, header, sizeof(h));
-    if (P2P_LIKELY(p2p_am_eager_fast(ctx, &h, data, length, param))) {
-        return UCS_OK;
-    }
-    p2p_rx_eager(&rx, &h, data, length, param);
-    (void)p2p_arrival_ret(ctx, &rx);
+    p2p_am_eager_checked(ctx, &h, data, length,
+                         (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ?
+                         param->reply_ep : NULL);
     return UCS_OK;
+}
+
+void p2p_am_eager(p2p_context_t *ctx, const p2p_wire_match_t *h, void *data,
+                  size_t length, ucp_ep_h ep)
+{
+    if (P2P_UNLIKELY((h->type != P2P_WIRE_EAGER) ||
+                     (h->version != P2P_WIRE_VERSION))) {
+        p2p_rx_malformed(ctx, (h->version != P2P_WIRE_VERSION) ?
+                         "wire version" : "not EAGER in a ring slot",
+                         sizeof(*h));
+        return;
+    }
+    p2p_am_eager_checked(ctx, h, data, length, ep);
 }
 
 int p2p_recv_init(p2p_context_t *ctx)

@@ -16,6 +16,7 @@
  * statistics (rx_*), and the first of each kind is reported.
  */
 #include "p2p_int.h"
+#include "p2p_ring.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,9 @@ const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST] = {
     [P2P_WIRE_FIN]        = sizeof(p2p_wire_ctl_t),
     [P2P_WIRE_ACK]        = sizeof(p2p_wire_ctl_t),
     [P2P_WIRE_TOKEN]      = sizeof(p2p_wire_token_t),
-    [P2P_WIRE_ABORT]      = sizeof(p2p_wire_abort_t)
+    [P2P_WIRE_ABORT]      = sizeof(p2p_wire_abort_t),
+    [P2P_WIRE_RING]       = sizeof(p2p_wire_ring_t),
+    [P2P_WIRE_CREDIT]     = sizeof(p2p_wire_credit_t)
 };
 
 void p2p_rx_malformed(p2p_context_t *ctx, const char *what, size_t hdr_len)
@@ -281,6 +284,11 @@ int p2p_arrival_ret(p2p_context_t *ctx, p2p_rx_t *rx)
         return 0;
     }
     ahead = (int32_t)(rx->m.seq - comm->recv_seq[rx->m.src]);
+    if (P2P_UNLIKELY(ahead > 0) && (peer->ring_rx != NULL)) {
+        /* the messages before it may wait in the sender's ring */
+        p2p_ring_peer_poll(ctx, peer);
+        ahead = (int32_t)(rx->m.seq - comm->recv_seq[rx->m.src]);
+    }
     if (P2P_UNLIKELY(ahead != 0)) {
         if (ahead < 0) {
             /* already delivered: a replay or a duplicate */

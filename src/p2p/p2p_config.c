@@ -150,6 +150,14 @@ static ucs_config_field_t p2p_config_table[] = {
      "0: yield after every idle poll; inf: never yield (pure spinning).",
      ucs_offsetof(p2p_config_t, wait_spin), UCS_CONFIG_TYPE_ULUNITS},
 
+    {"RING", "n",
+     "Give the peers a process hears most from (up to 8, after 16 eager\n"
+     "messages each) a ring of slots in its memory that they fill by put:\n"
+     "small standard messages then skip UCP's active messages. Only where\n"
+     "UCP has a native put lane (shared memory, RDMA; not TCP). Off by\n"
+     "default: a long stream once lost a message (docs/p2p.md).",
+     ucs_offsetof(p2p_config_t, ring), UCS_CONFIG_TYPE_BOOL},
+
     {NULL}
 };
 

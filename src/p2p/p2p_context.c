@@ -3,6 +3,7 @@
  * finalize and teardown, and the accessors of p2p.h and p2p_ucp.h.
  */
 #include "p2p_cma.h"
+#include "p2p_ring.h"
 
 #include <ucs/sys/math.h>
 
@@ -27,6 +28,7 @@ static void p2p_teardown(p2p_context_t *ctx)
     if (ctx->peers != NULL) {
         p2p_close_eps(ctx);
     }
+    p2p_ring_cleanup(ctx);  /* keys live in the worker, mappings in UCP */
     p2p_reg_cleanup(ctx);
     p2p_rndv_cleanup(ctx);
     if (ctx->address != NULL) {

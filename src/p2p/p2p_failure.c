@@ -9,6 +9,7 @@
  * than wait for what was lost.
  */
 #include "p2p_cma.h"
+#include "p2p_ring.h"
 
 static void p2p_fail_posted_cb(void *arg, p2p_mq_recv_t *r)
 {
@@ -80,8 +81,16 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
     int           r;
 
     if (!peer->failed) {
+        if ((status != UCS_ERR_NO_MEMORY) &&
+            (status != UCS_ERR_EXCEEDS_LIMIT)) {
+            /* what it put into its ring before it died is delivered, as
+             * UCP delivers what it had received (not for a peer cut off:
+             * nothing more is taken from it) */
+            p2p_ring_peer_poll(ctx, peer);
+        }
         peer->failed     = 1;
         p2p_cma_forget(peer);
+        p2p_ring_peer_failed(ctx, peer);
         peer->fail_error = (status == UCS_ERR_NO_MEMORY) ?
                            P2P_ERR_NO_MEMORY :
                            (status == UCS_ERR_EXCEEDS_LIMIT) ?

@@ -66,11 +66,14 @@ static inline void p2p_defer(p2p_context_t *ctx)
     ctx->ticks   |= P2P_SLOW_TICKS;
 }
 
-/* Progress UCP; now and then also what p2p watches itself. */
+unsigned p2p_ring_poll(p2p_context_t *ctx);  /* p2p_ring.c */
+/* UCP, then our rings (after: a caller's active message sent before a
+ * ring message is seen first), now and then what p2p watches itself. */
 static inline unsigned p2p_ctx_progress(p2p_context_t *ctx)
 {
     unsigned n = ucp_worker_progress(ctx->worker);
 
+    n += (ctx->n_rings != 0) ? p2p_ring_poll(ctx) : 0;
     if (P2P_UNLIKELY((++ctx->ticks & P2P_SLOW_TICKS) == 0)) {
         p2p_slow_progress(ctx);
     }

@@ -271,7 +271,7 @@ int p2p_send_start_inline(p2p_comm_t *comm, const void *buf, size_t len,
     p2p_request_t *req  = NULL;
     int           ret;
 
-    if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
+    if (P2P_LIKELY(p2p_send_fast_ok(peer, len, sync))) {
         /* the request first: once the message is out, nothing may fail
          * (the shared one cannot; one that says why UCP refused it is
          * taken after, when nothing was sent) */

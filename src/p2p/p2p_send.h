@@ -8,6 +8,7 @@
 #define P2P_SEND_H
 
 #include "p2p_int.h"
+#include "p2p_ring.h"
 
 /* Whether a message may go by p2p_send_small: standard, small, to a live
  * peer already connected. */
@@ -16,6 +17,16 @@ static inline int p2p_send_small_ok(const p2p_peer_t *peer, size_t len,
 {
     return !sync && (len <= peer->small_max) && !peer->failed &&
            (peer->ep != NULL);
+}
+
+/* Whether p2p_send_small_inline may take it: as one payload, or into the
+ * peer's ring (p2p_ring.h) */
+static inline int p2p_send_fast_ok(const p2p_peer_t *peer, size_t len,
+                                   int sync)
+{
+    return p2p_send_small_ok(peer, len, sync) ||
+           (!sync && p2p_ring_ok(peer, len) && !peer->failed &&
+            (peer->ep != NULL));
 }
 
 static inline ucs_status_ptr_t p2p_am_send(p2p_context_t *ctx, ucp_ep_h ep,
@@ -56,7 +67,9 @@ static inline uint32_t p2p_auth_flag(const p2p_peer_t *peer)
 #define P2P_SEND_LATER 1
 
 /*
- * A small standard message, sent at once or not at all: P2P_OK (sent,
+ * A small standard message, sent at once or not at all, by put into the
+ * peer's ring if it has given us one with a slot free, else as one
+ * active-message payload: P2P_OK (sent,
  * complete), P2P_SEND_LATER (UCP cannot send it at once: take the request
  * path, nothing was sent), or an error (nothing was sent; p2p_last_error
  * says why). UCP 1.13 sends an active message through the transport's
@@ -77,7 +90,14 @@ int p2p_send_small_inline(p2p_comm_t *comm, p2p_peer_t *peer,
     p2p_context_t       *ctx = comm->ctx;
     ucp_request_param_t param;
     ucs_status_ptr_t    sp;
+    int                 ret;
 
+    if (p2p_ring_ok(peer, len)) {
+        ret = p2p_ring_put(comm, peer, buf, len, dest, tag);
+        if (P2P_LIKELY(ret != P2P_SEND_LATER) || (len > peer->small_max)) {
+            return ret;
+        }
+    }
     p2p_fill_match(&msg.h, P2P_WIRE_EAGER, comm, peer, tag,
                    comm->send_seq[dest]);
     p2p_copy(msg.data, buf, len);   /* len 0: there may be no buffer */

@@ -64,12 +64,12 @@ int p2p_send_blocking(p2p_comm_t *comm, const void *buf, size_t len,
     p2p_request_t *req;
     int           ret, small_tried = 0;
 
-    if (P2P_LIKELY(p2p_send_small_ok(peer, len, sync))) {
+    if (P2P_LIKELY(p2p_send_fast_ok(peer, len, sync))) {
         ret = p2p_send_small_inline(comm, peer, buf, len, dest, tag);
         if (P2P_LIKELY(ret != P2P_SEND_LATER)) {
             return ret;
         }
-        small_tried = 1;
+        small_tried = p2p_send_small_ok(peer, len, sync);
     }
     if (!sync && (len <= comm->ctx->cfg.eager_limit) && !peer->failed &&
         (peer->ep != NULL)) {

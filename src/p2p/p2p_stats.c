@@ -85,4 +85,13 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
             ctx->rank, (unsigned long long)s.bsend_sent,
             (unsigned long long)s.bsend_no_space,
             (unsigned long long)s.bsend_failed, s.bsend_bytes_peak);
+    fprintf(stream,
+            "p2p[%d] stats: rings given %llu, taken %llu; messages put "
+            "%llu, found %llu, credits sent %llu, puts not made at once "
+            "%llu\n", ctx->rank, (unsigned long long)s.ring_offered,
+            (unsigned long long)s.ring_accepted,
+            (unsigned long long)s.ring_sent,
+            (unsigned long long)s.ring_recv,
+            (unsigned long long)s.ring_credits,
+            (unsigned long long)s.ring_busy);
 }

@@ -111,6 +111,7 @@ typedef struct p2p_config {
     unsigned      am_id;            /* AM_ID (p2p_init_params_t wins) */
     unsigned long wait_spin;        /* WAIT_SPIN: idle polls before a
                                        blocking call yields */
+    int           ring;             /* RING: give peers eager RDMA rings */
     /* derived */
     size_t        small_limit;      /* largest message sent as one AM
                                        payload (p2p_send.c), at first */
@@ -118,6 +119,11 @@ typedef struct p2p_config {
     int           leave_pinned;     /* in effect (p2p_reg.c) */
     char          keepalive[32];    /* keepalive_sec as a UCX time value */
 } p2p_config_t;
+
+/* rings a context gives peers at most (p2p_ring.h) */
+#define P2P_RING_PEERS 8
+struct p2p_ring_rx;
+struct p2p_ring_tx;
 
 /* A peer process (by world rank). */
 typedef struct p2p_peer {
@@ -137,6 +143,8 @@ typedef struct p2p_peer {
                                    reads by process_vm_readv (p2p_cma.c) */
     uint8_t       token_sent;   /* it has been given rx_token */
     uint8_t       token_busy;   /* token_msg in flight */
+    uint8_t       ring_eager;   /* its eager messages so far, counted up
+                                   to P2P_RING_AFTER (p2p_ring.c) */
     int           fail_error;   /* what its requests fail with */
     /* largest message tried as one AM payload (p2p_send_small): the
      * configured one, lowered when UCP showed it cannot send that size at
@@ -158,6 +166,10 @@ typedef struct p2p_peer {
      * out of order, early), counted against P2P_UNEXPECTED_LIMIT */
     size_t        held_bytes;
     void          *close_req;   /* forced close of a dead peer's endpoint */
+    /* largest put UCP makes at once over ep (0: none; p2p_wireup.c) */
+    size_t        put_short;
+    struct p2p_ring_rx *ring_rx;   /* our ring it writes, or NULL */
+    struct p2p_ring_tx *ring_tx;   /* its ring we write, or NULL */
     /* requests waiting for this peer's answer (FIN, ACK): completed with
      * P2P_ERR_PEER_FAILED if the peer dies */
     ucs_list_link_t waiting;
@@ -449,6 +461,12 @@ struct p2p_context {
     pthread_mutex_t create_mutex;
     int           have_lock;
     p2p_stats_t   stats;
+    /* eager RDMA rings of ours (p2p_ring.c): [0, n_rings) in use */
+    struct p2p_ring_rx *rings[P2P_RING_PEERS];
+    unsigned      n_rings;
+    uint32_t      ring_gen;     /* the last ring's generation */
+    int           ring_polling; /* a poll is under way (not nested) */
+    int           ring_reap;    /* a ring's peer failed: free it */
     char          last_error[512];
 };
 

@@ -28,7 +28,8 @@
  *    peer); from then on the sender puts it in every header and sends
  *    without the reply flag, which costs UCP an endpoint lookup per
  *    message. Token 0 means "none yet".
- * FIN, ACK, TOKEN and ABORT are always sent with the reply flag.
+ * FIN, ACK, TOKEN, ABORT, RING and CREDIT are always sent with the reply
+ * flag.
  *
  * Byte order: every multi-byte field is little-endian; the token is opaque
  * bytes. Reserved fields are sent as 0 and ignored by receivers. Alignment: none; a receiver copies the header out of UCP's buffer
@@ -75,6 +76,39 @@
  *   first contact any of the above by reply endpoint ... TOKEN(token)
  *   creation      a member whose communicator creation failed tells every
  *                 other member of the parent: ABORT (p2p_wire_abort_t)
+ *   ring          RING(ring, packed UCP rkey) from a receiver; then small
+ *                 standard messages may travel by put into its slots
+ *                 (below), which the receiver gives back by CREDIT(credit)
+ *
+ * Eager RDMA rings. A receiver may give a peer a ring: RING names memory
+ * of the receiver's (address, slots x P2P_WIRE_RING_SLOT bytes, one UCP
+ * mapping of its own, whose packed key follows as AM data) and a
+ * generation. Slot i of the ring is the bytes [address + i * slot,
+ * + slot). The sender writes its k-th ring message (k from 0) into slot
+ * k mod slots: first, by one put, a p2p_wire_match_t of type EAGER (the
+ * token never 0) and the message (at most P2P_WIRE_RING_DATA bytes) from
+ * the slot's start; then, by a second put, the slot's last 8 bytes, the
+ * trailer: the message length in the low 32 bits and the lap
+ * (k / slots + 1, never 0; past 2^32 - 1 it wraps to 1) in the high 32
+ * bits, little-endian. The trailer is written only after the first put
+ * completed locally, in a put of its own, so it is not seen before the
+ * data whatever order one put's bytes land in. A sender may write the
+ * k-th message only while k < freed + slots, freed being the last CREDIT's
+ * count (0 before any). The receiver reads the trailer of the next slot;
+ * one with the lap expected there means a message (any other lap: the
+ * slot is still empty -- the receiver never clears a trailer, so one
+ * written twice is not taken twice): the receiver copies the slot out and
+ * takes the message through the same checks as an EAGER active message
+ * (version, token, communicator and epoch, source, sequence number --
+ * ring and active messages of one sender share the sequence numbers). A
+ * length over P2P_WIRE_RING_DATA, or a header that is not EAGER of this
+ * version, is malformed: dropped and counted, the slot still consumed. A
+ * sender that writes a wrong lap stalls its own ring. CREDIT carries
+ * the number of slots the receiver has emptied in total (wrapping), sent
+ * at least every P2P_WIRE_RING_CREDIT_BATCH slots; a sender drops a
+ * CREDIT of another generation, or one that goes back or beyond what it
+ * wrote. A sender that cannot use a ring (no native put lane, a field it
+ * does not accept) ignores it: the receiver's polling costs a load.
  */
 #ifndef IB2_P2P_WIRE_H
 #define IB2_P2P_WIRE_H
@@ -91,8 +125,9 @@ extern "C" {
  * 4: ABORT, and small EAGER messages may travel without a user header;
  * 5: ABORT carries the sender's next sequence number (20 bytes, 16 in
  *    version 4, whose notices a version 5 receiver dropped as malformed
- *    without saying why) */
-#define P2P_WIRE_VERSION        5
+ *    without saying why);
+ * 6: RING and CREDIT, and EAGER messages by put into a receiver's ring */
+#define P2P_WIRE_VERSION        6
 
 /* Largest message a sender puts in an EAGER message without user header */
 #define P2P_WIRE_SMALL_MAX      64
@@ -102,6 +137,15 @@ extern "C" {
 
 /* Largest packed remote key accepted in an RTS */
 #define P2P_WIRE_RKEY_MAX       4096
+
+/* Ring slots: header, data, trailer */
+#define P2P_WIRE_RING_SLOT      256
+#define P2P_WIRE_RING_TRAILER   8
+#define P2P_WIRE_RING_DATA      (P2P_WIRE_RING_SLOT - 32 - \
+                                 P2P_WIRE_RING_TRAILER)     /* 216 */
+/* Slots a ring has at most, and credits given back at least this often */
+#define P2P_WIRE_RING_SLOTS_MAX 1024
+#define P2P_WIRE_RING_CREDIT_BATCH 16
 
 /* Tags the library's own collectives use (below every user tag); their
  * messages are EAGER messages of the communicator they run on. */
@@ -126,6 +170,8 @@ typedef enum p2p_wire_type {
     P2P_WIRE_ACK        = 6,    /* p2p_wire_ctl_t, no data */
     P2P_WIRE_TOKEN      = 7,    /* p2p_wire_token_t, no data */
     P2P_WIRE_ABORT      = 8,    /* p2p_wire_abort_t, no data */
+    P2P_WIRE_RING       = 9,    /* p2p_wire_ring_t + packed rkey */
+    P2P_WIRE_CREDIT     = 10,   /* p2p_wire_credit_t, no data */
     P2P_WIRE_TYPE_LAST
 } p2p_wire_type_t;
 
@@ -196,6 +242,28 @@ typedef struct __attribute__((packed)) p2p_wire_abort {
     uint32_t creation;                      /* the parent's creation number */
     uint32_t seq;                           /* sender's next to receiver */
 } p2p_wire_abort_t;                         /* 20 bytes */
+
+/* A receiver's ring for the sender (see "Eager RDMA rings" above) */
+typedef struct __attribute__((packed)) p2p_wire_ring {
+    uint8_t  type;
+    uint8_t  version;
+    uint16_t reserved;                      /* 0 */
+    uint32_t gen;                           /* never 0 */
+    uint64_t address;                       /* slot 0, 8-byte aligned */
+    uint32_t slots;                         /* 1..P2P_WIRE_RING_SLOTS_MAX */
+    uint32_t slot_size;                     /* P2P_WIRE_RING_SLOT */
+    uint32_t rkey_len;                      /* = AM data length, 1.. max */
+    uint32_t reserved2;                     /* 0 */
+} p2p_wire_ring_t;                          /* 32 bytes */
+
+typedef struct __attribute__((packed)) p2p_wire_credit {
+    uint8_t  type;
+    uint8_t  version;
+    uint16_t reserved;                      /* 0 */
+    uint32_t gen;                           /* the ring's */
+    uint32_t freed;                         /* slots emptied in total */
+    uint32_t reserved2;                     /* 0 */
+} p2p_wire_credit_t;                        /* 16 bytes */
 
 /*
  * Communicator creation (p2p_comm_dup, p2p_comm_split) is an allgather on
@@ -271,6 +339,8 @@ P2P_WIRE_SIZE_CHECK(p2p_wire_rts_t, 60);
 P2P_WIRE_SIZE_CHECK(p2p_wire_ctl_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_token_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_abort_t, 20);
+P2P_WIRE_SIZE_CHECK(p2p_wire_ring_t, 32);
+P2P_WIRE_SIZE_CHECK(p2p_wire_credit_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_cid_offer_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_split_t, 8);
 P2P_WIRE_SIZE_CHECK(p2p_wire_addr_t, 160);

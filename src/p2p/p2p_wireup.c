@@ -16,6 +16,8 @@
  */
 #include "p2p_int.h"
 
+#include <ucs/sys/math.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,15 +152,40 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
  * for memory it maps itself (posix and sysv segments), so a get of a
  * registered user buffer is emulated all the same (shared memory under
  * peer error handling, where cma is left out for want of it).
+ *
+ * *put_short: the largest put UCP makes at once on every RMA lane
+ * ("put[lane]: 0..<short>..N" lists N - 1), 0 if there is none: how
+ * large a message an eager ring (p2p_ring_tx.c) may carry to this peer.
+ * UCX 1.13 keeps that limit per remote key in an int8_t
+ * (ucp_rkey_resolve_inner: at most INT8_MAX), and refuses a put
+ * forced to complete at once above it, whatever the lane takes.
  */
-static int p2p_ep_rma_emulated(ucp_ep_h ep, int *user_sw)
+static size_t p2p_ep_put_short(const char *text)
+{
+    const char *p = text, *s, *eol;
+    size_t     min = SIZE_MAX, n;
+
+    while ((text != NULL) && ((p = strstr(p, " put[")) != NULL)) {
+        eol = strchr(p, '\n');
+        s   = strstr(p, "..<short>..");
+        n   = ((s != NULL) && ((eol == NULL) || (s < eol))) ?
+              strtoull(s + strlen("..<short>.."), NULL, 10) : 0;
+        n   = (n > 0) ? n - 1 : 0;
+        min = (n < min) ? n : min;
+        p  += strlen(" put[");
+    }
+    return (min == SIZE_MAX) ? 0 : ucs_min(min, (size_t)INT8_MAX);
+}
+
+static int p2p_ep_rma_emulated(ucp_ep_h ep, int *user_sw, size_t *put_short)
 {
     char   *text = NULL, *mds;
     size_t len   = 0;
     FILE   *f    = open_memstream(&text, &len);
     int    emulated;
 
-    *user_sw = 0;
+    *user_sw   = 0;
+    *put_short = 0;
     if (f == NULL) {
         return 0;
     }
@@ -170,6 +197,7 @@ static int p2p_ep_rma_emulated(ucp_ep_h ep, int *user_sw)
     *user_sw = !emulated && (mds != NULL) &&
                (strncmp(mds + strlen("rma_bw: mds "), "rndv_rkey_size",
                         strlen("rndv_rkey_size")) == 0);
+    *put_short = emulated ? 0 : p2p_ep_put_short(text);
     free(text);
     return emulated;
 }
@@ -303,7 +331,7 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
                       ucs_status_string(status));
         return P2P_ERR_TRANSPORT;
     }
-    peer->rma_sw = p2p_ep_rma_emulated(peer->ep, &user_sw);
+    peer->rma_sw = p2p_ep_rma_emulated(peer->ep, &user_sw, &peer->put_short);
     peer->cma    = user_sw && peer->local && ctx->cfg.cma;
     /* arrivals by this endpoint are the peer's (p2p_arrival.c) */
     k = kh_put(p2p_ep_rank, &ctx->ep_rank, (uint64_t)(uintptr_t)peer->ep,

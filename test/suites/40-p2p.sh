@@ -163,7 +163,7 @@ not permitted here: run as root or where user namespaces are allowed)"
     # the wildcard ordering stress with two senders
     ib2_gtest "p2p-$tl-3ranks" "$p2p_mpirun" "${p2p_mpi[@]}" -np 3 \
         "$p2pt/test_p2p" "${p2p_gt[@]}" \
-        --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'
+        --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder:P2P.RingWildcard*'
     p2p_threads "$tl" -x UCX_TLS
     # the thread-mode rate benchmark runs and reports both rates
     # (docs/p2p.md, "On an idle machine"); its figures are not judged here
@@ -384,6 +384,10 @@ not permitted here: run as root or where user namespaces are allowed)"
     p2p_gtest_rec "p2p-$tl-killed" "$p2p_mpirun" "${p2p_mpi[@]}" \
         --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
         --gtest_filter='P2PKilled.Survivor*'
+    # a peer dies with messages put into its ring (none over tcp)
+    p2p_gtest_rec "p2p-$tl-killed-ring" "$p2p_mpirun" "${p2p_mpi[@]}" \
+        --enable-recovery -x UCX_TLS -np 2 "$p2pt/test_p2p_killed" \
+        "${p2p_gt[@]}" --gtest_filter='P2PKilled.RingSlots*'
     # every blocking call returns when the rank it waits for dies
     P2P_KEEPALIVE_INTERVAL=200ms p2p_gtest_rec "p2p-$tl-killed-blocking" \
         "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \
@@ -504,7 +508,7 @@ if [ -z "${IB2_PREFIX:-}" ]; then
         -np 2 "$p2pt/test_p2p" "${p2p_gt[@]}" "$p2p_no_bound"
     ib2_gtest p2p-rc_ib2-3ranks "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p" "${p2p_gt[@]}" \
-        --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder'
+        --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder:P2P.RingWildcard*'
 
     ib2_gtest p2p-threads-rc_ib2 "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p_threads" "${p2p_gt[@]}"
@@ -555,6 +559,9 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     p2p_gtest_rec p2p-rc_ib2-killed "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" --enable-recovery -np 2 "$p2pt/test_p2p_killed" \
         "${p2p_gt[@]}" --gtest_filter='P2PKilled.Survivor*'
+    p2p_gtest_rec p2p-rc_ib2-killed-ring "${p2p_sv[@]}" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" --enable-recovery -np 2 "$p2pt/test_p2p_killed" \
+        "${p2p_gt[@]}" --gtest_filter='P2PKilled.RingSlots*'
     P2P_KEEPALIVE_INTERVAL=0 UCX_KEEPALIVE_INTERVAL=500ms UCX_UD_TIMEOUT=2s \
         p2p_gtest_rec p2p-rc_ib2-killed-transport-detects "${p2p_sv[@]}" \
         "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery \

@@ -340,6 +340,14 @@ ucs_status_t RawPeer::am_cb(void *arg, const void *header,
         self->tokens_[m.from] = t.token;
         return UCS_OK;
     }
+    if ((header_length != 0) &&
+        ((((const uint8_t*)header)[0] == P2P_WIRE_RING) ||
+         (((const uint8_t*)header)[0] == P2P_WIRE_CREDIT)) &&
+        !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        /* an eager ring offered: not used (p2p_wire.h lets a sender
+         * ignore it), so no credit for it either */
+        return UCS_OK;
+    }
     if ((header_length == 0) && (length >= sizeof(p2p_wire_match_t)) &&
         !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) &&
         (((const uint8_t*)data)[0] == P2P_WIRE_EAGER)) {

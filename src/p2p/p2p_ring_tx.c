@@ -1,0 +1,192 @@
+/*
+ * Eager RDMA rings, the sender's side (p2p_wire.h, "Eager RDMA rings";
+ * docs/p2p.md): a peer's RING is checked field by field and its key
+ * unpacked; then a small standard message with a free slot goes as two
+ * puts UCP makes at once -- header and data, then the slot's trailer --
+ * instead of an active message. CREDITs give the slots back. The
+ * sequence number is the one the active message would have carried, so
+ * the receiver orders ring and active messages of one sender together.
+ */
+#include "p2p_int.h"
+#include "p2p_ring.h"
+#include "p2p_send.h"
+
+#include <ucs/debug/assert.h>
+#include <ucs/sys/math.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A slot was written: the next one, its lap (1 after 2^32 - 1). */
+static inline void p2p_ring_advance(p2p_ring_tx_t *t)
+{
+    ++t->sent;
+    if (++t->next == t->slots) {
+        t->next = 0;
+        t->lap  = (t->lap == UINT32_MAX) ? 1 : (t->lap + 1);
+    }
+}
+
+void p2p_ring_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
+                      const void *header, const void *data, size_t length)
+{
+    p2p_wire_ring_t m;
+    p2p_ring_tx_t   *t;
+    uint64_t        address;
+    uint32_t        slots, gen;
+    ucp_ep_h        ep;
+
+    memcpy(&m, header, sizeof(m));
+    address = P2P_FROM_LE64(m.address);
+    slots   = P2P_FROM_LE32(m.slots);
+    gen     = P2P_FROM_LE32(m.gen);
+    if ((gen == 0) || (slots == 0) || (slots > P2P_WIRE_RING_SLOTS_MAX) ||
+        (P2P_FROM_LE32(m.slot_size) != P2P_WIRE_RING_SLOT) ||
+        (address == 0) || ((address & 7) != 0) ||
+        (address > UINT64_MAX - (uint64_t)slots * P2P_WIRE_RING_SLOT) ||
+        (P2P_FROM_LE32(m.rkey_len) != length) || (length == 0) ||
+        (length > P2P_WIRE_RKEY_MAX) || !p2p_rkey_valid(data, length)) {
+        p2p_rx_malformed(ctx, "ring offer's fields", sizeof(m));
+        return;
+    }
+    if ((peer->ring_tx != NULL) || peer->failed || (peer->tx_token == 0) ||
+        (p2p_peer_ep(peer, &ep) != P2P_OK) || peer->rma_sw ||
+        (peer->put_short < sizeof(p2p_wire_match_t) +
+                           P2P_WIRE_RING_TRAILER)) {
+        /* one ring per peer; its slots need our token in them (given
+         * before a ring); and a put UCP makes at once. Not taken: the
+         * receiver polls it in vain, a load per poll */
+        return;
+    }
+    t = calloc(1, sizeof(*t) + slots * sizeof(t->trailer[0]));
+    if (t == NULL) {
+        return;
+    }
+    if (ucp_ep_rkey_unpack(ep, data, &t->rkey) != UCS_OK) {
+        p2p_info(ctx, "rank %u's ring key could not be unpacked: its "
+                 "messages keep going as active messages", peer->rank);
+        free(t);
+        return;
+    }
+    t->address  = address;
+    t->slots    = slots;
+    t->lap      = 1;
+    t->gen      = gen;
+    t->data_max = ucs_min((size_t)P2P_WIRE_RING_DATA,
+                          peer->put_short - sizeof(p2p_wire_match_t));
+    peer->ring_tx = t;
+    ++ctx->stats.ring_accepted;
+}
+
+void p2p_credit_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
+                        const void *header)
+{
+    p2p_ring_tx_t     *t = peer->ring_tx;
+    p2p_wire_credit_t c;
+    uint32_t          freed;
+
+    memcpy(&c, header, sizeof(c));
+    freed = P2P_FROM_LE32(c.freed);
+    if ((t != NULL) && (t->slots == 0)) {
+        return;     /* the peer failed: its ring is no longer written */
+    }
+    /* the same ring, forward, and not past what we wrote */
+    if ((t == NULL) || (P2P_FROM_LE32(c.gen) != t->gen) ||
+        ((int32_t)(freed - t->freed) < 0) ||
+        ((int32_t)((uint32_t)t->sent - freed) < 0)) {
+        p2p_rx_malformed(ctx, "credit for no ring of ours, or out of step",
+                         sizeof(c));
+        return;
+    }
+    t->freed = freed;
+}
+
+int p2p_ring_put(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
+                 size_t len, int dest, int tag)
+{
+    struct __attribute__((packed)) {
+        p2p_wire_match_t h;
+        uint8_t          data[P2P_WIRE_RING_DATA];
+    } msg;
+    p2p_context_t       *ctx = comm->ctx;
+    p2p_ring_tx_t       *t   = peer->ring_tx;
+    uint64_t            slot = t->address +
+                               (uint64_t)t->next * P2P_WIRE_RING_SLOT;
+    uint64_t            *trailer = &t->trailer[t->next];
+    ucp_request_param_t param;
+    ucs_status_ptr_t    sp;
+
+    ucs_assert(p2p_ring_ok(peer, len) && (peer->tx_token != 0));
+    if (P2P_UNLIKELY(ctx->fault[P2P_FAULT_SEND] != 0)) {
+        /* a send failure injected (p2p_fault.h): the active message's
+         * path takes it, as it would without a ring */
+        return P2P_SEND_LATER;
+    }
+    p2p_fill_match(&msg.h, P2P_WIRE_EAGER, comm, peer, tag,
+                   comm->send_seq[dest]);
+    p2p_copy(msg.data, buf, len);   /* len 0: there may be no buffer */
+    param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    sp = ucp_put_nbx(peer->ep, &msg, sizeof(msg.h) + len, slot, t->rkey,
+                     &param);
+    if (P2P_UNLIKELY(sp != NULL)) {
+        /* nothing written: the active message takes it (and says why if
+         * the endpoint failed) */
+        ++ctx->stats.ring_busy;
+        return P2P_SEND_LATER;
+    }
+    /* the slot's own trailer word: UCP may read it after we return, and
+     * nothing rewrites it before the slot comes back */
+    *trailer = P2P_LE64((uint64_t)len | ((uint64_t)t->lap << 32));
+    sp = ucp_put_nbx(peer->ep, trailer, sizeof(*trailer),
+                     slot + P2P_WIRE_RING_SLOT - P2P_WIRE_RING_TRAILER,
+                     t->rkey, &param);
+    if (P2P_UNLIKELY(sp != NULL)) {
+        /* the data is there but cannot be seen yet: UCP queues the
+         * trailer behind it (same lane, in order) */
+        param.op_attr_mask = 0;
+        sp = ucp_put_nbx(peer->ep, trailer, sizeof(*trailer),
+                         slot + P2P_WIRE_RING_SLOT - P2P_WIRE_RING_TRAILER,
+                         t->rkey, &param);
+        if (UCS_PTR_IS_ERR(sp)) {
+            /* nothing visible: the slot and the number stay free */
+            p2p_set_error(ctx, "sending to rank %u failed: %s", peer->rank,
+                          ucs_status_string(UCS_PTR_STATUS(sp)));
+            return p2p_status_err(UCS_PTR_STATUS(sp));
+        }
+        if (sp != NULL) {
+            ucp_request_free(sp);   /* completes on its own */
+        }
+    }
+    p2p_ring_advance(t);
+    ++comm->send_seq[dest];
+    ++ctx->stats.eager_sent;
+    ++ctx->stats.ring_sent;
+    return P2P_OK;
+}
+
+int p2p_ucp_ring_slot(p2p_comm_t *comm, int rank, int tag, ucp_rkey_h *rkey,
+                      uint64_t *address, uint32_t *lap, p2p_wire_match_t *hdr)
+{
+    P2P_API_ENTER_COMM(comm);
+    p2p_peer_t    *peer;
+    p2p_ring_tx_t *t;
+
+    if ((comm == NULL) || (rank < 0) || (rank >= comm->size)) {
+        p2p_set_error(NULL, "p2p_ucp_ring_slot: no such rank");
+        return P2P_ERR_INVALID;
+    }
+    peer = p2p_comm_peer(comm, rank);
+    t    = peer->ring_tx;
+    if ((t == NULL) || !p2p_ring_ok(peer, 0)) {
+        p2p_set_error(comm->ctx, "p2p_ucp_ring_slot: no ring from rank %d,"
+                      " or no slot free in it", rank);
+        return P2P_ERR_INVALID;
+    }
+    p2p_fill_match(hdr, P2P_WIRE_EAGER, comm, peer, tag,
+                   comm->send_seq[rank]);
+    *rkey    = t->rkey;
+    *address = t->address + (uint64_t)t->next * P2P_WIRE_RING_SLOT;
+    *lap     = t->lap;
+    p2p_ring_advance(t);
+    return P2P_OK;
+}
