@@ -287,6 +287,11 @@ int p2p_arrival_ret(p2p_context_t *ctx, p2p_rx_t *rx)
     if (P2P_UNLIKELY(ahead > 0) && (peer->ring_rx != NULL)) {
         /* the messages before it may wait in the sender's ring */
         p2p_ring_peer_poll(ctx, peer);
+        if (P2P_UNLIKELY(peer->failed)) {
+            /* delivering them failed the peer (memory, the limit) */
+            ++ctx->stats.rx_failed_peer;
+            return 0;
+        }
         ahead = (int32_t)(rx->m.seq - comm->recv_seq[rx->m.src]);
     }
     if (P2P_UNLIKELY(ahead != 0)) {

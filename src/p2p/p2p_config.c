@@ -154,8 +154,10 @@ static ucs_config_field_t p2p_config_table[] = {
      "Give the peers a process hears most from (up to 8, after 16 eager\n"
      "messages each) a ring of slots in its memory that they fill by put:\n"
      "small standard messages then skip UCP's active messages. Only where\n"
-     "UCP has a native put lane (shared memory, RDMA; not TCP). Off by\n"
-     "default: a long stream once lost a message (docs/p2p.md).",
+     "UCP has a native put lane (shared memory, RDMA; not TCP). Off: no\n"
+     "ring is given, and none offered by a peer is used. Off by default\n"
+     "(docs/p2p.md: a caller's own active messages are not ordered with\n"
+     "ring messages; over softverbs an RDMA write costs a system call).",
      ucs_offsetof(p2p_config_t, ring), UCS_CONFIG_TYPE_BOOL},
 
     {NULL}

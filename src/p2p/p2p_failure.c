@@ -88,6 +88,10 @@ void p2p_peer_failed(p2p_peer_t *peer, ucs_status_t status, int in_ucp)
              * nothing more is taken from it) */
             p2p_ring_peer_poll(ctx, peer);
         }
+    }
+    if (!peer->failed) {
+        /* (delivering the ring's messages may have failed the peer
+         * already, for memory or the unexpected limit: once only) */
         peer->failed     = 1;
         p2p_cma_forget(peer);
         p2p_ring_peer_failed(ctx, peer);

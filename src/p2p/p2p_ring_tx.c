@@ -49,7 +49,8 @@ void p2p_ring_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
         p2p_rx_malformed(ctx, "ring offer's fields", sizeof(m));
         return;
     }
-    if ((peer->ring_tx != NULL) || peer->failed || (peer->tx_token == 0) ||
+    if (!ctx->cfg.ring || (peer->ring_tx != NULL) || peer->failed ||
+        (peer->tx_token == 0) ||
         (p2p_peer_ep(peer, &ep) != P2P_OK) || peer->rma_sw ||
         (peer->put_short < sizeof(p2p_wire_match_t) +
                            P2P_WIRE_RING_TRAILER)) {

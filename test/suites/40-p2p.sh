@@ -52,6 +52,10 @@ p2p_threads() {   # p2p_threads NAME [mpirun args...]
         "${p2p_gt[@]}"
     ib2_gtest "p2p-threads-$name" "$p2p_mpirun" "${p2p_mpi[@]}" "$@" -np 2 \
         "$p2pt/test_p2p_threads" "${p2p_gt[@]}"
+    # again with the eager rings (off by default) on
+    P2P_RING=y ib2_gtest "p2p-threads-$name-ring" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" "$@" -x P2P_RING -np 2 "$p2pt/test_p2p_threads" \
+        "${p2p_gt[@]}"
 }
 if [ "${IB2_PREFIX:-}" = tsan/ ]; then
     # Slower under TSan: fewer messages, the same mix. UCX's memory hooks
@@ -385,8 +389,9 @@ not permitted here: run as root or where user namespaces are allowed)"
         --enable-recovery -np 2 "$p2pt/test_p2p_killed" "${p2p_gt[@]}" \
         --gtest_filter='P2PKilled.Survivor*'
     # a peer dies with messages put into its ring (none over tcp)
-    p2p_gtest_rec "p2p-$tl-killed-ring" "$p2p_mpirun" "${p2p_mpi[@]}" \
-        --enable-recovery -x UCX_TLS -np 2 "$p2pt/test_p2p_killed" \
+    P2P_RING=y p2p_gtest_rec "p2p-$tl-killed-ring" "$p2p_mpirun" \
+        "${p2p_mpi[@]}" --enable-recovery -x UCX_TLS -x P2P_RING -np 2 \
+        "$p2pt/test_p2p_killed" \
         "${p2p_gt[@]}" --gtest_filter='P2PKilled.RingSlots*'
     # every blocking call returns when the rank it waits for dies
     P2P_KEEPALIVE_INTERVAL=200ms p2p_gtest_rec "p2p-$tl-killed-blocking" \
@@ -559,8 +564,9 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     p2p_gtest_rec p2p-rc_ib2-killed "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" --enable-recovery -np 2 "$p2pt/test_p2p_killed" \
         "${p2p_gt[@]}" --gtest_filter='P2PKilled.Survivor*'
-    p2p_gtest_rec p2p-rc_ib2-killed-ring "${p2p_sv[@]}" "$p2p_mpirun" \
-        "${p2p_mpi[@]}" --enable-recovery -np 2 "$p2pt/test_p2p_killed" \
+    P2P_RING=y p2p_gtest_rec p2p-rc_ib2-killed-ring "${p2p_sv[@]}" \
+        "$p2p_mpirun" "${p2p_mpi[@]}" --enable-recovery -x P2P_RING -np 2 \
+        "$p2pt/test_p2p_killed" \
         "${p2p_gt[@]}" --gtest_filter='P2PKilled.RingSlots*'
     P2P_KEEPALIVE_INTERVAL=0 UCX_KEEPALIVE_INTERVAL=500ms UCX_UD_TIMEOUT=2s \
         p2p_gtest_rec p2p-rc_ib2-killed-transport-detects "${p2p_sv[@]}" \

@@ -17,6 +17,7 @@
 #include <ctime>
 #include <thread>
 #include <malloc.h>
+#include <strings.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -89,6 +90,18 @@ inline void p2p_test_report_at_rank0(int rank)
         delete l.Release(l.default_result_printer());
         l.Append(new P2PRankFailures(rank));
     }
+}
+
+/* Whether the job asked for p2p's eager rings (P2P_RING, off by default:
+ * docs/p2p.md), read as UCX's parser reads a boolean. */
+inline bool ring_asked()
+{
+    const char *v = getenv("P2P_RING");
+
+    return (v != nullptr) &&
+           ((strcasecmp(v, "y") == 0) || (strcasecmp(v, "yes") == 0) ||
+            (strcasecmp(v, "on") == 0) || (strcasecmp(v, "1") == 0) ||
+            (strcasecmp(v, "true") == 0));
 }
 
 /*

@@ -321,9 +321,7 @@ TEST(P2PKilled, RingSlotsOfADeadPeer)
     }
     p2p_stats_t s;
     p2p_get_stats(ctx, &s);
-    const char *ring = getenv("P2P_RING");
-    if (((tls == nullptr) || (strcmp(tls, "tcp") != 0)) &&
-        (ring != nullptr) && (ring[0] == 'y')) {
+    if (((tls == nullptr) || (strcmp(tls, "tcp") != 0)) && ring_asked()) {
         EXPECT_EQ(1u, s.ring_offered);
         EXPECT_GT(s.ring_recv, 0u);
     }
@@ -338,9 +336,6 @@ TEST(P2PKilled, RingSlotsOfADeadPeer)
 
 int main(int argc, char **argv)
 {
-    /* the eager rings are off by default (docs/p2p.md); these tests
-     * cover them, unless the job says otherwise */
-    setenv("P2P_RING", "y", 0);
     ::testing::InitGoogleTest(&argc, argv);
     if (p2p_init(nullptr, &ctx) != P2P_OK) {
         fprintf(stderr, "p2p_init failed: %s\n", p2p_last_error(nullptr));

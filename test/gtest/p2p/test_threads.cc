@@ -14,6 +14,8 @@
 
 #include <p2p.h>
 
+#include "p2p_util.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -307,9 +309,7 @@ TEST(P2PThreads, SendReceiveProbeCancelAtOnce)
     /* small messages went by the eager rings too, where UCP has a put
      * lane (not over TCP) */
     const char *tls  = getenv("UCX_TLS");
-    const char *ring = getenv("P2P_RING");
-    if (((tls != nullptr) && (strcmp(tls, "tcp") == 0)) ||
-        (ring == nullptr) || (ring[0] != 'y')) {
+    if (((tls != nullptr) && (strcmp(tls, "tcp") == 0)) || !ring_asked()) {
         EXPECT_EQ(0u, s.ring_sent + s.ring_recv);
     } else {
         EXPECT_GT(s.ring_sent, 0u);
@@ -536,9 +536,6 @@ class RankFailures : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char **argv)
 {
-    /* the eager rings are off by default (docs/p2p.md); these tests
-     * cover them, unless the job says otherwise */
-    setenv("P2P_RING", "y", 0);
     ::testing::InitGoogleTest(&argc, argv);
     p2p_init_params_t params = {};
     params.flags = P2P_INIT_F_THREAD_MULTIPLE;
