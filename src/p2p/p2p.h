@@ -352,14 +352,17 @@ typedef struct p2p_stats {
     uint64_t rndv_cma_unchecked;
     /* eager RDMA rings (docs/p2p.md): rings given to peers, rings taken
      * from peers, messages put into peers' rings (also in eager_sent),
-     * messages found in ours, credits sent back, and puts UCP could not
-     * make at once (those messages went as active messages) */
+     * messages found in ours, credits sent back, puts UCP could not
+     * make at once (those messages went as active messages), and rings
+     * of ours whose peer answered that it is done with the key (so that
+     * their memory may be unmapped: p2p_ring_answer.c) */
     uint64_t ring_offered;
     uint64_t ring_accepted;
     uint64_t ring_sent;
     uint64_t ring_recv;
     uint64_t ring_credits;
     uint64_t ring_busy;
+    uint64_t ring_answered;
 } p2p_stats_t;
 
 P2P_API void p2p_get_stats(p2p_context_t *ctx, p2p_stats_t *stats);

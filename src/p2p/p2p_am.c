@@ -46,6 +46,10 @@ static void p2p_am_ctl(p2p_context_t *ctx, unsigned type, const void *header,
         p2p_credit_arrived(ctx, peer, header);
         return;
     }
+    if (type == P2P_WIRE_RING_ANSWER) {
+        p2p_ring_answered(ctx, peer, header);
+        return;
+    }
     if (type != P2P_WIRE_TOKEN) {
         memcpy(&ctl, header, sizeof(ctl));
         p2p_ctl_arrived(ctx, peer, &ctl);

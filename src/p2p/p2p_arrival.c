@@ -31,7 +31,8 @@ const uint8_t p2p_wire_hdr_size[P2P_WIRE_TYPE_LAST] = {
     [P2P_WIRE_TOKEN]      = sizeof(p2p_wire_token_t),
     [P2P_WIRE_ABORT]      = sizeof(p2p_wire_abort_t),
     [P2P_WIRE_RING]       = sizeof(p2p_wire_ring_t),
-    [P2P_WIRE_CREDIT]     = sizeof(p2p_wire_credit_t)
+    [P2P_WIRE_CREDIT]     = sizeof(p2p_wire_credit_t),
+    [P2P_WIRE_RING_ANSWER] = sizeof(p2p_wire_ring_answer_t)
 };
 
 void p2p_rx_malformed(p2p_context_t *ctx, const char *what, size_t hdr_len)

@@ -8,6 +8,7 @@
  * eager limit and the rendezvous threshold) are resolved here.
  */
 #include "p2p_int.h"
+#include "p2p_ring.h"
 
 #include <ucs/config/parser.h>
 #include <ucs/sys/string.h>
@@ -37,6 +38,18 @@ static const char *p2p_error_mode_names[] = {
     [P2P_ERROR_MODE_PEER] = "peer",
     NULL
 };
+
+/* P2P_RING's values; the spellings of UCX's booleans are taken too */
+static const char *p2p_ring_names[] = {
+    "shm", "n", "y", "no", "off", "0", "yes", "on", "1", NULL
+};
+
+static int p2p_ring_mode(unsigned index)
+{
+    return (index == 0) ? P2P_RING_MODE_SHM :
+           ((index == 2) || (index >= 6)) ? P2P_RING_MODE_ALL :
+           P2P_RING_MODE_NO;
+}
 
 static const char *p2p_log_level_cfg_names[] = {
     [P2P_LOG_NONE]  = "none",
@@ -150,15 +163,16 @@ static ucs_config_field_t p2p_config_table[] = {
      "0: yield after every idle poll; inf: never yield (pure spinning).",
      ucs_offsetof(p2p_config_t, wait_spin), UCS_CONFIG_TYPE_ULUNITS},
 
-    {"RING", "n",
+    {"RING", "shm",
      "Give the peers a process hears most from (up to 8, after 16 eager\n"
      "messages each) a ring of slots in its memory that they fill by put:\n"
-     "small standard messages then skip UCP's active messages. Only where\n"
-     "UCP has a native put lane (shared memory, RDMA; not TCP). Off: no\n"
-     "ring is given, and none offered by a peer is used. Off by default\n"
-     "(docs/p2p.md: a caller's own active messages are not ordered with\n"
-     "ring messages; over softverbs an RDMA write costs a system call).",
-     ucs_offsetof(p2p_config_t, ring), UCS_CONFIG_TYPE_BOOL},
+     "small standard messages then skip UCP's active messages.\n"
+     "shm: where every put lane UCP has to the peer is shared memory.\n"
+     "y (yes, on, 1): also where it is RDMA (never over TCP, which has no\n"
+     "put lane). n (no, off, 0): no ring is given, and none offered by a\n"
+     "peer is used. A caller's own active messages on p2p's endpoints are\n"
+     "not ordered with ring messages (docs/p2p.md, \"Eager rings\").",
+     ucs_offsetof(p2p_config_t, ring), UCS_CONFIG_TYPE_ENUM(p2p_ring_names)},
 
     {NULL}
 };
@@ -306,6 +320,7 @@ int p2p_config_read(p2p_config_t *cfg, char *err, size_t errlen)
         goto err;
     }
     cfg->leave_pinned    = (cfg->leave_pinned_mode != UCS_NO);
+    cfg->ring_mode       = p2p_ring_mode(cfg->ring);
     cfg->reg_max_regions = ((cfg->reg_max_regions == UCS_ULUNITS_INF) ||
                             (cfg->reg_max_regions == UCS_ULUNITS_AUTO)) ?
                            0 : cfg->reg_max_regions;

@@ -198,7 +198,8 @@ int p2p_finalize(p2p_context_t *ctx)
         return P2P_ERR_INVALID;
     }
     /* the caller runs finalize alone: no lock from here on */
-    ctx->mt = 0;
+    ctx->mt         = 0;
+    ctx->finalizing = 1;
     /* MPI: buffered messages still leave before the end */
     if (ctx->bsend.nmsgs != 0) {
         ret = p2p_bsend_flush(ctx, ctx->cfg.finalize_timeout);
@@ -208,6 +209,12 @@ int p2p_finalize(p2p_context_t *ctx)
     }
     for (i = 0; i < ctx->size; ++i) {
         any_failed |= ctx->peers[i].failed;
+    }
+    /* A ring's memory outlives the unpack of its key by the peer: wait
+     * for the answers while the peers still progress, in their own
+     * finalize's barrier at the latest (p2p_ring_answer.c) */
+    if (ctx->n_rings != 0) {
+        p2p_ring_wait_answers(ctx, ctx->cfg.finalize_timeout);
     }
     /* Everyone is done sending before anyone closes its endpoints (their
      * last FINs and ACKs are delivered); skipped when a peer is known dead,

@@ -40,6 +40,7 @@ static void p2p_ring_offer_cb(void *ucp_req, ucs_status_t status,
 
     ucp_request_free(ucp_req);
     r->offer_busy = 0;
+    r->answered  |= (status != UCS_OK);     /* never got there */
     ucp_rkey_buffer_release(r->rkey_buf);
     r->rkey_buf = NULL;
     if (r->peer == NULL) {
@@ -81,6 +82,7 @@ static void p2p_ring_offer_send(p2p_context_t *ctx, p2p_ring_rx_t *r,
     ucp_rkey_buffer_release(r->rkey_buf);
     r->rkey_buf = NULL;
     if (UCS_PTR_IS_ERR(sp)) {
+        r->answered = 1;    /* nobody has the key */
         p2p_info(ctx, "offering rank %u a ring failed: %s; its messages "
                  "keep coming as active messages", r->peer->rank,
                  ucs_status_string(UCS_PTR_STATUS(sp)));
@@ -136,8 +138,10 @@ static void p2p_ring_offer(p2p_context_t *ctx, p2p_peer_t *peer)
 void p2p_ring_count(p2p_context_t *ctx, p2p_peer_t *peer)
 {
     ucs_assert(peer->ring_eager < P2P_RING_AFTER);
-    if ((++peer->ring_eager < P2P_RING_AFTER) || !ctx->cfg.ring ||
+    if ((++peer->ring_eager < P2P_RING_AFTER) ||
+        !p2p_ring_lanes_ok(ctx, peer) ||
         (ctx->n_rings >= P2P_RING_PEERS) || ctx->closing ||
+        ctx->finalizing ||
         ctx->teardown || peer->failed || (peer->ep == NULL) ||
         (peer->ring_rx != NULL) || peer->rma_sw ||
         (!peer->token_sent && (peer->tx_token != peer->rx_token)) ||
@@ -306,8 +310,10 @@ static void p2p_ring_reap(p2p_context_t *ctx)
 
     while (i < ctx->n_rings) {
         p2p_ring_rx_t *r = ctx->rings[i];
-        if (!r->dead || r->offer_busy) {
-            /* its RING still in flight: at a later poll */
+        if (!r->dead || r->offer_busy || !r->answered) {
+            /* its RING still in flight, or its key perhaps still to be
+             * unpacked (p2p_ring_answer.c): at a later poll, or at
+             * finalize */
             ctx->ring_reap |= r->dead;
             ++i;
             continue;

@@ -14,6 +14,20 @@
 /* slots of a ring this receiver makes */
 #define P2P_RING_SLOTS  32
 
+/* How many of a peer's put lanes are shared memory (p2p_wireup.c) */
+enum {
+    P2P_PUT_SHM_NONE = 0,
+    P2P_PUT_SHM_SOME = 1,
+    P2P_PUT_SHM_ALL  = 2
+};
+
+/* Where eager rings are given and taken (P2P_RING; p2p_ring.c) */
+enum {
+    P2P_RING_MODE_NO  = 0,  /* nowhere: small messages go as AMs */
+    P2P_RING_MODE_SHM = 1,  /* where every put lane is shared memory */
+    P2P_RING_MODE_ALL = 2   /* where UCP has a native put lane */
+};
+
 /* A ring of ours, for one peer to write. Owned by ctx->rings[]; the
  * peer's ring_rx points to it while the peer may write it. */
 typedef struct p2p_ring_rx {
@@ -31,6 +45,9 @@ typedef struct p2p_ring_rx {
     int             dead;       /* its peer failed: not polled, unmapped
                                    at the next poll that is not nested */
     int             offer_busy; /* RING in flight: msg, rkey_buf in use */
+    int             answered;   /* the peer is done with the key (or
+                                   never got it): may be unmapped
+                                   (p2p_ring_answer.c) */
     void            *rkey_buf;
     p2p_wire_ring_t msg;
 } p2p_ring_rx_t;
@@ -51,6 +68,32 @@ typedef struct p2p_ring_tx {
                                    slot, which UCP may still read until
                                    the slot comes back */
 } p2p_ring_tx_t;
+
+/* Whether rings go to and come from peer (P2P_RING, its put lanes) */
+static inline int p2p_ring_lanes_ok(const p2p_context_t *ctx,
+                                    const p2p_peer_t *peer)
+{
+    return (ctx->cfg.ring_mode == P2P_RING_MODE_ALL) ||
+           ((ctx->cfg.ring_mode == P2P_RING_MODE_SHM) &&
+            (peer->put_shm == P2P_PUT_SHM_ALL));
+}
+
+/* p2p_ring_maps.c: whether a ring offer's memory is the key's own */
+typedef struct p2p_ring_maps {
+    uintptr_t *range;           /* [2 * n]: start, end */
+    size_t    n, cap;
+    int       taken;
+} p2p_ring_maps_t;
+
+/* The shared mappings of this process before a key is unpacked: 0, or -1
+ * if they could not be read */
+int      p2p_ring_maps_take(p2p_ring_maps_t *m);
+void     p2p_ring_maps_free(p2p_ring_maps_t *m);
+/* Whether [address, + length) of peer's memory, through rkey (unpacked
+ * after before was taken), may be written */
+int      p2p_ring_mapping_ok(p2p_context_t *ctx, p2p_peer_t *peer,
+                             const p2p_ring_maps_t *before, ucp_rkey_h rkey,
+                             uint64_t address, size_t length);
 
 /* p2p_ring.c: the receiver */
 /* One eager message from peer came by the fast path: after
@@ -73,6 +116,16 @@ void     p2p_ring_cleanup(p2p_context_t *ctx);
  * message (ep: the endpoint it came by, NULL for a ring slot) */
 void     p2p_am_eager(p2p_context_t *ctx, const p2p_wire_match_t *h,
                       void *data, size_t length, ucp_ep_h ep);
+
+/* p2p_ring_answer.c: RING_ANSWER, which lets a ring be unmapped */
+/* The sender's side: done with the key of peer's ring gen */
+void     p2p_ring_answer(p2p_context_t *ctx, p2p_peer_t *peer, uint32_t gen,
+                         int taken);
+/* The receiver's side */
+void     p2p_ring_answered(p2p_context_t *ctx, p2p_peer_t *peer,
+                           const void *header);
+/* Finalize: until every live peer answered its ring, or timeout s */
+void     p2p_ring_wait_answers(p2p_context_t *ctx, double timeout);
 
 /* p2p_ring_tx.c: the sender */
 void     p2p_ring_arrived(p2p_context_t *ctx, p2p_peer_t *peer,

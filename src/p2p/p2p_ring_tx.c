@@ -27,14 +27,73 @@ static inline void p2p_ring_advance(p2p_ring_tx_t *t)
     }
 }
 
+/* A well-formed RING: whether it is taken (its key unpacked and kept) */
+static int p2p_ring_take(p2p_context_t *ctx, p2p_peer_t *peer,
+                         const p2p_wire_ring_t *m, const void *rkey_buf)
+{
+    uint64_t        address = P2P_FROM_LE64(m->address);
+    uint32_t        slots   = P2P_FROM_LE32(m->slots);
+    p2p_ring_tx_t   *t;
+    p2p_ring_maps_t before;
+    ucp_ep_h        ep;
+    int             ok;
+
+    if (!p2p_ring_lanes_ok(ctx, peer) || (peer->ring_tx != NULL) ||
+        peer->failed || (peer->tx_token == 0) ||
+        (p2p_peer_ep(peer, &ep) != P2P_OK) || peer->rma_sw ||
+        (peer->put_short < sizeof(p2p_wire_match_t) +
+                           P2P_WIRE_RING_TRAILER)) {
+        /* one ring per peer; its slots need our token in them (given
+         * before a ring); and a put UCP makes at once. Not taken: the
+         * receiver polls it in vain, a load per poll */
+        return 0;
+    }
+    t = calloc(1, sizeof(*t) + slots * sizeof(t->trailer[0]));
+    if (t == NULL) {
+        return 0;
+    }
+    /* over shared memory, what the key maps is checked against what
+     * the ring claims (p2p_ring_maps.c): the mappings before the unpack */
+    memset(&before, 0, sizeof(before));
+    if ((peer->put_shm != P2P_PUT_SHM_NONE) &&
+        (p2p_ring_maps_take(&before) != 0)) {
+        p2p_info(ctx, "/proc/self/maps could not be read: rank %u's ring "
+                 "is not used", peer->rank);
+        free(t);
+        return 0;
+    }
+    if (ucp_ep_rkey_unpack(ep, rkey_buf, &t->rkey) != UCS_OK) {
+        p2p_info(ctx, "rank %u's ring key could not be unpacked: its "
+                 "messages keep going as active messages", peer->rank);
+        p2p_ring_maps_free(&before);
+        free(t);
+        return 0;
+    }
+    ok = p2p_ring_mapping_ok(ctx, peer, &before, t->rkey, address,
+                             (size_t)slots * P2P_WIRE_RING_SLOT);
+    p2p_ring_maps_free(&before);
+    if (!ok) {
+        ucp_rkey_destroy(t->rkey);
+        free(t);
+        return 0;
+    }
+    t->address  = address;
+    t->slots    = slots;
+    t->lap      = 1;
+    t->gen      = P2P_FROM_LE32(m->gen);
+    t->data_max = ucs_min((size_t)P2P_WIRE_RING_DATA,
+                          peer->put_short - sizeof(p2p_wire_match_t));
+    peer->ring_tx = t;
+    ++ctx->stats.ring_accepted;
+    return 1;
+}
+
 void p2p_ring_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                       const void *header, const void *data, size_t length)
 {
     p2p_wire_ring_t m;
-    p2p_ring_tx_t   *t;
     uint64_t        address;
     uint32_t        slots, gen;
-    ucp_ep_h        ep;
 
     memcpy(&m, header, sizeof(m));
     address = P2P_FROM_LE64(m.address);
@@ -49,34 +108,13 @@ void p2p_ring_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
         p2p_rx_malformed(ctx, "ring offer's fields", sizeof(m));
         return;
     }
-    if (!ctx->cfg.ring || (peer->ring_tx != NULL) || peer->failed ||
-        (peer->tx_token == 0) ||
-        (p2p_peer_ep(peer, &ep) != P2P_OK) || peer->rma_sw ||
-        (peer->put_short < sizeof(p2p_wire_match_t) +
-                           P2P_WIRE_RING_TRAILER)) {
-        /* one ring per peer; its slots need our token in them (given
-         * before a ring); and a put UCP makes at once. Not taken: the
-         * receiver polls it in vain, a load per poll */
+    if (ctx->teardown) {
+        /* endpoints closing: no unpack, no answer; the peer unmaps the
+         * ring at its finalize */
         return;
     }
-    t = calloc(1, sizeof(*t) + slots * sizeof(t->trailer[0]));
-    if (t == NULL) {
-        return;
-    }
-    if (ucp_ep_rkey_unpack(ep, data, &t->rkey) != UCS_OK) {
-        p2p_info(ctx, "rank %u's ring key could not be unpacked: its "
-                 "messages keep going as active messages", peer->rank);
-        free(t);
-        return;
-    }
-    t->address  = address;
-    t->slots    = slots;
-    t->lap      = 1;
-    t->gen      = gen;
-    t->data_max = ucs_min((size_t)P2P_WIRE_RING_DATA,
-                          peer->put_short - sizeof(p2p_wire_match_t));
-    peer->ring_tx = t;
-    ++ctx->stats.ring_accepted;
+    /* the key is done with: the peer may unmap the ring when it wants */
+    p2p_ring_answer(ctx, peer, gen, p2p_ring_take(ctx, peer, &m, data));
 }
 
 void p2p_credit_arrived(p2p_context_t *ctx, p2p_peer_t *peer,

@@ -88,10 +88,12 @@ void p2p_print_stats(p2p_context_t *ctx, FILE *stream)
     fprintf(stream,
             "p2p[%d] stats: rings given %llu, taken %llu; messages put "
             "%llu, found %llu, credits sent %llu, puts not made at once "
-            "%llu\n", ctx->rank, (unsigned long long)s.ring_offered,
+            "%llu, answered %llu\n", ctx->rank,
+            (unsigned long long)s.ring_offered,
             (unsigned long long)s.ring_accepted,
             (unsigned long long)s.ring_sent,
             (unsigned long long)s.ring_recv,
             (unsigned long long)s.ring_credits,
-            (unsigned long long)s.ring_busy);
+            (unsigned long long)s.ring_busy,
+            (unsigned long long)s.ring_answered);
 }

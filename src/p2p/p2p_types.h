@@ -111,8 +111,9 @@ typedef struct p2p_config {
     unsigned      am_id;            /* AM_ID (p2p_init_params_t wins) */
     unsigned long wait_spin;        /* WAIT_SPIN: idle polls before a
                                        blocking call yields */
-    int           ring;             /* RING: give peers eager RDMA rings */
+    unsigned      ring;             /* RING: index of the value given */
     /* derived */
+    int           ring_mode;        /* RING as P2P_RING_MODE_* */
     size_t        small_limit;      /* largest message sent as one AM
                                        payload (p2p_send.c), at first */
     int           parsed;           /* UCS's parser filled it: release */
@@ -151,6 +152,9 @@ typedef struct p2p_peer {
      * once though it could send the message */
     size_t        small_max;
     p2p_wire_token_t token_msg;
+    /* our RING_ANSWER to it while UCP sends it (p2p_ring_answer.c) */
+    p2p_wire_ring_answer_t ring_answer;
+    uint8_t       ring_answer_busy;
     /* Authentication (p2p_wire.h): what it must put in its messages to
      * us (random, never 0), and what we put in ours to it (0: not known
      * yet, send with UCP's reply flag instead) */
@@ -168,6 +172,7 @@ typedef struct p2p_peer {
     void          *close_req;   /* forced close of a dead peer's endpoint */
     /* largest put UCP makes at once over ep (0: none; p2p_wireup.c) */
     size_t        put_short;
+    uint8_t       put_shm;      /* P2P_PUT_SHM_*: of its put lanes */
     struct p2p_ring_rx *ring_rx;   /* our ring it writes, or NULL */
     struct p2p_ring_tx *ring_tx;   /* its ring we write, or NULL */
     /* requests waiting for this peer's answer (FIN, ACK): completed with
@@ -467,6 +472,7 @@ struct p2p_context {
     uint32_t      ring_gen;     /* the last ring's generation */
     int           ring_polling; /* a poll is under way (not nested) */
     int           ring_reap;    /* a ring's peer failed: free it */
+    int           finalizing;   /* p2p_finalize began: no ring offered */
     char          last_error[512];
 };
 

@@ -108,7 +108,12 @@
  * at least every P2P_WIRE_RING_CREDIT_BATCH slots; a sender drops a
  * CREDIT of another generation, or one that goes back or beyond what it
  * wrote. A sender that cannot use a ring (no native put lane, a field it
- * does not accept) ignores it: the receiver's polling costs a load.
+ * does not accept) does not write it: the receiver's polling costs a load.
+ * Whether it takes a ring or not, a sender answers every well-formed RING
+ * with RING_ANSWER (its generation, taken or not) once it is done with
+ * the key; until then the receiver keeps the ring's memory mapped (its
+ * segment must exist while the sender unpacks the key), at most until
+ * its own finalize.
  */
 #ifndef IB2_P2P_WIRE_H
 #define IB2_P2P_WIRE_H
@@ -126,8 +131,9 @@ extern "C" {
  * 5: ABORT carries the sender's next sequence number (20 bytes, 16 in
  *    version 4, whose notices a version 5 receiver dropped as malformed
  *    without saying why);
- * 6: RING and CREDIT, and EAGER messages by put into a receiver's ring */
-#define P2P_WIRE_VERSION        6
+ * 6: RING and CREDIT, and EAGER messages by put into a receiver's ring;
+ * 7: RING_ANSWER */
+#define P2P_WIRE_VERSION        7
 
 /* Largest message a sender puts in an EAGER message without user header */
 #define P2P_WIRE_SMALL_MAX      64
@@ -172,6 +178,7 @@ typedef enum p2p_wire_type {
     P2P_WIRE_ABORT      = 8,    /* p2p_wire_abort_t, no data */
     P2P_WIRE_RING       = 9,    /* p2p_wire_ring_t + packed rkey */
     P2P_WIRE_CREDIT     = 10,   /* p2p_wire_credit_t, no data */
+    P2P_WIRE_RING_ANSWER = 11,  /* p2p_wire_ring_answer_t, no data */
     P2P_WIRE_TYPE_LAST
 } p2p_wire_type_t;
 
@@ -265,6 +272,16 @@ typedef struct __attribute__((packed)) p2p_wire_credit {
     uint32_t reserved2;                     /* 0 */
 } p2p_wire_credit_t;                        /* 16 bytes */
 
+/* A sender's answer to a RING: it is done with the key */
+typedef struct __attribute__((packed)) p2p_wire_ring_answer {
+    uint8_t  type;
+    uint8_t  version;
+    uint16_t reserved;                      /* 0 */
+    uint32_t gen;                           /* the RING's */
+    uint32_t taken;                         /* 1: it writes the ring */
+    uint32_t reserved2;                     /* 0 */
+} p2p_wire_ring_answer_t;                   /* 16 bytes */
+
 /*
  * Communicator creation (p2p_comm_dup, p2p_comm_split) is an allgather on
  * the parent: every member sends every other member one message of tag
@@ -340,6 +357,7 @@ P2P_WIRE_SIZE_CHECK(p2p_wire_ctl_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_token_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_abort_t, 20);
 P2P_WIRE_SIZE_CHECK(p2p_wire_ring_t, 32);
+P2P_WIRE_SIZE_CHECK(p2p_wire_ring_answer_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_credit_t, 16);
 P2P_WIRE_SIZE_CHECK(p2p_wire_cid_offer_t, 40);
 P2P_WIRE_SIZE_CHECK(p2p_wire_split_t, 8);

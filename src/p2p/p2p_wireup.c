@@ -15,6 +15,7 @@
  * same order (each p2p_init is collective: it ends in a PMIx_Fence).
  */
 #include "p2p_int.h"
+#include "p2p_ring.h"
 
 #include <ucs/sys/math.h>
 
@@ -159,25 +160,56 @@ int p2p_wireup_exchange(p2p_context_t *ctx)
  * UCX 1.13 keeps that limit per remote key in an int8_t
  * (ucp_rkey_resolve_inner: at most INT8_MAX), and refuses a put
  * forced to complete at once above it, whatever the lane takes.
+ *
+ * *put_shm: whether the put lanes are on shared-memory devices ("lane[i]:
+ * k:posix/memory.0 ..."; UCX names its shared-memory and self devices
+ * "memory*"): P2P_PUT_SHM_ALL is where P2P_RING=shm gives rings, and
+ * any of them makes a ring's address checked (p2p_ring_maps.c).
  */
-static size_t p2p_ep_put_short(const char *text)
+static int p2p_ep_lane_shm(const char *text, unsigned long lane)
 {
-    const char *p = text, *s, *eol;
-    size_t     min = SIZE_MAX, n;
+    char       name[32];
+    const char *p, *dev;
+
+    snprintf(name, sizeof(name), "lane[%lu]:", lane);
+    p = strstr(text, name);
+    if (p == NULL) {
+        return 0;
+    }
+    p  += strlen(name);
+    p  += strspn(p, " ");
+    p  += strspn(p, "0123456789");
+    dev = (*p == ':') ? strpbrk(p, "/ \n") : NULL;
+    return (dev != NULL) && (*dev == '/') &&
+           (strncmp(dev + 1, "memory", strlen("memory")) == 0);
+}
+
+static size_t p2p_ep_put_short(const char *text, uint8_t *put_shm)
+{
+    const char    *p = text, *s, *eol;
+    size_t        min = SIZE_MAX, n, lanes = 0, shm = 0;
+    unsigned long lane;
+    char          *end;
 
     while ((text != NULL) && ((p = strstr(p, " put[")) != NULL)) {
+        p    += strlen(" put[");
+        lane  = strtoul(p, &end, 10);
+        ++lanes;
+        shm  += (end != p) && (*end == ']') && p2p_ep_lane_shm(text, lane);
         eol = strchr(p, '\n');
         s   = strstr(p, "..<short>..");
         n   = ((s != NULL) && ((eol == NULL) || (s < eol))) ?
               strtoull(s + strlen("..<short>.."), NULL, 10) : 0;
         n   = (n > 0) ? n - 1 : 0;
         min = (n < min) ? n : min;
-        p  += strlen(" put[");
     }
+    *put_shm = (shm == 0) ? P2P_PUT_SHM_NONE :
+               (shm == lanes) ? P2P_PUT_SHM_ALL : P2P_PUT_SHM_SOME;
     return (min == SIZE_MAX) ? 0 : ucs_min(min, (size_t)INT8_MAX);
 }
 
-static int p2p_ep_rma_emulated(ucp_ep_h ep, int *user_sw, size_t *put_short)
+static int p2p_ep_rma_emulated(ucp_ep_h ep, int *user_sw, size_t *put_short,
+                               uint8_t *put_shm)
 {
     char   *text = NULL, *mds;
     size_t len   = 0;
@@ -186,6 +218,7 @@ static int p2p_ep_rma_emulated(ucp_ep_h ep, int *user_sw, size_t *put_short)
 
     *user_sw   = 0;
     *put_short = 0;
+    *put_shm   = P2P_PUT_SHM_NONE;
     if (f == NULL) {
         return 0;
     }
@@ -197,7 +230,7 @@ static int p2p_ep_rma_emulated(ucp_ep_h ep, int *user_sw, size_t *put_short)
     *user_sw = !emulated && (mds != NULL) &&
                (strncmp(mds + strlen("rma_bw: mds "), "rndv_rkey_size",
                         strlen("rndv_rkey_size")) == 0);
-    *put_short = emulated ? 0 : p2p_ep_put_short(text);
+    *put_short = emulated ? 0 : p2p_ep_put_short(text, put_shm);
     free(text);
     return emulated;
 }
@@ -331,7 +364,8 @@ int p2p_wireup_connect(p2p_context_t *ctx, p2p_peer_t *peer)
                       ucs_status_string(status));
         return P2P_ERR_TRANSPORT;
     }
-    peer->rma_sw = p2p_ep_rma_emulated(peer->ep, &user_sw, &peer->put_short);
+    peer->rma_sw = p2p_ep_rma_emulated(peer->ep, &user_sw, &peer->put_short,
+                                       &peer->put_shm);
     peer->cma    = user_sw && peer->local && ctx->cfg.cma;
     /* arrivals by this endpoint are the peer's (p2p_arrival.c) */
     k = kh_put(p2p_ep_rank, &ctx->ep_rank, (uint64_t)(uintptr_t)peer->ep,

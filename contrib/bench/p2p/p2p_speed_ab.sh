@@ -20,9 +20,11 @@
 # P2P_SPEED_ROUNDS (9), P2P_SPEED_ITERS (2000), P2P_SPEED_MAX (16383, the
 # default eager limit: sizes 8 .. 8192) change what p2p_bench is given;
 # P2P_SPEED_SPIN sets P2P_WAIT_SPIN for p2p (default: p2p's default);
-# P2P_SPEED_TLS chooses the transports ("shm rc_ib2"; shm-ring and
-# rc_ib2-ring are the same with p2p's eager rings on, P2P_RING=y, which
-# are off by default: "shm shm-ring" compares the two, runs alternating);
+# P2P_SPEED_TLS chooses the transports ("shm rc_ib2", each with p2p's
+# defaults: eager rings on over shared memory, off over RDMA; a suffix
+# -ring sets P2P_RING=y, -noring P2P_RING=n: "shm shm-noring" compares
+# rings on and off over shm, "rc_ib2 rc_ib2-ring" over rc_ib2, runs
+# alternating);
 # on softverbs
 # P2P_SPEED_CQE_INLINE=0 turns off its delivery of receives of up to 56
 # bytes inside the completion (SOFTVERBS_CQE_INLINE=0), so that p2p and
@@ -43,9 +45,9 @@ SPIN=${P2P_SPEED_SPIN:-}
 TLS=${P2P_SPEED_TLS:-shm rc_ib2}
 CQE_INLINE=${P2P_SPEED_CQE_INLINE:-}
 for tl in $TLS; do
-    case $tl in shm|rc_ib2|shm-ring|rc_ib2-ring) ;;
-        *) echo "p2p_speed_ab: P2P_SPEED_TLS: '$tl' is not shm, rc_ib2," \
-                "shm-ring or rc_ib2-ring" >&2; exit 2 ;; esac
+    case $tl in shm|rc_ib2|shm-ring|rc_ib2-ring|shm-noring|rc_ib2-noring) ;;
+        *) echo "p2p_speed_ab: P2P_SPEED_TLS: '$tl' is not shm or rc_ib2," \
+                "with or without -ring or -noring" >&2; exit 2 ;; esac
 done
 case $CQE_INLINE in ''|0|1) ;; *) echo "p2p_speed_ab: P2P_SPEED_CQE_INLINE"                                        "must be 0 or 1" >&2; exit 2 ;; esac
 MPIRUN=$(command -v mpirun) || { echo "p2p_speed_ab: mpirun not found" >&2
@@ -73,8 +75,9 @@ else
 fi
 
 bench() {   # bench BUILD TRANSPORT OUT ARGS...: one p2p_bench run
-    local build=$1 tl=${2%-ring} out=$3 runner=() vars=(UCX_TLS=shm)
-    [ "$2" != "$tl" ] && vars+=(P2P_RING=y)
+    local build=$1 tl=${2%-ring} out=$3 runner=() vars=(UCX_TLS=shm) ring=
+    [ "$2" != "$tl" ] && ring=y
+    [ "${tl%-no}" != "$tl" ] && tl=${tl%-no} ring=n
     shift 3
     if [ "$tl" = rc_ib2 ]; then
         runner=("${VERBS_RUNNER[@]}")
@@ -83,6 +86,7 @@ bench() {   # bench BUILD TRANSPORT OUT ARGS...: one p2p_bench run
         [ -n "$CQE_INLINE" ] && vars+=(SOFTVERBS_CQE_INLINE="$CQE_INLINE")
     fi
     [ -n "$SPIN" ] && vars+=(P2P_WAIT_SPIN="$SPIN")
+    [ -n "$ring" ] && vars+=(P2P_RING="$ring")
     if ! env "${vars[@]}" timeout 900 "${runner[@]}" "$MPIRUN" \
             --allow-run-as-root --bind-to none -np 2 \
             "$build/contrib/bench/p2p/p2p_bench" "$@" >"$out.log" 2>&1; then

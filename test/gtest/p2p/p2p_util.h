@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <initializer_list>
 #include <thread>
 #include <malloc.h>
 #include <strings.h>
@@ -92,16 +93,29 @@ inline void p2p_test_report_at_rank0(int rank)
     }
 }
 
-/* Whether the job asked for p2p's eager rings (P2P_RING, off by default:
- * docs/p2p.md), read as UCX's parser reads a boolean. */
-inline bool ring_asked()
+/* Whether p2p gives eager rings over this job's transport: P2P_RING
+ * (shm by default, y, n and their spellings, as p2p_config.c reads it)
+ * and UCX_TLS as suite 40 sets it (shm, tcp, rc_ib2...; unset alone,
+ * where the lanes to itself are memory). */
+inline bool ring_expected_here()
 {
-    const char *v = getenv("P2P_RING");
+    const char *v   = getenv("P2P_RING");
+    const char *tls = getenv("UCX_TLS");
+    auto is = [v](std::initializer_list<const char*> names) {
+        for (const char *n : names) {
+            if ((v != nullptr) && (strcasecmp(v, n) == 0)) {
+                return true;
+            }
+        }
+        return false;
+    };
 
-    return (v != nullptr) &&
-           ((strcasecmp(v, "y") == 0) || (strcasecmp(v, "yes") == 0) ||
-            (strcasecmp(v, "on") == 0) || (strcasecmp(v, "1") == 0) ||
-            (strcasecmp(v, "true") == 0));
+    if (((tls != nullptr) && (strcmp(tls, "tcp") == 0)) ||
+        is({"n", "no", "off", "0"})) {
+        return false;
+    }
+    return is({"y", "yes", "on", "1"}) || (tls == nullptr) ||
+           (strcmp(tls, "shm") == 0);
 }
 
 /*

@@ -321,7 +321,7 @@ TEST(P2PKilled, RingSlotsOfADeadPeer)
     }
     p2p_stats_t s;
     p2p_get_stats(ctx, &s);
-    if (((tls == nullptr) || (strcmp(tls, "tcp") != 0)) && ring_asked()) {
+    if (ring_expected_here()) {
         EXPECT_EQ(1u, s.ring_offered);
         EXPECT_GT(s.ring_recv, 0u);
     }

@@ -306,10 +306,9 @@ TEST(P2PThreads, SendReceiveProbeCancelAtOnce)
     p2p_get_stats(ctx, &s);
     EXPECT_GT(s.bsend_sent, 0u);
     EXPECT_EQ(0u, s.bsend_failed);
-    /* small messages went by the eager rings too, where UCP has a put
-     * lane (not over TCP) */
-    const char *tls  = getenv("UCX_TLS");
-    if (((tls != nullptr) && (strcmp(tls, "tcp") == 0)) || !ring_asked()) {
+    /* small messages went by the eager rings too, where p2p gives them
+     * (P2P_RING: over shared memory by default; never over TCP) */
+    if (!ring_expected_here()) {
         EXPECT_EQ(0u, s.ring_sent + s.ring_recv);
     } else {
         EXPECT_GT(s.ring_sent, 0u);
