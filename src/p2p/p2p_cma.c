@@ -80,29 +80,50 @@ enum {
     P2P_CMA_UNKNOWN     /* /proc could not be read: no verdict */
 };
 
-static int p2p_cma_start_time_check(p2p_peer_t *peer)
+static int p2p_cma_start_time_check(p2p_peer_t *peer, int *err)
 {
     uint64_t t = p2p_proc_start_time(peer->pid);
 
     if (t == P2P_START_TIME_UNKNOWN) {
+        *err = errno;   /* of the open or read that failed */
         return P2P_CMA_UNKNOWN;
     }
     return (t == peer->start_time) ? P2P_CMA_SAME : P2P_CMA_GONE;
 }
 
-/* Nothing can be said of the peer's process now (out of descriptors):
- * this message is read by UCP, the peer left alone. */
-static ucs_status_t p2p_cma_unknown(p2p_context_t *ctx, p2p_peer_t *peer)
+/* What to do about the error that left /proc unread */
+static const char *p2p_cma_unknown_advice(int err)
+{
+    switch (err) {
+    case EMFILE:
+    case ENFILE:
+        return "out of descriptors: raise the descriptor limit (ulimit -n)";
+    case ENOMEM:
+        return "the system is out of memory";
+    case EACCES:
+    case EPERM:
+    case ENOENT:
+        return "/proc does not show that process: is it mounted with "
+               "hidepid, or the peer of another user?";
+    default:
+        return "see the error";
+    }
+}
+
+/* Nothing can be said of the peer's process now (out of descriptors, no
+ * memory, /proc hiding it): this message is read by UCP, the peer left
+ * alone. */
+static ucs_status_t p2p_cma_unknown(p2p_context_t *ctx, p2p_peer_t *peer,
+                                    int err)
 {
     ++ctx->stats.rndv_cma_unchecked;
     if (!(ctx->warned & P2P_WARNED_PIDFD_FD)) {
         ctx->warned |= P2P_WARNED_PIDFD_FD;
         p2p_warn(ctx, "cannot tell whether rank %u's process is the one "
-                 "that sent its rendezvous message (%s): the message is "
-                 "read by UCP instead of process_vm_readv. Raise the "
-                 "descriptor limit (ulimit -n); further cases are only "
-                 "counted (rndv_cma_unchecked).", peer->rank,
-                 strerror(errno));
+                 "that sent its rendezvous message (%s; %s): the message "
+                 "is read by UCP instead of process_vm_readv; further "
+                 "cases are only counted (rndv_cma_unchecked).", peer->rank,
+                 strerror(err), p2p_cma_unknown_advice(err));
     }
     return UCS_ERR_UNSUPPORTED;
 }
@@ -111,18 +132,18 @@ static ucs_status_t p2p_cma_unknown(p2p_context_t *ctx, p2p_peer_t *peer)
  * pidfd, or learn that none can be had on this kernel. */
 static ucs_status_t p2p_cma_watch(p2p_context_t *ctx, p2p_peer_t *peer)
 {
-    int fd, err, check;
+    int fd, err = 0, check;
 
     fd = p2p_pidfd_open(peer->pid);
     if (fd >= 0) {
         /* the pid may name another process already: the start time says
          * whether the one held is the peer (if it is still the peer's now,
          * it was at the open as well) */
-        check = p2p_cma_start_time_check(peer);
+        check = p2p_cma_start_time_check(peer, &err);
         if (check != P2P_CMA_SAME) {
             close(fd);
             return (check == P2P_CMA_GONE) ? p2p_cma_gone(ctx, peer) :
-                   p2p_cma_unknown(ctx, peer);
+                   p2p_cma_unknown(ctx, peer, err);
         }
         peer->pidfd     = fd;
         peer->cma_watch = P2P_CMA_WATCH_PIDFD;
@@ -149,8 +170,9 @@ static ucs_status_t p2p_cma_watch(p2p_context_t *ctx, p2p_peer_t *peer)
     return UCS_OK;
 }
 
-/* Whether the peer's process has lived since the read began. */
-static int p2p_cma_check(p2p_peer_t *peer)
+/* Whether the peer's process has lived since the read began (*err: why
+ * not, if that cannot be said). */
+static int p2p_cma_check(p2p_peer_t *peer, int *err)
 {
     struct pollfd pfd;
     int           r;
@@ -171,7 +193,7 @@ static int p2p_cma_check(p2p_peer_t *peer)
         /* poll could not say (no memory, a descriptor closed behind this
          * library's back): /proc can */
     }
-    return p2p_cma_start_time_check(peer);
+    return p2p_cma_start_time_check(peer, err);
 }
 
 static void p2p_cma_refused(p2p_context_t *ctx, p2p_peer_t *peer, int err)
@@ -212,7 +234,7 @@ ucs_status_t p2p_cma_read(p2p_context_t *ctx, p2p_peer_t *peer, void *buf,
     size_t       done = 0;
     ssize_t      n;
     ucs_status_t status;
-    int          err, check;
+    int          err, proc_err = 0, check;
 
     if (peer->cma_watch == P2P_CMA_WATCH_NONE) {
         status = p2p_cma_watch(ctx, peer);
@@ -229,14 +251,14 @@ ucs_status_t p2p_cma_read(p2p_context_t *ctx, p2p_peer_t *peer, void *buf,
         if (n > 0) {
             /* alive at the end of the read: alive throughout it, so the
              * pid named the peer and the bytes are the peer's */
-            check = p2p_cma_check(peer);
+            check = p2p_cma_check(peer, &proc_err);
             if (check != P2P_CMA_SAME) {
                 /* another process's memory, maybe: not left behind in
                  * the receive buffer either (UCP's read, if it comes,
                  * writes it all again) */
                 memset(buf, 0, done + (size_t)n);
                 return (check == P2P_CMA_GONE) ? p2p_cma_gone(ctx, peer) :
-                       p2p_cma_unknown(ctx, peer);
+                       p2p_cma_unknown(ctx, peer, proc_err);
             }
             done += (size_t)n;
             continue;
@@ -246,7 +268,7 @@ ucs_status_t p2p_cma_read(p2p_context_t *ctx, p2p_peer_t *peer, void *buf,
             continue;
         }
         /* whatever the error, a process gone explains it best */
-        check = p2p_cma_check(peer);
+        check = p2p_cma_check(peer, &proc_err);
         if (check == P2P_CMA_GONE) {
             return p2p_cma_gone(ctx, peer);
         }
