@@ -14,7 +14,7 @@
  * up to P2P_WIRE_RING_DATA_MAX(P2P_RING_SLOT_SIZE) bytes of data */
 #define P2P_RING_SLOTS     32
 #ifndef P2P_RING_SLOT_SIZE
-#define P2P_RING_SLOT_SIZE 1088
+#define P2P_RING_SLOT_SIZE 4160
 #endif
 
 /* A message of up to this many bytes goes by a put UCP makes at once,
