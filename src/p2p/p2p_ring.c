@@ -2,11 +2,11 @@
  * Eager RDMA rings, the receiver's side (p2p_wire.h, "Eager RDMA rings";
  * docs/p2p.md): after a peer's P2P_RING_AFTER-th eager message, if UCP
  * has a native put lane to it and fewer than P2P_RING_PEERS rings are
- * out, the peer gets a ring of P2P_RING_SLOTS slots in memory mapped for
- * it alone (RING). Progress reads each ring's next trailer; a message
- * found is copied out, its slot emptied, and it takes the same path as an
- * active message (p2p_am_eager, p2p_am.c). Emptied slots go back by
- * CREDIT every P2P_WIRE_RING_CREDIT_BATCH.
+ * out, the peer gets a ring of P2P_RING_SLOTS slots of P2P_RING_SLOT_SIZE
+ * bytes in memory mapped for it alone (RING). Progress reads each ring's
+ * next trailer; a message found takes, from its slot, the same path as an
+ * active message (p2p_am_eager, p2p_am.c), and then the slot is emptied.
+ * Emptied slots go back by CREDIT every P2P_WIRE_RING_CREDIT_BATCH.
  *
  * Lifetime: a ring lives in ctx->rings[] from its RING until its peer
  * fails (then it is no longer read, and unmapped at the next poll that is
@@ -62,7 +62,7 @@ static void p2p_ring_offer_send(p2p_context_t *ctx, p2p_ring_rx_t *r,
     r->msg.gen       = P2P_LE32(r->gen);
     r->msg.address   = P2P_LE64((uint64_t)(uintptr_t)r->base);
     r->msg.slots     = P2P_LE32(r->slots);
-    r->msg.slot_size = P2P_LE32(P2P_WIRE_RING_SLOT);
+    r->msg.slot_size = P2P_LE32(r->slot_size);
     r->msg.rkey_len  = P2P_LE32((uint32_t)rkey_len);
     r->msg.reserved2 = 0;
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
@@ -103,12 +103,13 @@ static void p2p_ring_offer(p2p_context_t *ctx, p2p_peer_t *peer)
     }
     r->peer        = peer;
     r->slots       = P2P_RING_SLOTS;
+    r->slot_size   = P2P_RING_SLOT_SIZE;
     r->lap         = 1;
     mp.field_mask  = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
                      UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                      UCP_MEM_MAP_PARAM_FIELD_FLAGS;
     mp.address     = NULL;
-    mp.length      = (size_t)r->slots * P2P_WIRE_RING_SLOT;
+    mp.length      = (size_t)r->slots * r->slot_size;
     mp.flags       = UCP_MEM_MAP_ALLOCATE;
     ma.field_mask  = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
     if ((ucp_mem_map(ctx->ucp, &mp, &r->memh) != UCS_OK) ||
@@ -216,31 +217,43 @@ static inline int p2p_ring_credit_due(const p2p_ring_rx_t *r)
 }
 
 /* The slot at r->next holds a message (its trailer carries the lap
- * expected there): copy it out, move on, and hand the message to the
- * arrival path. Returns 0 if it is ahead of its turn and was left where it
- * is. The slot is not cleared: a trailer of another lap is an empty slot,
- * so a trailer that lands twice (UCX copies 8 bytes with two overlapping
- * stores, and a sender preempted between them rewrites the old value
- * after we took it) is not a message again. */
+ * expected there): hand it to the arrival path, then move on. Returns 0 if
+ * it is ahead of its turn and was left where it is. The header is copied
+ * out first (a sender rewriting its slot meanwhile cannot change what was
+ * checked); the data is read in the slot, which is not given back before
+ * the delivery returns (every arrival path copies what it keeps; a nested
+ * poll reads no ring, so the slot is neither credited nor unmapped
+ * meanwhile). A sender rewriting the data under the copy spoils only its
+ * own message. The slot is not cleared: a trailer of another lap is an
+ * empty slot, so a trailer that lands twice (UCX copies 8 bytes with two
+ * overlapping stores, and a sender preempted between them rewrites the old
+ * value after we took it) is not a message again. */
 static int p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
                          uint64_t trailer)
 {
-    struct __attribute__((packed)) {
-        p2p_wire_match_t h;
-        uint8_t          data[P2P_WIRE_RING_DATA];
-    } msg;
-    uint8_t    *slot = r->base + (size_t)r->next * P2P_WIRE_RING_SLOT;
-    uint32_t   len   = (uint32_t)trailer;
-    const char *bad  = (len > P2P_WIRE_RING_DATA) ?
-                       "ring slot longer than its data" : NULL;
+    uint8_t          *slot = r->base + (size_t)r->next * r->slot_size;
+    uint32_t         len   = (uint32_t)trailer;
+    int              bad   = (len > P2P_WIRE_RING_DATA_MAX(r->slot_size));
+    p2p_wire_match_t h;
 
     ucs_assert((uint32_t)(trailer >> 32) == r->lap);
     /* the trailer was written after the data: read nothing before it */
     ucs_memory_cpu_load_fence();
-    if (bad == NULL) {
-        memcpy(&msg, slot, sizeof(msg.h) + len);
-        if (p2p_ring_ahead(ctx, &msg.h)) {
+    if (!bad) {
+        memcpy(&h, slot, sizeof(h));
+        if (p2p_ring_ahead(ctx, &h)) {
             return 0;
+        }
+        if (h.token != r->peer->rx_token) {
+            /* only the peer we gave this ring writes it, with our
+             * token */
+            ++ctx->stats.rx_unauthenticated;
+        } else {
+            ++ctx->stats.ring_recv;
+            /* exactly an active message's checks, from the header on;
+             * the slot came by no endpoint, so the sender is known by
+             * its token alone */
+            p2p_am_eager(ctx, &h, slot + sizeof(h), len, NULL);
         }
     }
     ++r->head;
@@ -248,22 +261,13 @@ static int p2p_ring_take(p2p_context_t *ctx, p2p_ring_rx_t *r,
         r->next = 0;
         r->lap  = (r->lap == UINT32_MAX) ? 1 : (r->lap + 1);
     }
-    if (P2P_UNLIKELY(p2p_ring_credit_due(r))) {
+    if (bad) {
+        p2p_rx_malformed(ctx, "ring slot longer than its data", 0);
+    }
+    /* (delivery may have failed the peer: its ring is not credited) */
+    if (P2P_UNLIKELY(p2p_ring_credit_due(r)) && !r->dead) {
         p2p_ring_credit(ctx, r);
     }
-    if (bad != NULL) {
-        p2p_rx_malformed(ctx, bad, 0);
-        return 1;
-    }
-    if (msg.h.token != r->peer->rx_token) {
-        /* only the peer we gave this ring writes it, with our token */
-        ++ctx->stats.rx_unauthenticated;
-        return 1;
-    }
-    ++ctx->stats.ring_recv;
-    /* exactly an active message's checks, from the header on; the slot
-     * came by no endpoint, so the sender is known by its token alone */
-    p2p_am_eager(ctx, &msg.h, msg.data, len, NULL);
     return 1;
 }
 
@@ -277,9 +281,8 @@ static unsigned p2p_ring_poll_one(p2p_context_t *ctx, p2p_ring_rx_t *r)
     ucs_assert(ctx->ring_polling);
     for (k = 0; (k < r->slots) && !r->dead; ++k) {
         uint64_t t = P2P_FROM_LE64(*(volatile uint64_t*)
-                                   (r->base + (size_t)r->next *
-                                    P2P_WIRE_RING_SLOT + P2P_WIRE_RING_SLOT -
-                                    P2P_WIRE_RING_TRAILER));
+                                   (r->base + (size_t)(r->next + 1) *
+                                    r->slot_size - P2P_WIRE_RING_TRAILER));
         if (((uint32_t)(t >> 32) != r->lap) || !p2p_ring_take(ctx, r, t)) {
             break;
         }
@@ -369,6 +372,7 @@ void p2p_ring_cleanup(p2p_context_t *ctx)
         p2p_ring_tx_t *t = ctx->peers[p].ring_tx;
         if (t != NULL) {
             ucp_rkey_destroy(t->rkey);
+            free(t->copy);
             free(t);
             ctx->peers[p].ring_tx = NULL;
         }

@@ -8,11 +8,10 @@
 #define P2P_RING_H
 
 #include "p2p_types.h"
+#include "p2p_ring_size.h"
 
 /* eager messages from a peer after which the receiver gives it a ring */
 #define P2P_RING_AFTER  16
-/* slots of a ring this receiver makes */
-#define P2P_RING_SLOTS  32
 
 /* How many of a peer's put lanes are shared memory (p2p_wireup.c) */
 enum {
@@ -36,6 +35,7 @@ typedef struct p2p_ring_rx {
                                    this ring only */
     uint8_t         *base;      /* slot 0 */
     uint32_t        slots;
+    uint32_t        slot_size;
     uint32_t        gen;
     uint32_t        next;       /* slot to look at next: head % slots */
     uint32_t        lap;        /* the lap expected there (never 0) */
@@ -63,10 +63,16 @@ typedef struct p2p_ring_tx {
     uint32_t   next;            /* sent % slots */
     uint32_t   lap;             /* sent / slots + 1 (never 0) */
     uint32_t   gen;
-    uint32_t   data_max;        /* largest message UCP puts at once */
+    uint32_t   data_max;        /* largest message a slot takes (0: the
+                                   ring is no longer written) */
+    uint32_t   imm_max;         /* largest one UCP puts at once */
+    uint32_t   slot_size;
+    uint8_t    *copy;           /* [slots][slot_size]: header and data of
+                                   the messages over imm_max, which UCP
+                                   may read until the slot comes back;
+                                   NULL if data_max <= imm_max */
     uint64_t   trailer[];       /* [slots]: the trailer put last into each
-                                   slot, which UCP may still read until
-                                   the slot comes back */
+                                   slot, the same */
 } p2p_ring_tx_t;
 
 /* Whether rings go to and come from peer (P2P_RING, its put lanes) */
@@ -134,7 +140,8 @@ void     p2p_ring_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
 void     p2p_credit_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                             const void *header);
 /* Put a small standard message into peer's ring: P2P_OK, or
- * P2P_SEND_LATER (p2p_send.h: nothing sent), or an error. */
+ * P2P_SEND_LATER (p2p_send.h: nothing sent), or an error (nothing
+ * visible to the receiver). */
 int      p2p_ring_put(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
                       size_t len, int dest, int tag);
 

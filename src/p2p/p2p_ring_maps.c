@@ -144,7 +144,7 @@ int p2p_ring_mapping_ok(p2p_context_t *ctx, p2p_peer_t *peer,
     r = peer->ring_rx;
     if ((peer->rank == (uint32_t)ctx->rank) && (r != NULL) &&
         ((uintptr_t)r->base == q.lo) &&
-        ((size_t)r->slots * P2P_WIRE_RING_SLOT == length)) {
+        ((size_t)r->slots * r->slot_size == length)) {
         /* to ourselves through UCX's self transport: our own ring */
         return 1;
     }

@@ -2,10 +2,10 @@
  * Eager RDMA rings, the sender's side (p2p_wire.h, "Eager RDMA rings";
  * docs/p2p.md): a peer's RING is checked field by field and its key
  * unpacked; then a small standard message with a free slot goes as two
- * puts UCP makes at once -- header and data, then the slot's trailer --
- * instead of an active message. CREDITs give the slots back. The
- * sequence number is the one the active message would have carried, so
- * the receiver orders ring and active messages of one sender together.
+ * puts -- header and data, then the slot's trailer -- instead of an
+ * active message. CREDITs give the slots back. The sequence number is the
+ * one the active message would have carried, so the receiver orders ring
+ * and active messages of one sender together.
  */
 #include "p2p_int.h"
 #include "p2p_ring.h"
@@ -16,6 +16,56 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Whether a ring's geometry is one p2p_wire.h allows (slots checked
+ * apart): the slot a multiple of 64 within bounds, the ring not too big */
+static int p2p_ring_geometry_ok(uint32_t slots, uint32_t slot_size)
+{
+    return (slot_size >= P2P_WIRE_RING_SLOT_MIN) &&
+           (slot_size <= P2P_WIRE_RING_SLOT_MAX) &&
+           ((slot_size % P2P_WIRE_RING_SLOT_ALIGN) == 0) &&
+           ((uint64_t)slots * slot_size <= P2P_WIRE_RING_BYTES_MAX);
+}
+
+/* The sender's state for a ring of that geometry, or NULL (no memory).
+ * A slot takes what its size allows, within the eager limit (the ring
+ * carries eager messages only); what UCP cannot put at once is put from
+ * a copy per slot, so copies are kept only if a slot takes more. */
+static p2p_ring_tx_t *p2p_ring_tx_new(p2p_context_t *ctx,
+                                      const p2p_peer_t *peer, uint32_t slots,
+                                      uint32_t slot_size)
+{
+    p2p_ring_tx_t *t;
+    size_t        imm_max;
+
+    t = calloc(1, sizeof(*t) + slots * sizeof(t->trailer[0]));
+    if (t == NULL) {
+        return NULL;
+    }
+    t->slots     = slots;
+    t->slot_size = slot_size;
+    t->lap       = 1;
+    t->data_max  = (uint32_t)ucs_min(
+                       (size_t)P2P_WIRE_RING_DATA_MAX(slot_size),
+                       ctx->cfg.eager_limit);
+    /* (taken only with put_short >= header and trailer: p2p_ring_take) */
+    imm_max      = ucs_min(peer->put_short - sizeof(p2p_wire_match_t),
+                           (size_t)P2P_RING_IMM_MAX);
+    t->imm_max   = (uint32_t)ucs_min(imm_max, (size_t)t->data_max);
+    if ((t->data_max > t->imm_max) &&
+        (posix_memalign((void**)&t->copy, P2P_WIRE_RING_SLOT_ALIGN,
+                        (size_t)slots * slot_size) != 0)) {
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+static void p2p_ring_tx_free(p2p_ring_tx_t *t)
+{
+    free(t->copy);
+    free(t);
+}
 
 /* A slot was written: the next one, its lap (1 after 2^32 - 1). */
 static inline void p2p_ring_advance(p2p_ring_tx_t *t)
@@ -31,8 +81,9 @@ static inline void p2p_ring_advance(p2p_ring_tx_t *t)
 static int p2p_ring_take(p2p_context_t *ctx, p2p_peer_t *peer,
                          const p2p_wire_ring_t *m, const void *rkey_buf)
 {
-    uint64_t        address = P2P_FROM_LE64(m->address);
-    uint32_t        slots   = P2P_FROM_LE32(m->slots);
+    uint64_t        address   = P2P_FROM_LE64(m->address);
+    uint32_t        slots     = P2P_FROM_LE32(m->slots);
+    uint32_t        slot_size = P2P_FROM_LE32(m->slot_size);
     p2p_ring_tx_t   *t;
     p2p_ring_maps_t before;
     ucp_ep_h        ep;
@@ -48,7 +99,7 @@ static int p2p_ring_take(p2p_context_t *ctx, p2p_peer_t *peer,
          * receiver polls it in vain, a load per poll */
         return 0;
     }
-    t = calloc(1, sizeof(*t) + slots * sizeof(t->trailer[0]));
+    t = p2p_ring_tx_new(ctx, peer, slots, slot_size);
     if (t == NULL) {
         return 0;
     }
@@ -59,30 +110,26 @@ static int p2p_ring_take(p2p_context_t *ctx, p2p_peer_t *peer,
         (p2p_ring_maps_take(&before) != 0)) {
         p2p_info(ctx, "/proc/self/maps could not be read: rank %u's ring "
                  "is not used", peer->rank);
-        free(t);
+        p2p_ring_tx_free(t);
         return 0;
     }
     if (ucp_ep_rkey_unpack(ep, rkey_buf, &t->rkey) != UCS_OK) {
         p2p_info(ctx, "rank %u's ring key could not be unpacked: its "
                  "messages keep going as active messages", peer->rank);
         p2p_ring_maps_free(&before);
-        free(t);
+        p2p_ring_tx_free(t);
         return 0;
     }
     ok = p2p_ring_mapping_ok(ctx, peer, &before, t->rkey, address,
-                             (size_t)slots * P2P_WIRE_RING_SLOT);
+                             (size_t)slots * slot_size);
     p2p_ring_maps_free(&before);
     if (!ok) {
         ucp_rkey_destroy(t->rkey);
-        free(t);
+        p2p_ring_tx_free(t);
         return 0;
     }
     t->address  = address;
-    t->slots    = slots;
-    t->lap      = 1;
     t->gen      = P2P_FROM_LE32(m->gen);
-    t->data_max = ucs_min((size_t)P2P_WIRE_RING_DATA,
-                          peer->put_short - sizeof(p2p_wire_match_t));
     peer->ring_tx = t;
     ++ctx->stats.ring_accepted;
     return 1;
@@ -93,16 +140,17 @@ void p2p_ring_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
 {
     p2p_wire_ring_t m;
     uint64_t        address;
-    uint32_t        slots, gen;
+    uint32_t        slots, gen, slot_size;
 
     memcpy(&m, header, sizeof(m));
     address = P2P_FROM_LE64(m.address);
     slots   = P2P_FROM_LE32(m.slots);
     gen     = P2P_FROM_LE32(m.gen);
+    slot_size = P2P_FROM_LE32(m.slot_size);
     if ((gen == 0) || (slots == 0) || (slots > P2P_WIRE_RING_SLOTS_MAX) ||
-        (P2P_FROM_LE32(m.slot_size) != P2P_WIRE_RING_SLOT) ||
+        !p2p_ring_geometry_ok(slots, slot_size) ||
         (address == 0) || ((address & 7) != 0) ||
-        (address > UINT64_MAX - (uint64_t)slots * P2P_WIRE_RING_SLOT) ||
+        (address > UINT64_MAX - (uint64_t)slots * slot_size) ||
         (P2P_FROM_LE32(m.rkey_len) != length) || (length == 0) ||
         (length > P2P_WIRE_RKEY_MAX) || !p2p_rkey_valid(data, length)) {
         p2p_rx_malformed(ctx, "ring offer's fields", sizeof(m));
@@ -140,20 +188,94 @@ void p2p_credit_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
     t->freed = freed;
 }
 
+/* The slot's trailer, after its header and data are on their way: a put
+ * UCP makes at once if it can, else one queued behind them on the same
+ * lane (the trailer word lives in t->trailer until the slot comes back).
+ * An error: nothing visible (the receiver never sees the slot full). */
+static int p2p_ring_put_trailer(p2p_context_t *ctx, p2p_peer_t *peer,
+                                p2p_ring_tx_t *t, uint64_t slot, size_t len)
+{
+    uint64_t            *trailer = &t->trailer[t->next];
+    uint64_t            at       = slot + t->slot_size -
+                                   P2P_WIRE_RING_TRAILER;
+    ucp_request_param_t param;
+    ucs_status_ptr_t    sp;
+
+    *trailer           = P2P_LE64((uint64_t)len | ((uint64_t)t->lap << 32));
+    param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    sp = ucp_put_nbx(peer->ep, trailer, sizeof(*trailer), at, t->rkey,
+                     &param);
+    if (P2P_LIKELY(sp == NULL)) {
+        return P2P_OK;
+    }
+    param.op_attr_mask = 0;
+    sp = ucp_put_nbx(peer->ep, trailer, sizeof(*trailer), at, t->rkey,
+                     &param);
+    if (UCS_PTR_IS_ERR(sp)) {
+        p2p_set_error(ctx, "sending to rank %u failed: %s", peer->rank,
+                      ucs_status_string(UCS_PTR_STATUS(sp)));
+        return p2p_status_err(UCS_PTR_STATUS(sp));
+    }
+    if (sp != NULL) {
+        ucp_request_free(sp);   /* completes on its own */
+    }
+    return P2P_OK;
+}
+
+/*
+ * Header and data of a message over what UCP puts at once: from the
+ * slot's copy, by a put UCP may complete later. Over shared memory UCP
+ * copies it in the call (put bcopy, no request); elsewhere it may return
+ * a request, freed here (it completes on its own): the copy is not
+ * written again before the slot comes back by CREDIT, so UCP may read it
+ * as long as it likes, by whatever protocol. The trailer after it relies
+ * on the order p2p_ring_put_trailer's queued put already relies on: both
+ * puts go on the key's one RMA lane (UCP 1.13: rkey->cache.rma_lane), a
+ * put queued there waits for those before it, and the lane executes them
+ * in order. P2P_SEND_LATER if UCP refused it: nothing written.
+ */
+static int p2p_ring_put_copy(p2p_context_t *ctx, p2p_comm_t *comm,
+                             p2p_peer_t *peer, p2p_ring_tx_t *t,
+                             uint64_t slot, const void *buf, size_t len,
+                             int dest, int tag)
+{
+    uint8_t             *copy = t->copy + (size_t)t->next * t->slot_size;
+    ucp_request_param_t param;
+    ucs_status_ptr_t    sp;
+
+    ucs_assert((t->copy != NULL) && (len > t->imm_max));
+    p2p_fill_match((p2p_wire_match_t*)copy, P2P_WIRE_EAGER, comm, peer, tag,
+                   comm->send_seq[dest]);
+    memcpy(copy + sizeof(p2p_wire_match_t), buf, len);
+    param.op_attr_mask = 0;
+    sp = ucp_put_nbx(peer->ep, copy, sizeof(p2p_wire_match_t) + len, slot,
+                     t->rkey, &param);
+    if (P2P_UNLIKELY(UCS_PTR_IS_ERR(sp))) {
+        /* the active message takes it (and says why if the endpoint
+         * failed) */
+        ++ctx->stats.ring_busy;
+        return P2P_SEND_LATER;
+    }
+    if (sp != NULL) {
+        ucp_request_free(sp);
+    }
+    return P2P_OK;
+}
+
 int p2p_ring_put(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
                  size_t len, int dest, int tag)
 {
     struct __attribute__((packed)) {
         p2p_wire_match_t h;
-        uint8_t          data[P2P_WIRE_RING_DATA];
+        uint8_t          data[P2P_RING_IMM_MAX];
     } msg;
     p2p_context_t       *ctx = comm->ctx;
     p2p_ring_tx_t       *t   = peer->ring_tx;
     uint64_t            slot = t->address +
-                               (uint64_t)t->next * P2P_WIRE_RING_SLOT;
-    uint64_t            *trailer = &t->trailer[t->next];
+                               (uint64_t)t->next * t->slot_size;
     ucp_request_param_t param;
     ucs_status_ptr_t    sp;
+    int                 ret;
 
     ucs_assert(p2p_ring_ok(peer, len) && (peer->tx_token != 0));
     if (P2P_UNLIKELY(ctx->fault[P2P_FAULT_SEND] != 0)) {
@@ -161,40 +283,31 @@ int p2p_ring_put(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
          * path takes it, as it would without a ring */
         return P2P_SEND_LATER;
     }
-    p2p_fill_match(&msg.h, P2P_WIRE_EAGER, comm, peer, tag,
-                   comm->send_seq[dest]);
-    p2p_copy(msg.data, buf, len);   /* len 0: there may be no buffer */
-    param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-    sp = ucp_put_nbx(peer->ep, &msg, sizeof(msg.h) + len, slot, t->rkey,
-                     &param);
-    if (P2P_UNLIKELY(sp != NULL)) {
-        /* nothing written: the active message takes it (and says why if
-         * the endpoint failed) */
-        ++ctx->stats.ring_busy;
-        return P2P_SEND_LATER;
+    if (P2P_LIKELY(len <= t->imm_max)) {
+        /* a put UCP makes at once, from the stack: no copy kept */
+        p2p_fill_match(&msg.h, P2P_WIRE_EAGER, comm, peer, tag,
+                       comm->send_seq[dest]);
+        p2p_copy(msg.data, buf, len);   /* len 0: there may be no buffer */
+        param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+        sp = ucp_put_nbx(peer->ep, &msg, sizeof(msg.h) + len, slot, t->rkey,
+                         &param);
+        if (P2P_UNLIKELY(sp != NULL)) {
+            /* nothing written: the active message takes it (and says why
+             * if the endpoint failed) */
+            ++ctx->stats.ring_busy;
+            return P2P_SEND_LATER;
+        }
+    } else {
+        ret = p2p_ring_put_copy(ctx, comm, peer, t, slot, buf, len, dest,
+                                tag);
+        if (ret != P2P_OK) {
+            return ret;
+        }
     }
-    /* the slot's own trailer word: UCP may read it after we return, and
-     * nothing rewrites it before the slot comes back */
-    *trailer = P2P_LE64((uint64_t)len | ((uint64_t)t->lap << 32));
-    sp = ucp_put_nbx(peer->ep, trailer, sizeof(*trailer),
-                     slot + P2P_WIRE_RING_SLOT - P2P_WIRE_RING_TRAILER,
-                     t->rkey, &param);
-    if (P2P_UNLIKELY(sp != NULL)) {
-        /* the data is there but cannot be seen yet: UCP queues the
-         * trailer behind it (same lane, in order) */
-        param.op_attr_mask = 0;
-        sp = ucp_put_nbx(peer->ep, trailer, sizeof(*trailer),
-                         slot + P2P_WIRE_RING_SLOT - P2P_WIRE_RING_TRAILER,
-                         t->rkey, &param);
-        if (UCS_PTR_IS_ERR(sp)) {
-            /* nothing visible: the slot and the number stay free */
-            p2p_set_error(ctx, "sending to rank %u failed: %s", peer->rank,
-                          ucs_status_string(UCS_PTR_STATUS(sp)));
-            return p2p_status_err(UCS_PTR_STATUS(sp));
-        }
-        if (sp != NULL) {
-            ucp_request_free(sp);   /* completes on its own */
-        }
+    ret = p2p_ring_put_trailer(ctx, peer, t, slot, len);
+    if (P2P_UNLIKELY(ret != P2P_OK)) {
+        /* nothing visible: the slot and the number stay free */
+        return ret;
     }
     p2p_ring_advance(t);
     ++comm->send_seq[dest];
@@ -204,7 +317,8 @@ int p2p_ring_put(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
 }
 
 int p2p_ucp_ring_slot(p2p_comm_t *comm, int rank, int tag, ucp_rkey_h *rkey,
-                      uint64_t *address, uint32_t *lap, p2p_wire_match_t *hdr)
+                      uint64_t *address, uint32_t *slot_size, uint32_t *lap,
+                      p2p_wire_match_t *hdr)
 {
     P2P_API_ENTER_COMM(comm);
     p2p_peer_t    *peer;
@@ -224,8 +338,9 @@ int p2p_ucp_ring_slot(p2p_comm_t *comm, int rank, int tag, ucp_rkey_h *rkey,
     p2p_fill_match(hdr, P2P_WIRE_EAGER, comm, peer, tag,
                    comm->send_seq[rank]);
     *rkey    = t->rkey;
-    *address = t->address + (uint64_t)t->next * P2P_WIRE_RING_SLOT;
-    *lap     = t->lap;
+    *address   = t->address + (uint64_t)t->next * t->slot_size;
+    *slot_size = t->slot_size;
+    *lap       = t->lap;
     p2p_ring_advance(t);
     return P2P_OK;
 }

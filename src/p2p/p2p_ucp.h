@@ -31,14 +31,15 @@ P2P_API unsigned p2p_ucp_am_id(p2p_context_t *ctx);
 /* For tests of what a receiver does with slots a hostile sender writes
  * into its ring (p2p_wire.h, "Eager RDMA rings"): takes the next slot of
  * the ring rank of comm gave this process, as if a message had been put
- * there, and says where it is (the key, its address, the lap its
- * trailer must carry) and fills *hdr with the header p2p would put there
- * for tag (the sequence number not taken). P2P_ERR_INVALID: no ring
- * from that rank, or no slot free. */
+ * there, and says where it is (the key, its address, the ring's slot
+ * size, the lap its trailer must carry) and fills *hdr with the header
+ * p2p would put there for tag (the sequence number not taken).
+ * P2P_ERR_INVALID: no ring from that rank, or no slot free. */
 struct p2p_wire_match;
 P2P_API int p2p_ucp_ring_slot(p2p_comm_t *comm, int rank, int tag,
                               ucp_rkey_h *rkey, uint64_t *address,
-                              uint32_t *lap, struct p2p_wire_match *hdr);
+                              uint32_t *slot_size, uint32_t *lap,
+                              struct p2p_wire_match *hdr);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /*
- * ib2 p2p wire protocol, version 5 (P2P_WIRE_VERSION): every byte one p2p process sends
- * another, so that a peer written from this file alone interoperates (the
- * hostile-peer test is such a peer).
+ * ib2 p2p wire protocol, version 8 (P2P_WIRE_VERSION): every byte one p2p
+ * process sends another, so that a peer written from this file alone
+ * interoperates (the hostile-peer test is such a peer).
  *
  * Transport. Every message is one UCP active message on a single AM id
  * (P2P_WIRE_AM_ID_DEFAULT unless moved by P2P_AM_ID or
@@ -81,39 +81,46 @@
  *                 (below), which the receiver gives back by CREDIT(credit)
  *
  * Eager RDMA rings. A receiver may give a peer a ring: RING names memory
- * of the receiver's (address, slots x P2P_WIRE_RING_SLOT bytes, one UCP
- * mapping of its own, whose packed key follows as AM data) and a
- * generation. Slot i of the ring is the bytes [address + i * slot,
- * + slot). The sender writes its k-th ring message (k from 0) into slot
- * k mod slots: first, by one put, a p2p_wire_match_t of type EAGER (the
- * token never 0) and the message (at most P2P_WIRE_RING_DATA bytes) from
- * the slot's start; then, by a second put, the slot's last 8 bytes, the
- * trailer: the message length in the low 32 bits and the lap
+ * of the receiver's (address, slots x slot_size bytes, one UCP mapping of
+ * its own, whose packed key follows as AM data) and a generation. The slot
+ * size is the receiver's choice: a multiple of P2P_WIRE_RING_SLOT_ALIGN
+ * from P2P_WIRE_RING_SLOT_MIN to P2P_WIRE_RING_SLOT_MAX, the whole ring
+ * at most P2P_WIRE_RING_BYTES_MAX (the sender keeps as much again: a copy
+ * per slot). Slot i of the ring is the bytes [address + i * slot_size,
+ * + slot_size). The sender writes its k-th ring message (k from 0) into
+ * slot k mod slots: first, by one put, a p2p_wire_match_t of type EAGER
+ * (the token never 0) and the message (at most
+ * P2P_WIRE_RING_DATA_MAX(slot_size) bytes: the slot less header and
+ * trailer) from the slot's start; then, by a second put, the slot's last
+ * 8 bytes, the trailer: the message length in the low 32 bits and the lap
  * (k / slots + 1, never 0; past 2^32 - 1 it wraps to 1) in the high 32
- * bits, little-endian. The trailer is written only after the first put
- * completed locally, in a put of its own, so it is not seen before the
- * data whatever order one put's bytes land in. A sender may write the
- * k-th message only while k < freed + slots, freed being the last CREDIT's
- * count (0 before any). The receiver reads the trailer of the next slot;
- * one with the lap expected there means a message (any other lap: the
- * slot is still empty -- the receiver never clears a trailer, so one
- * written twice is not taken twice): the receiver copies the slot out and
- * takes the message through the same checks as an EAGER active message
- * (version, token, communicator and epoch, source, sequence number --
- * ring and active messages of one sender share the sequence numbers). A
- * length over P2P_WIRE_RING_DATA, or a header that is not EAGER of this
- * version, is malformed: dropped and counted, the slot still consumed. A
- * sender that writes a wrong lap stalls its own ring. CREDIT carries
- * the number of slots the receiver has emptied in total (wrapping), sent
- * at least every P2P_WIRE_RING_CREDIT_BATCH slots; a sender drops a
- * CREDIT of another generation, or one that goes back or beyond what it
- * wrote. A sender that cannot use a ring (no native put lane, a field it
- * does not accept) does not write it: the receiver's polling costs a load.
- * Whether it takes a ring or not, a sender answers every well-formed RING
- * with RING_ANSWER (its generation, taken or not) once it is done with
- * the key; until then the receiver keeps the ring's memory mapped (its
- * segment must exist while the sender unpacks the key), at most until
- * its own finalize.
+ * bits, little-endian. The trailer goes in a put of its own, after the
+ * first, so that it is not seen before the data whatever order one put's
+ * bytes land in: either the first put completed locally before the
+ * second is made, or both are made in order on the one RMA lane of the
+ * key (UCP 1.13 puts a key's puts on one lane; a put queued there waits
+ * for the ones before it, and the transport executes a lane's puts in
+ * order). A sender may write the k-th message only while
+ * k < freed + slots, freed being the last CREDIT's count (0 before any).
+ * The receiver reads the trailer of the next slot; one with the lap
+ * expected there means a message (any other lap: the slot is still empty
+ * -- the receiver never clears a trailer, so one written twice is not
+ * taken twice): the receiver takes the message through the same checks as
+ * an EAGER active message (version, token, communicator and epoch,
+ * source, sequence number -- ring and active messages of one sender share
+ * the sequence numbers). A length over P2P_WIRE_RING_DATA_MAX(slot_size),
+ * or a header that is not EAGER of this version, is malformed: dropped
+ * and counted, the slot still consumed. A sender that writes a wrong lap
+ * stalls its own ring. CREDIT carries the number of slots the receiver
+ * has emptied in total (wrapping), sent at least every
+ * P2P_WIRE_RING_CREDIT_BATCH slots; a sender drops a CREDIT of another
+ * generation, or one that goes back or beyond what it wrote. A sender that
+ * cannot use a ring (no native put lane, a field it does not accept) does
+ * not write it: the receiver's polling costs a load. Whether it takes a
+ * ring or not, a sender answers every well-formed RING with RING_ANSWER
+ * (its generation, taken or not) once it is done with the key; until then
+ * the receiver keeps the ring's memory mapped (its segment must exist
+ * while the sender unpacks the key), at most until its own finalize.
  */
 #ifndef IB2_P2P_WIRE_H
 #define IB2_P2P_WIRE_H
@@ -132,8 +139,10 @@ extern "C" {
  *    version 4, whose notices a version 5 receiver dropped as malformed
  *    without saying why);
  * 6: RING and CREDIT, and EAGER messages by put into a receiver's ring;
- * 7: RING_ANSWER */
-#define P2P_WIRE_VERSION        7
+ * 7: RING_ANSWER;
+ * 8: a ring's slot size is the receiver's choice (a version 7 sender took
+ *    only 256 and dropped any other offer as malformed) */
+#define P2P_WIRE_VERSION        8
 
 /* Largest message a sender puts in an EAGER message without user header */
 #define P2P_WIRE_SMALL_MAX      64
@@ -144,11 +153,14 @@ extern "C" {
 /* Largest packed remote key accepted in an RTS */
 #define P2P_WIRE_RKEY_MAX       4096
 
-/* Ring slots: header, data, trailer */
-#define P2P_WIRE_RING_SLOT      256
+/* Ring slots: header, data, trailer; sizes a receiver may choose, and
+ * the most a slot of size _s carries */
 #define P2P_WIRE_RING_TRAILER   8
-#define P2P_WIRE_RING_DATA      (P2P_WIRE_RING_SLOT - 32 - \
-                                 P2P_WIRE_RING_TRAILER)     /* 216 */
+#define P2P_WIRE_RING_SLOT_ALIGN 64
+#define P2P_WIRE_RING_SLOT_MIN  64
+#define P2P_WIRE_RING_SLOT_MAX  16384
+#define P2P_WIRE_RING_BYTES_MAX (1u << 20)
+#define P2P_WIRE_RING_DATA_MAX(_s) ((_s) - 32 - P2P_WIRE_RING_TRAILER)
 /* Slots a ring has at most, and credits given back at least this often */
 #define P2P_WIRE_RING_SLOTS_MAX 1024
 #define P2P_WIRE_RING_CREDIT_BATCH 16
@@ -258,7 +270,8 @@ typedef struct __attribute__((packed)) p2p_wire_ring {
     uint32_t gen;                           /* never 0 */
     uint64_t address;                       /* slot 0, 8-byte aligned */
     uint32_t slots;                         /* 1..P2P_WIRE_RING_SLOTS_MAX */
-    uint32_t slot_size;                     /* P2P_WIRE_RING_SLOT */
+    uint32_t slot_size;                     /* a multiple of 64, 64..16384;
+                                               slots x slot_size <= 1 MiB */
     uint32_t rkey_len;                      /* = AM data length, 1.. max */
     uint32_t reserved2;                     /* 0 */
 } p2p_wire_ring_t;                          /* 32 bytes */

@@ -75,9 +75,11 @@ else
 fi
 
 bench() {   # bench BUILD TRANSPORT OUT ARGS...: one p2p_bench run
-    local build=$1 tl=${2%-ring} out=$3 runner=() vars=(UCX_TLS=shm) ring=
-    [ "$2" != "$tl" ] && ring=y
-    [ "${tl%-no}" != "$tl" ] && tl=${tl%-no} ring=n
+    local build=$1 tl=$2 out=$3 runner=() vars=(UCX_TLS=shm) ring=
+    case $tl in
+        *-noring) tl=${tl%-noring} ring=n ;;
+        *-ring)   tl=${tl%-ring} ring=y ;;
+    esac
     shift 3
     if [ "$tl" = rc_ib2 ]; then
         runner=("${VERBS_RUNNER[@]}")

@@ -8,7 +8,7 @@
  * nothing; all ranks take part in its creation. The ring path's use is asserted by its counters where the
  * transport has a put lane, and its absence where it has none.
  */
-#include "p2p_test.h"
+#include "p2p_ring_test.h"
 
 #include <p2p_ucp.h>
 #include <p2p_wire.h>
@@ -25,79 +25,7 @@
 #include <vector>
 
 using namespace p2ptest;
-
-namespace {
-
-/* where UCP has a native put lane between the ranks */
-bool ring_expected()
-{
-    return !rma_emulated();
-}
-
-p2p_stats_t ctx_stats(p2p_context_t *c)
-{
-    p2p_stats_t s;
-    p2p_get_stats(c, &s);
-    return s;
-}
-
-/* n messages src -> dst on comm c, of lengths len(i), seeds base + i,
- * then an acknowledgement back: the sender progresses (taking the RING
- * and credits) while waiting for it */
-template <typename L>
-void round_trip(p2p_comm_t *c, int src, int dst, int tag, int n, L len,
-                uint64_t base)
-{
-    int me = p2p_comm_rank(c);
-    std::vector<uint8_t> buf(P2P_WIRE_RING_DATA + 512);
-    if (me == src) {
-        for (int i = 0; i < n; ++i) {
-            fill(buf.data(), len(i), base + i);
-            ASSERT_EQ(P2P_OK, p2p_send(buf.data(), len(i), dst, tag, c));
-        }
-        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, dst, tag + 1, c, nullptr));
-    }
-    if (me == dst) {
-        for (int i = 0; i < n; ++i) {
-            p2p_status_t st;
-            ASSERT_EQ(P2P_OK, p2p_recv(buf.data(), buf.size(), src, tag, c,
-                                       &st));
-            ASSERT_EQ(len(i), st.count) << "message " << i;
-            ASSERT_EQ(-1, check(buf.data(), st.count, base + i))
-                << "message " << i;
-        }
-        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, src, tag + 1, c));
-    }
-}
-
-size_t ring_len(int i)
-{
-    /* every ring size 0..216, and some just over, which are not put */
-    return (i % 13 == 12) ? P2P_WIRE_RING_DATA + 1 + i % 7 :
-           (size_t)(i * 37) % (P2P_WIRE_RING_DATA + 1);
-}
-
-/* a context of the test's own */
-struct Ctx {
-    p2p_context_t *c = nullptr;
-    p2p_comm_t    *w = nullptr;
-    Ctx()
-    {
-        /* rings are off by default (docs/p2p.md): on for this context */
-        setenv("P2P_RING", "y", 1);
-        EXPECT_EQ(P2P_OK, p2p_init(nullptr, &c)) << p2p_last_error(nullptr);
-        unsetenv("P2P_RING");
-        w = (c != nullptr) ? p2p_comm_world(c) : nullptr;
-    }
-    ~Ctx()
-    {
-        if (c != nullptr) {
-            EXPECT_EQ(P2P_OK, p2p_finalize(c));
-        }
-    }
-};
-
-}
+using namespace p2pring;
 
 /*
  * Rank 1 sends rank 0 messages of every size the ring carries and some
@@ -117,7 +45,7 @@ TEST_F(P2P, RingCarriesSmallMessagesWhereThereIsAPutLane)
     p2p_stats_t s0 = ctx_stats(x.c);
     if (n == 1) {
         /* alone: send a round to self, then take it */
-        std::vector<uint8_t> buf(P2P_WIRE_RING_DATA + 512);
+        std::vector<uint8_t> buf(ring_data_max + 512);
         for (int r = 0; r < 10; ++r) {
             for (int i = 0; i < 20; ++i) {
                 fill(buf.data(), ring_len(r * 20 + i), r * 20 + i);
@@ -260,8 +188,11 @@ TEST_F(P2P, RingAndLargeMessagesKeepTheirOrder)
         round_trip(x.w, 1, 0, 1, 20, [](int) { return (size_t)16; }, r * 20);
         ASSERT_FALSE(HasFatalFailure());
     }
-    const size_t sizes[] = { 8, 216, 217, 1000, 20000, 70000, 1 << 20, 0,
-                             100 };
+    /* by the ring's put at once, by its copy, its largest, just over it
+     * (an active message), larger eager ones, UCP's protocol, rendezvous */
+    const size_t sizes[] = { 8, P2P_RING_IMM_MAX + 1, ring_data_max,
+                             ring_data_max + 1, 1000, 4000, 20000, 70000,
+                             1 << 20, 0, 100 };
     const int    k = sizeof(sizes) / sizeof(sizes[0]), rounds = 5;
     std::vector<std::vector<uint8_t>> bufs(k * rounds);
     std::vector<p2p_request_t*>       reqs(k * rounds);
@@ -412,14 +343,15 @@ TEST_F(P2P, RingMalformedSlotsAreDropped)
         for (int bad = 0; bad < 5; ++bad) {
             ucp_rkey_h       rkey;
             uint64_t         addr;
-            uint32_t         lap;
+            uint32_t         slot_size, lap;
             p2p_wire_match_t h;
             ASSERT_EQ(P2P_OK, p2p_ucp_ring_slot(x.w, 0, 8, &rkey, &addr,
-                                                &lap, &h))
+                                                &slot_size, &lap, &h))
                 << p2p_last_error(x.c);
+            ASSERT_EQ((uint32_t)P2P_RING_SLOT_SIZE, slot_size);
             uint32_t len = 8;
             switch (bad) {
-            case 0: len = P2P_WIRE_RING_DATA + 1; break;
+            case 0: len = P2P_WIRE_RING_DATA_MAX(slot_size) + 1; break;
             case 1: lap += 1; break;
             case 2: h.token ^= 1; break;
             case 3: h.type = P2P_WIRE_RTS; break;
@@ -429,15 +361,16 @@ TEST_F(P2P, RingMalformedSlotsAreDropped)
             memcpy(slot, &h, sizeof(h));
             memset(slot + sizeof(h), 0x5a, 8);
             uint64_t trailer = htole64((uint64_t)len | ((uint64_t)lap << 32));
-            const uint64_t taddr = addr + P2P_WIRE_RING_SLOT - 8;
+            const uint64_t taddr = addr + slot_size - 8;
             put(slot, sizeof(slot), addr, rkey);
             ASSERT_FALSE(HasFatalFailure());
             put(&trailer, sizeof(trailer), taddr, rkey);
             ASSERT_FALSE(HasFatalFailure());
             if (bad == 1) {
                 /* not a message: the right lap now, too long a length */
-                trailer = htole64((uint64_t)(P2P_WIRE_RING_DATA + 1) |
-                                  ((uint64_t)(lap - 1) << 32));
+                trailer = htole64(
+                    (uint64_t)(P2P_WIRE_RING_DATA_MAX(slot_size) + 1) |
+                    ((uint64_t)(lap - 1) << 32));
                 put(&trailer, sizeof(trailer), taddr, rkey);
                 ASSERT_FALSE(HasFatalFailure());
             }
@@ -451,16 +384,16 @@ TEST_F(P2P, RingMalformedSlotsAreDropped)
          * polls the rings after; its answer says it has */
         ucp_rkey_h       rkey;
         uint64_t         addr;
-        uint32_t         lap;
+        uint32_t         slot_size, lap;
         p2p_wire_match_t h;
-        ASSERT_EQ(P2P_OK, p2p_ucp_ring_slot(x.w, 0, 8, &rkey, &addr, &lap,
-                                            &h));
+        ASSERT_EQ(P2P_OK, p2p_ucp_ring_slot(x.w, 0, 8, &rkey, &addr,
+                                            &slot_size, &lap, &h));
         ASSERT_LE(2u, lap) << "the warm-up did not go round the ring";
-        const uint64_t taddr = addr + P2P_WIRE_RING_SLOT - 8;
+        const uint64_t taddr = addr + slot_size - 8;
         uint64_t trailer = htole64(8 | ((uint64_t)(lap - 1) << 32));
         put(&trailer, sizeof(trailer), taddr, rkey);
         ASSERT_FALSE(HasFatalFailure());
-        std::vector<uint8_t> big(P2P_WIRE_RING_DATA + 100);
+        std::vector<uint8_t> big(ring_data_max + 100);
         fill(big.data(), big.size(), 950);
         ASSERT_EQ(P2P_OK, p2p_send(big.data(), big.size(), 0, 9, x.w));
         ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 0, 9, x.w, nullptr));
@@ -486,7 +419,7 @@ TEST_F(P2P, RingMalformedSlotsAreDropped)
             << "honest message " << i << " after the malformed slots";
     }
     p2p_stats_t s1 = ctx_stats(x.c);
-    std::vector<uint8_t> big(P2P_WIRE_RING_DATA + 100);
+    std::vector<uint8_t> big(ring_data_max + 100);
     p2p_status_t bst;
     ASSERT_EQ(P2P_OK, p2p_recv(big.data(), big.size(), 1, 9, x.w, &bst));
     ASSERT_EQ(-1, check(big.data(), big.size(), 950));

@@ -6,6 +6,7 @@
  */
 #include "p2p_test.h"
 
+#include <p2p_ring_size.h>
 #include <p2p_ucp.h>
 #include <p2p_wire.h>
 
@@ -233,7 +234,7 @@ struct FakeRing {
                         UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                         UCP_MEM_MAP_PARAM_FIELD_FLAGS;
         mp.address    = nullptr;
-        mp.length     = 32 * P2P_WIRE_RING_SLOT;
+        mp.length     = 32 * P2P_RING_SLOT_SIZE;
         mp.flags      = UCP_MEM_MAP_ALLOCATE;
         ucp_mem_attr_t ma;
         ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS |
@@ -260,7 +261,7 @@ struct FakeRing {
         m.gen       = htole32(gen);
         m.address   = htole64(address);
         m.slots     = htole32(slots);
-        m.slot_size = htole32(P2P_WIRE_RING_SLOT);
+        m.slot_size = htole32(P2P_RING_SLOT_SIZE);
         m.rkey_len  = htole32((uint32_t)rkey_len);
         ucp_ep_h ep;
         ASSERT_EQ(P2P_OK, p2p_ucp_ep(w, 0, &ep));
@@ -321,8 +322,8 @@ TEST_F(P2P, RingOfferOutsideItsMemoryIsRefused)
         FakeRing f(x.c);
         uint64_t a = (uint64_t)(uintptr_t)f.base;
         f.offer(x.w, 100, a + f.length, 32);                /* past it */
-        f.offer(x.w, 101, a + f.length - P2P_WIRE_RING_SLOT, 32);
-        f.offer(x.w, 102, a - 32 * P2P_WIRE_RING_SLOT, 32); /* before */
+        f.offer(x.w, 101, a + f.length - P2P_RING_SLOT_SIZE, 32);
+        f.offer(x.w, 102, a - 32 * P2P_RING_SLOT_SIZE, 32); /* before */
         ASSERT_FALSE(HasFatalFailure());
         /* same endpoint, after the offers: rank 0 has seen them */
         ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 0, 13, x.w));
@@ -332,7 +333,7 @@ TEST_F(P2P, RingOfferOutsideItsMemoryIsRefused)
         ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 0, 15, x.w));
         /* rank 0 puts one message into slot 0: wait for its trailer */
         volatile uint64_t *tr = (volatile uint64_t*)(f.base +
-                                P2P_WIRE_RING_SLOT - P2P_WIRE_RING_TRAILER);
+                                P2P_RING_SLOT_SIZE - P2P_WIRE_RING_TRAILER);
         double t0 = now();
         while ((le64toh(*tr) >> 32) != 1) {
             ASSERT_LT(now() - t0, 10.0) << "nothing put into the ring";

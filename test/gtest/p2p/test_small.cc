@@ -12,6 +12,7 @@
 
 #include <p2p_embed.h>
 #include <p2p_fault.h>
+#include <p2p_ring_size.h>
 #include <p2p_ucp.h>
 #include <p2p_wire.h>
 
@@ -204,7 +205,8 @@ TEST_F(P2P, SmallSizeLearntOnlyWithToken)
  * for every such send, a status with the error only, released by every
  * completion call as any request (the pointer becomes NULL) and never
  * recycled -- the next such send gets it again, complete. A message over
- * the small sizes gets a request of its own, with the message's status.
+ * the small sizes and an eager ring's slot gets a request of its own,
+ * with the message's status.
  * Over shm UCP sends 8 bytes at once; elsewhere the test checks whatever
  * requests it got.
  */
@@ -273,8 +275,10 @@ TEST_F(P2P, SmallIsendSharesOneCompleteRequest)
     ASSERT_EQ(P2P_OK, wait_one(&s[0], nullptr, "the small send"));
     ASSERT_EQ(P2P_OK, wait_one(&r[0], nullptr, "the small message"));
     EXPECT_EQ(out[1], in[0]);
-    /* over the small sizes: a request of its own, the message's status */
-    std::vector<uint8_t> big(4096, 7), got(4096, 0);
+    /* over the small sizes and a ring slot's data (which a ring would
+     * send at once): a request of its own, the message's status */
+    const size_t         n = P2P_WIRE_RING_DATA_MAX(P2P_RING_SLOT_SIZE) + 1;
+    std::vector<uint8_t> big(n, 7), got(n, 0);
     p2p_request_t        *rb, *sb;
     p2p_status_t         st;
     ASSERT_EQ(P2P_OK, p2p_irecv(got.data(), got.size(), other, 30, comm,
@@ -284,10 +288,10 @@ TEST_F(P2P, SmallIsendSharesOneCompleteRequest)
     if (shared) {
         EXPECT_NE(one, sb);
     }
-    ASSERT_EQ(P2P_OK, wait_one(&sb, &st, "the 4 KiB send"));
+    ASSERT_EQ(P2P_OK, wait_one(&sb, &st, "the large send"));
     EXPECT_EQ(other, st.source);
     EXPECT_EQ(30, st.tag);
     EXPECT_EQ(big.size(), st.count);
-    ASSERT_EQ(P2P_OK, wait_one(&rb, nullptr, "the 4 KiB message"));
+    ASSERT_EQ(P2P_OK, wait_one(&rb, nullptr, "the large message"));
     EXPECT_EQ(big, got);
 }
