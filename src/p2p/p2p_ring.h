@@ -85,14 +85,22 @@ static inline int p2p_ring_lanes_ok(const p2p_context_t *ctx,
 }
 
 /* p2p_ring_maps.c: whether a ring offer's memory is the key's own */
+typedef struct p2p_ring_map {
+    uintptr_t     start, end;
+    unsigned      major, minor;     /* device and inode of what is mapped */
+    unsigned long inode;            /* (System V: the segment's id) */
+    int           rws;              /* readable, writable, shared */
+    int           sysv;             /* a System V segment */
+} p2p_ring_map_t;
+
 typedef struct p2p_ring_maps {
-    uintptr_t *range;           /* [2 * n]: start, end */
-    size_t    n, cap;
-    int       taken;
+    p2p_ring_map_t *map;
+    size_t         n, cap;
+    int            taken;
 } p2p_ring_maps_t;
 
-/* The shared mappings of this process before a key is unpacked: 0, or -1
- * if they could not be read */
+/* The mappings of this process (before a key is unpacked): 0, or -1 if
+ * they could not be read */
 int      p2p_ring_maps_take(p2p_ring_maps_t *m);
 void     p2p_ring_maps_free(p2p_ring_maps_t *m);
 /* Whether [address, + length) of peer's memory, through rkey (unpacked

@@ -7,7 +7,9 @@
  * segmentation fault. So the sender answers every well-formed RING once
  * it is done with the key (taken or not), and the receiver unmaps a ring
  * only once it is answered -- or at its finalize, which first waits for
- * the answers of live peers (bounded by P2P_FINALIZE_TIMEOUT).
+ * the answers of live peers (bounded by P2P_FINALIZE_TIMEOUT). A ring
+ * answered "not taken" is unmapped then, its place free for another
+ * peer; a dead peer's unanswered ring keeps its place until finalize.
  */
 #include "p2p_int.h"
 #include "p2p_ring.h"
@@ -26,6 +28,22 @@ static p2p_ring_rx_t *p2p_ring_by_gen(p2p_context_t *ctx, p2p_peer_t *peer,
         }
     }
     return NULL;
+}
+
+/* r's peer is done with its key; a ring not taken is of no more use: its
+ * place goes to another peer (reaped at the next poll) */
+static void p2p_ring_mark_answered(p2p_context_t *ctx, p2p_ring_rx_t *r,
+                                   int taken)
+{
+    r->answered = 1;
+    ++ctx->stats.ring_answered;
+    if (!taken && !r->dead) {
+        r->dead = 1;
+        if (r->peer->ring_rx == r) {
+            r->peer->ring_rx = NULL;
+        }
+    }
+    ctx->ring_reap |= r->dead;
 }
 
 static void p2p_ring_answer_cb(void *ucp_req, ucs_status_t status,
@@ -50,8 +68,7 @@ void p2p_ring_answer(p2p_context_t *ctx, p2p_peer_t *peer, uint32_t gen,
         /* our own ring, offered to ourselves */
         r = p2p_ring_by_gen(ctx, peer, gen);
         if ((r != NULL) && !r->answered) {
-            r->answered = 1;
-            ++ctx->stats.ring_answered;
+            p2p_ring_mark_answered(ctx, r, taken);
         }
         return;
     }
@@ -96,9 +113,7 @@ void p2p_ring_answered(p2p_context_t *ctx, p2p_peer_t *peer,
                          "that rank, or a second one", sizeof(a));
         return;
     }
-    r->answered = 1;
-    ++ctx->stats.ring_answered;
-    ctx->ring_reap |= r->dead;
+    p2p_ring_mark_answered(ctx, r, P2P_FROM_LE32(a.taken));
 }
 
 void p2p_ring_wait_answers(p2p_context_t *ctx, double timeout)

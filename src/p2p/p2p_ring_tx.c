@@ -107,6 +107,7 @@ static int p2p_ring_take(p2p_context_t *ctx, p2p_peer_t *peer,
      * the ring claims (p2p_ring_maps.c): the mappings before the unpack */
     memset(&before, 0, sizeof(before));
     if ((peer->put_shm != P2P_PUT_SHM_NONE) &&
+        (peer->rank != (uint32_t)ctx->rank) &&
         (p2p_ring_maps_take(&before) != 0)) {
         p2p_info(ctx, "/proc/self/maps could not be read: rank %u's ring "
                  "is not used", peer->rank);

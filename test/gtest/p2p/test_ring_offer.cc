@@ -434,3 +434,70 @@ TEST_F(P2P, RingAnswerForNoOfferIsMalformed)
         EXPECT_LT(s0.ring_recv, x.stats().ring_recv);
     }
 }
+
+/*
+ * A ring offer whose key names memory the taker already has: rank 0
+ * maps a segment of its own and hands rank 1 its key and address, and
+ * rank 1 offers them back as a ring of one slot (a hostile peer knows the
+ * segment of rank 0's receive queue the same way, from its worker
+ * address). Unpacking maps the segment afresh, so only the rest of the
+ * check refuses it: the object is mapped here already, and rank 0
+ * created it, not rank 1. Refused: no ring taken, rank 0's memory
+ * untouched by its next message to rank 1.
+ */
+TEST_F(P2P, RingOfferOfTheTakersOwnMemoryIsRefused)
+{
+    if ((wsize < 2) || !tls_is("shm")) {
+        /* the check is for shared memory (see above); suite 40 runs
+         * this test with two ranks over shm */
+        GTEST_SKIP() << "two ranks over shared memory only";
+    }
+    RingCtx x(nullptr);
+    ASSERT_NE(nullptr, x.w);
+    if (wrank > 1) {
+        return;
+    }
+    burst(x.w, 1, 0, 2);
+    ASSERT_FALSE(HasFatalFailure());
+    burst(x.w, 0, 1, 2);
+    ASSERT_FALSE(HasFatalFailure());
+    p2p_stats_t s0 = x.stats();
+    if (wrank == 0) {
+        FakeRing own(x.c);
+        uint64_t hdr[2] = { (uint64_t)(uintptr_t)own.base, own.rkey_len };
+        ASSERT_EQ(P2P_OK, p2p_send(hdr, sizeof(hdr), 1, 30, x.w));
+        ASSERT_EQ(P2P_OK, p2p_send(own.rkey, own.rkey_len, 1, 32, x.w));
+        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, 1, 33, x.w, nullptr));
+        settle(x.c, [&]() {
+            return x.stats().ring_accepted != s0.ring_accepted;
+        });
+        p2p_stats_t s1 = x.stats();
+        EXPECT_EQ(0u, s1.ring_accepted - s0.ring_accepted)
+            << "a ring in this process's own memory was taken";
+        uint8_t msg[16];
+        fill(msg, sizeof(msg), 77);
+        ASSERT_EQ(P2P_OK, p2p_send(msg, sizeof(msg), 1, 34, x.w));
+        volatile uint64_t *tr = (volatile uint64_t*)(own.base +
+                                P2P_RING_SLOT_SIZE - P2P_WIRE_RING_TRAILER);
+        EXPECT_EQ(0u, *tr) << "rank 0 wrote into its own memory";
+    } else {
+        FakeRing f(x.c);    /* for its offer(); its own key is not used */
+        uint64_t hdr[2] = { 0, 0 };
+        uint8_t  key[P2P_WIRE_RKEY_MAX];
+        ASSERT_EQ(P2P_OK, p2p_recv(hdr, sizeof(hdr), 0, 30, x.w, nullptr));
+        ASSERT_LE(hdr[1], sizeof(key));
+        ASSERT_EQ(P2P_OK, p2p_recv(key, hdr[1], 0, 32, x.w, nullptr));
+        void   *own_key = f.rkey;
+        size_t own_len  = f.rkey_len;
+        f.rkey          = key;
+        f.rkey_len      = hdr[1];
+        f.offer(x.w, 200, hdr[0], 1);
+        f.rkey          = own_key;
+        f.rkey_len      = own_len;
+        ASSERT_FALSE(HasFatalFailure());
+        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, 0, 33, x.w));
+        uint8_t msg[16];
+        ASSERT_EQ(P2P_OK, p2p_recv(msg, sizeof(msg), 0, 34, x.w, nullptr));
+        EXPECT_EQ(-1, check(msg, sizeof(msg), 77));
+    }
+}
