@@ -52,6 +52,13 @@ typedef struct p2p_ring_rx {
     p2p_wire_ring_t msg;
 } p2p_ring_rx_t;
 
+/* A slot whose data put UCP completes later: its trailer is put from
+ * the completion (p2p_ring_tx.c) */
+typedef struct p2p_ring_defer {
+    struct p2p_ring_tx *t;
+    uint32_t           idx;
+} p2p_ring_defer_t;
+
 /* A peer's ring we may write (peer->ring_tx). */
 typedef struct p2p_ring_tx {
     ucp_rkey_h rkey;
@@ -71,6 +78,8 @@ typedef struct p2p_ring_tx {
                                    the messages over imm_max, which UCP
                                    may read until the slot comes back;
                                    NULL if data_max <= imm_max */
+    p2p_ring_defer_t *defer;    /* [slots], with copy */
+    ucp_ep_h   ep;              /* the peer's */
     uint64_t   trailer[];       /* [slots]: the trailer put last into each
                                    slot, the same */
 } p2p_ring_tx_t;

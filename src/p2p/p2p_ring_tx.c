@@ -52,17 +52,22 @@ static p2p_ring_tx_t *p2p_ring_tx_new(p2p_context_t *ctx,
     imm_max      = ucs_min(peer->put_short - sizeof(p2p_wire_match_t),
                            (size_t)P2P_RING_IMM_MAX);
     t->imm_max   = (uint32_t)ucs_min(imm_max, (size_t)t->data_max);
-    if ((t->data_max > t->imm_max) &&
-        (posix_memalign((void**)&t->copy, P2P_WIRE_RING_SLOT_ALIGN,
-                        (size_t)slots * slot_size) != 0)) {
-        free(t);
-        return NULL;
+    if (t->data_max > t->imm_max) {
+        t->defer = calloc(slots, sizeof(*t->defer));
+        if ((t->defer == NULL) ||
+            (posix_memalign((void**)&t->copy, P2P_WIRE_RING_SLOT_ALIGN,
+                            (size_t)slots * slot_size) != 0)) {
+            free(t->defer);
+            free(t);
+            return NULL;
+        }
     }
     return t;
 }
 
 static void p2p_ring_tx_free(p2p_ring_tx_t *t)
 {
+    free(t->defer);
     free(t->copy);
     free(t);
 }
@@ -103,6 +108,7 @@ static int p2p_ring_take(p2p_context_t *ctx, p2p_peer_t *peer,
     if (t == NULL) {
         return 0;
     }
+    t->ep = ep;
     /* over shared memory, what the key maps is checked against what
      * the ring claims (p2p_ring_maps.c): the mappings before the unpack */
     memset(&before, 0, sizeof(before));
@@ -193,54 +199,64 @@ void p2p_credit_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
  * UCP makes at once if it can, else one queued behind them on the same
  * lane (the trailer word lives in t->trailer until the slot comes back).
  * An error: nothing visible (the receiver never sees the slot full). */
-static int p2p_ring_put_trailer(p2p_context_t *ctx, p2p_peer_t *peer,
-                                p2p_ring_tx_t *t, uint64_t slot, size_t len)
+/* Put slot idx's trailer word (t->trailer[idx], set before): at once if
+ * UCP can, else queued behind what it has. */
+static ucs_status_t p2p_ring_trailer_put(p2p_ring_tx_t *t, uint32_t idx)
 {
-    uint64_t            *trailer = &t->trailer[t->next];
-    uint64_t            at       = slot + t->slot_size -
+    uint64_t            *trailer = &t->trailer[idx];
+    uint64_t            at       = t->address +
+                                   (uint64_t)(idx + 1) * t->slot_size -
                                    P2P_WIRE_RING_TRAILER;
     ucp_request_param_t param;
     ucs_status_ptr_t    sp;
 
-    *trailer           = P2P_LE64((uint64_t)len | ((uint64_t)t->lap << 32));
     param.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-    sp = ucp_put_nbx(peer->ep, trailer, sizeof(*trailer), at, t->rkey,
-                     &param);
+    sp = ucp_put_nbx(t->ep, trailer, sizeof(*trailer), at, t->rkey, &param);
     if (P2P_LIKELY(sp == NULL)) {
-        return P2P_OK;
+        return UCS_OK;
     }
     param.op_attr_mask = 0;
-    sp = ucp_put_nbx(peer->ep, trailer, sizeof(*trailer), at, t->rkey,
-                     &param);
-    if (UCS_PTR_IS_ERR(sp)) {
-        p2p_set_error(ctx, "sending to rank %u failed: %s", peer->rank,
-                      ucs_status_string(UCS_PTR_STATUS(sp)));
-        return p2p_status_err(UCS_PTR_STATUS(sp));
-    }
-    if (sp != NULL) {
+    sp = ucp_put_nbx(t->ep, trailer, sizeof(*trailer), at, t->rkey, &param);
+    if (UCS_PTR_IS_PTR(sp)) {
         ucp_request_free(sp);   /* completes on its own */
+        return UCS_OK;
     }
-    return P2P_OK;
+    return UCS_PTR_STATUS(sp);
+}
+
+/* The data of a deferred slot is there: now its trailer. Not if the put
+ * failed (the endpoint failed: the peer is failed with it, the slot never
+ * shown) or the peer was failed meanwhile. */
+static void p2p_ring_data_cb(void *ucp_req, ucs_status_t status,
+                             void *user_data)
+{
+    p2p_ring_defer_t *d = user_data;
+
+    ucp_request_free(ucp_req);
+    if ((status == UCS_OK) && (d->t->data_max != 0)) {
+        (void)p2p_ring_trailer_put(d->t, d->idx);
+    }
 }
 
 /*
  * Header and data of a message over what UCP puts at once: from the
  * slot's copy, by a put UCP may complete later. Over shared memory UCP
- * copies it in the call (put bcopy, no request); elsewhere it may return
- * a request, freed here (it completes on its own): the copy is not
- * written again before the slot comes back by CREDIT, so UCP may read it
- * as long as it likes, by whatever protocol. The trailer after it relies
- * on the order p2p_ring_put_trailer's queued put already relies on: both
- * puts go on the key's one RMA lane (UCP 1.13: rkey->cache.rma_lane), a
- * put queued there waits for those before it, and the lane executes them
- * in order. P2P_SEND_LATER if UCP refused it: nothing written.
+ * copies it in the call (put bcopy, no request). Elsewhere it may return
+ * a request: the copy is not written again before the slot comes back by
+ * CREDIT, so UCP may read it as long as it likes, and the trailer is put
+ * from the request's completion (*deferred) -- not at once after it: UCP
+ * 1.13's put does not wait for puts queued before it on the lane (rc_verbs
+ * queues a put bcopy without a send buffer, then makes a put short at
+ * once), so a trailer put now could land before the data. P2P_SEND_LATER
+ * if UCP refused it: nothing written.
  */
 static int p2p_ring_put_copy(p2p_context_t *ctx, p2p_comm_t *comm,
                              p2p_peer_t *peer, p2p_ring_tx_t *t,
                              uint64_t slot, const void *buf, size_t len,
-                             int dest, int tag)
+                             int dest, int tag, int *deferred)
 {
     uint8_t             *copy = t->copy + (size_t)t->next * t->slot_size;
+    p2p_ring_defer_t    *d    = &t->defer[t->next];
     ucp_request_param_t param;
     ucs_status_ptr_t    sp;
 
@@ -248,7 +264,13 @@ static int p2p_ring_put_copy(p2p_context_t *ctx, p2p_comm_t *comm,
     p2p_fill_match((p2p_wire_match_t*)copy, P2P_WIRE_EAGER, comm, peer, tag,
                    comm->send_seq[dest]);
     memcpy(copy + sizeof(p2p_wire_match_t), buf, len);
-    param.op_attr_mask = 0;
+    t->trailer[t->next] = P2P_LE64((uint64_t)len | ((uint64_t)t->lap << 32));
+    d->t                = t;
+    d->idx              = t->next;
+    param.op_attr_mask  = UCP_OP_ATTR_FIELD_CALLBACK |
+                          UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send       = p2p_ring_data_cb;
+    param.user_data     = d;
     sp = ucp_put_nbx(peer->ep, copy, sizeof(p2p_wire_match_t) + len, slot,
                      t->rkey, &param);
     if (P2P_UNLIKELY(UCS_PTR_IS_ERR(sp))) {
@@ -257,9 +279,7 @@ static int p2p_ring_put_copy(p2p_context_t *ctx, p2p_comm_t *comm,
         ++ctx->stats.ring_busy;
         return P2P_SEND_LATER;
     }
-    if (sp != NULL) {
-        ucp_request_free(sp);
-    }
+    *deferred = (sp != NULL);
     return P2P_OK;
 }
 
@@ -276,7 +296,8 @@ int p2p_ring_put(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
                                (uint64_t)t->next * t->slot_size;
     ucp_request_param_t param;
     ucs_status_ptr_t    sp;
-    int                 ret;
+    ucs_status_t        status;
+    int                 ret, deferred = 0;
 
     ucs_assert(p2p_ring_ok(peer, len) && (peer->tx_token != 0));
     if (P2P_UNLIKELY(ctx->fault[P2P_FAULT_SEND] != 0)) {
@@ -300,15 +321,23 @@ int p2p_ring_put(p2p_comm_t *comm, p2p_peer_t *peer, const void *buf,
         }
     } else {
         ret = p2p_ring_put_copy(ctx, comm, peer, t, slot, buf, len, dest,
-                                tag);
+                                tag, &deferred);
         if (ret != P2P_OK) {
             return ret;
         }
     }
-    ret = p2p_ring_put_trailer(ctx, peer, t, slot, len);
-    if (P2P_UNLIKELY(ret != P2P_OK)) {
-        /* nothing visible: the slot and the number stay free */
-        return ret;
+    if (!deferred) {
+        /* the slot's own trailer word: UCP may read it after we return,
+         * and nothing rewrites it before the slot comes back */
+        t->trailer[t->next] = P2P_LE64((uint64_t)len |
+                                       ((uint64_t)t->lap << 32));
+        status = p2p_ring_trailer_put(t, t->next);
+        if (P2P_UNLIKELY(status != UCS_OK)) {
+            /* nothing visible: the slot and the number stay free */
+            p2p_set_error(ctx, "sending to rank %u failed: %s", peer->rank,
+                          ucs_status_string(status));
+            return p2p_status_err(status);
+        }
     }
     p2p_ring_advance(t);
     ++comm->send_seq[dest];

@@ -96,11 +96,9 @@
  * (k / slots + 1, never 0; past 2^32 - 1 it wraps to 1) in the high 32
  * bits, little-endian. The trailer goes in a put of its own, after the
  * first, so that it is not seen before the data whatever order one put's
- * bytes land in: either the first put completed locally before the
- * second is made, or both are made in order on the one RMA lane of the
- * key (UCP 1.13 puts a key's puts on one lane; a put queued there waits
- * for the ones before it, and the transport executes a lane's puts in
- * order). A sender may write the k-th message only while
+ * bytes land in: the trailer is put only once the first put completed
+ * locally (at once, or from its completion: UCP 1.13 does not hold a put
+ * behind one it queued). A sender may write the k-th message only while
  * k < freed + slots, freed being the last CREDIT's count (0 before any).
  * The receiver reads the trailer of the next slot; one with the lap
  * expected there means a message (any other lap: the slot is still empty

@@ -517,6 +517,15 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     ib2_gtest p2p-rc_ib2-3ranks "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 3 "$p2pt/test_p2p" "${p2p_gt[@]}" \
         --gtest_filter='P2P.OrderingStress:P2P.WildcardsKeepPerSourceOrder:P2P.RingWildcard*'
+    # a ring slot's put from its copy queued by UCP for want of a send
+    # buffer (UCX's rc_verbs with a pool of 8), while a short put would go
+    # at once: the slot's trailer waits for the put's completion
+    UCX_TLS=rc_verbs,ud_verbs:aux UCX_RC_VERBS_TX_MAX_BUFS=8 \
+        UCX_RC_VERBS_TX_BUFS_GROW=8 ib2_gtest p2p-rc_verbs-ring-copy-queued \
+        "${p2p_sv[@]}" "$p2p_mpirun" "${p2p_mpi[@]}" -x UCX_TLS \
+        -x UCX_RC_VERBS_TX_MAX_BUFS -x UCX_RC_VERBS_TX_BUFS_GROW -np 2 \
+        "$p2pt/test_p2p" "${p2p_gt[@]}" \
+        --gtest_filter=P2P.RingCopyPutsInABurstArriveIntact
 
     ib2_gtest p2p-threads-rc_ib2 "${p2p_sv[@]}" "$p2p_mpirun" \
         "${p2p_mpi[@]}" -np 2 "$p2pt/test_p2p_threads" "${p2p_gt[@]}"
