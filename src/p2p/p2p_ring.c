@@ -372,8 +372,7 @@ void p2p_ring_cleanup(p2p_context_t *ctx)
         p2p_ring_tx_t *t = ctx->peers[p].ring_tx;
         if (t != NULL) {
             ucp_rkey_destroy(t->rkey);
-            free(t->copy);
-            free(t);
+            p2p_ring_tx_free(t);
             ctx->peers[p].ring_tx = NULL;
         }
         ctx->peers[p].ring_rx = NULL;

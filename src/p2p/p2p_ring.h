@@ -151,6 +151,8 @@ void     p2p_ring_answered(p2p_context_t *ctx, p2p_peer_t *peer,
 void     p2p_ring_wait_answers(p2p_context_t *ctx, double timeout);
 
 /* p2p_ring_tx.c: the sender */
+/* A ring's sender state, its key already destroyed */
+void     p2p_ring_tx_free(p2p_ring_tx_t *t);
 void     p2p_ring_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
                           const void *header, const void *data,
                           size_t length);

@@ -65,7 +65,7 @@ static p2p_ring_tx_t *p2p_ring_tx_new(p2p_context_t *ctx,
     return t;
 }
 
-static void p2p_ring_tx_free(p2p_ring_tx_t *t)
+void p2p_ring_tx_free(p2p_ring_tx_t *t)
 {
     free(t->defer);
     free(t->copy);
@@ -195,12 +195,11 @@ void p2p_credit_arrived(p2p_context_t *ctx, p2p_peer_t *peer,
     t->freed = freed;
 }
 
-/* The slot's trailer, after its header and data are on their way: a put
- * UCP makes at once if it can, else one queued behind them on the same
- * lane (the trailer word lives in t->trailer until the slot comes back).
- * An error: nothing visible (the receiver never sees the slot full). */
-/* Put slot idx's trailer word (t->trailer[idx], set before): at once if
- * UCP can, else queued behind what it has. */
+/* Put slot idx's trailer word (t->trailer[idx], set before; it lives
+ * there until the slot comes back, so UCP may read it late), once the
+ * slot's header and data completed locally: at once if UCP can, else
+ * queued. An error: nothing visible (the receiver never sees the slot
+ * full). */
 static ucs_status_t p2p_ring_trailer_put(p2p_ring_tx_t *t, uint32_t idx)
 {
     uint64_t            *trailer = &t->trailer[idx];
