@@ -77,7 +77,8 @@ struct Ctx {
     p2p_comm_t    *w = nullptr;
     Ctx()
     {
-        /* rings are off by default (docs/p2p.md): on for this context */
+        /* rings are on by default only over shared memory (docs/p2p.md):
+         * on for this context wherever there is a put lane */
         setenv("P2P_RING", "y", 1);
         EXPECT_EQ(P2P_OK, p2p_init(nullptr, &c)) << p2p_last_error(nullptr);
         unsetenv("P2P_RING");

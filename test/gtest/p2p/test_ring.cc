@@ -4,8 +4,9 @@
  * the peer fills by put -- only where UCP has a native put lane (shared
  * memory, rc_ib2), never over TCP, where UCX 1.13 emulates RMA with
  * active messages. Each test runs on a context of its own, with
- * P2P_RING=y (off by default), so that its rings and counters start from
- * nothing; all ranks take part in its creation. The ring path's use is asserted by its counters where the
+ * P2P_RING=y (by default rings go over shared memory only), so that its
+ * rings and counters start from nothing; all ranks take part in its
+ * creation. The ring path's use is asserted by its counters where the
  * transport has a put lane, and its absence where it has none.
  */
 #include "p2p_ring_test.h"
