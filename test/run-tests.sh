@@ -62,6 +62,22 @@ if [ "$skipped" -ne 0 ]; then
     grep '^SKIP: ' "$RESULTS"
 fi
 if [ "$failed" -ne 0 ]; then
+    # Each failure's log ends here again: on a clean clone the logs go
+    # with the machine, and only the end of this output is kept.
+    echo "--- the end of each failure's log:"
+    sed -n 's/^FAIL: //p' "$RESULTS" | while read -r line; do
+        echo "=== $line"
+        case $line in
+        *"see "*")")   # a check, or a binary that failed as a whole
+            log=${line##*see }
+            tail -n 25 "${log%)}" 2>/dev/null ;;
+        */*)          # one googletest case: its own lines in its log
+            log=$LOGDIR/${line%/*}.log
+            awk -v t="${line##*/}" '$0 ~ "^\\[ RUN +\\] " t "$" { on = 1 }
+                 on { print } $0 ~ "^\\[  FAILED  \\] " t " " { on = 0 }' \
+                "$log" 2>/dev/null | tail -n 25 ;;
+        esac | cut -c1-300
+    done
     echo "--- failures (logs in $LOGDIR):"
     grep '^FAIL: ' "$RESULTS"
 fi
