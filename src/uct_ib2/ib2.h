@@ -67,6 +67,7 @@ typedef struct ib2_md_config {
     int             fork_safe;             /* MADV_DONTFORK */
     double          reg_overhead;          /* registration cost estimate */
     double          reg_growth;
+    char            *device_params;        /* the iface's file, too */
 } ib2_md_config_t;
 
 typedef struct ib2_md {

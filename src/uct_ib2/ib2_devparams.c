@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct {
     char           name[128];
@@ -82,9 +83,11 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
     int ret = 0;
 
     memset(params, 0, sizeof(*params));
-    params->max_inline = -1;
+    params->max_inline      = -1;
+    params->zcopy_gather_ns = -1;
     memset(&cur, 0, sizeof(cur));
-    cur.values.max_inline = -1;
+    cur.values.max_inline      = -1;
+    cur.values.zcopy_gather_ns = -1;
 
     f = fopen(path, "r");
     if (f == NULL) {
@@ -129,7 +132,8 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
                 break;
             }
             memset(&cur, 0, sizeof(cur));
-            cur.values.max_inline = -1;
+            cur.values.max_inline      = -1;
+            cur.values.zcopy_gather_ns = -1;
             *close = '\0';
             snprintf(cur.name, sizeof(cur.name), "%s", dp_trim(s + 1));
             continue;
@@ -186,6 +190,19 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
                 break;
             }
             cur.values.max_inline = (int)v;
+        } else if (!strcmp(key, "zcopy_gather_ns")) {
+            char *end;
+            long v = strtol(value, &end, 0);
+
+            if (*value == '\0' || *end != '\0' || v < 0 ||
+                v > IB2_DEVPARAMS_GATHER_NS_MAX) {
+                snprintf(err, max, "%s:%u: zcopy_gather_ns \"%s\" must be a "
+                         "number of nanoseconds from 0 to %d", path, lineno,
+                         value, IB2_DEVPARAMS_GATHER_NS_MAX);
+                ret = -1;
+                break;
+            }
+            cur.values.zcopy_gather_ns = (int)v;
         } else if (!strcmp(key, "receive_queues")) {
             snprintf(cur.values.receive_queues,
                      sizeof(cur.values.receive_queues), "%s", value);
@@ -204,4 +221,19 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
         snprintf(params->section, sizeof(params->section), "%s", cur.name);
     }
     return ret;
+}
+
+int ib2_devparams_load(const char *path, uint32_t vendor_id,
+                       uint32_t vendor_part_id, ib2_devparams_t *params,
+                       char *err, size_t max)
+{
+    if ((path[0] == '\0') ||
+        (!strcmp(path, IB2_DEFAULT_DEVICE_PARAMS) && access(path, R_OK))) {
+        memset(params, 0, sizeof(*params));
+        params->max_inline      = -1;
+        params->zcopy_gather_ns = -1;
+        return 0;
+    }
+    return ib2_devparams_lookup(path, vendor_id, vendor_part_id, params, err,
+                                max);
 }

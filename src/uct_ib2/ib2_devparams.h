@@ -10,6 +10,7 @@
  *   mtu = 4096
  *   max_inline_data = 256
  *   receive_queues = P,128,256,192,128:S,8256,1024,1008,64
+ *   zcopy_gather_ns = 1000
  *
  * No UCX dependency, so that it can be tested alone.
  */
@@ -28,7 +29,21 @@ typedef struct ib2_devparams {
     unsigned mtu;                /* 0: not given */
     int      max_inline;         /* -1: not given */
     char     receive_queues[512];/* "": not given */
+    int      zcopy_gather_ns;    /* -1: not given; what the device spends
+                                    on each gather entry in registered user
+                                    memory (its address translation) */
 } ib2_devparams_t;
+
+#ifndef IB2_DATADIR
+#define IB2_DATADIR "/usr/share/ib2"
+#endif
+
+/* The installed file: UCX_IB2_DEVICE_PARAMS's default */
+#define IB2_DEFAULT_DEVICE_PARAMS IB2_DATADIR "/ib2-device-params.ini"
+
+/* Largest zcopy_gather_ns taken (a millisecond per entry: a device slower
+ * than that is not one to zero-copy from at all) */
+#define IB2_DEVPARAMS_GATHER_NS_MAX 1000000
 
 /*
  * Look up the device in the file. Returns 0 (params filled; section is ""
@@ -38,6 +53,16 @@ typedef struct ib2_devparams {
 int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
                          uint32_t vendor_part_id, ib2_devparams_t *params,
                          char *err, size_t max);
+
+/*
+ * The parameters UCX_IB2_DEVICE_PARAMS's value gives the device: none for
+ * "", none either where the default file is not installed (a build tree);
+ * any other file must be readable. Returns 0 (params filled, every value
+ * "not given" without a file or section), or -1 as ib2_devparams_lookup.
+ */
+int ib2_devparams_load(const char *path, uint32_t vendor_id,
+                       uint32_t vendor_part_id, ib2_devparams_t *params,
+                       char *err, size_t max);
 
 #ifdef __cplusplus
 }

@@ -16,12 +16,6 @@
 #include <arpa/inet.h>
 #include <math.h>
 
-#ifndef IB2_DATADIR
-#define IB2_DATADIR "/usr/share/ib2"
-#endif
-
-#define IB2_DEFAULT_DEVICE_PARAMS IB2_DATADIR "/ib2-device-params.ini"
-
 /* When neither the variable nor the device parameter file says otherwise:
  * small messages on a per-peer queue (credits, never RNR), the rest on a
  * shared queue (memory does not grow with the number of peers). */
@@ -288,26 +282,19 @@ ucs_status_t ib2_iface_apply_device_params(ib2_iface_t *iface,
     enum ibv_mtu mtu;
     char err[512], canon[512];
 
-    memset(&dp, 0, sizeof(dp));
-    dp.max_inline = -1;
-    if (!strcmp(config->device_params, IB2_DEFAULT_DEVICE_PARAMS) &&
-        access(config->device_params, R_OK) != 0) {
-        /* Not installed (a build tree): built-in defaults. A file named
-         * by the user must exist, though. */
-        ucs_debug("no device parameter file at %s", config->device_params);
-    } else if (config->device_params[0] != '\0') {
-        if (ib2_devparams_lookup(config->device_params,
-                                 iface->md->dev_attr.vendor_id,
-                                 iface->md->dev_attr.vendor_part_id, &dp,
-                                 err, sizeof(err)) != 0) {
-            ucs_error("%s (set UCX_IB2_DEVICE_PARAMS to another file, or "
-                      "to \"\" for none)", err);
-            return UCS_ERR_INVALID_PARAM;
-        }
-        if (dp.section[0] != '\0') {
-            ucs_debug("%s: device parameters from [%s] of %s",
-                      iface->md->name, dp.section, config->device_params);
-        }
+    /* Not installed (a build tree): built-in defaults. A file named by
+     * the user must exist, though. */
+    if (ib2_devparams_load(config->device_params,
+                           iface->md->dev_attr.vendor_id,
+                           iface->md->dev_attr.vendor_part_id, &dp, err,
+                           sizeof(err)) != 0) {
+        ucs_error("%s (set UCX_IB2_DEVICE_PARAMS to another file, or "
+                  "to \"\" for none)", err);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (dp.section[0] != '\0') {
+        ucs_debug("%s: device parameters from [%s] of %s",
+                  iface->md->name, dp.section, config->device_params);
     }
 
     if (!strcmp(rq, "auto")) {

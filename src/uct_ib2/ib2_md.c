@@ -5,6 +5,7 @@
  * is never handed out (libucm memory events invalidate the cache).
  */
 #include "ib2.h"
+#include "ib2_devparams.h"
 
 #include <ucs/sys/math.h>
 #include <ucs/sys/string.h>
@@ -89,6 +90,13 @@ static ucs_config_field_t ib2_md_config_table[] = {
      "Registration cost estimate: per byte.",
      ucs_offsetof(ib2_md_config_t, reg_growth), UCS_CONFIG_TYPE_TIME},
 
+    /* The interface reads the same variable (ib2_iface_config.c) */
+    {"DEVICE_PARAMS", IB2_DEFAULT_DEVICE_PARAMS,
+     "Device parameter file (the interfaces' setting, read here for\n"
+     "zcopy_gather_ns: what the device spends per gather entry in\n"
+     "registered memory, which UCP weighs against a copy). Empty: none.",
+     ucs_offsetof(ib2_md_config_t, device_params), UCS_CONFIG_TYPE_STRING},
+
     {NULL}
 };
 
@@ -110,6 +118,29 @@ static ucs_status_t ib2_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
     attr->reg_cost.c           = md->reg_overhead;
     attr->local_cpus           = md->local_cpus;
     return UCS_OK;
+}
+
+/* The device parameter file's zcopy_gather_ns for this device, in
+ * seconds; 0 where it says nothing. A file that cannot be read is the
+ * interface's error to report (it reads the same one to open). */
+static double ib2_md_gather_cost(const ib2_md_t *md,
+                                 const ib2_md_config_t *config)
+{
+    ib2_devparams_t dp;
+    char err[512];
+
+    if (ib2_devparams_load(config->device_params, md->dev_attr.vendor_id,
+                           md->dev_attr.vendor_part_id, &dp, err,
+                           sizeof(err)) != 0) {
+        ucs_debug("%s: %s", md->name, err);
+        return 0;
+    }
+    if (dp.zcopy_gather_ns < 0) {
+        return 0;
+    }
+    ucs_debug("%s: [%s] of %s: %d ns per zero-copy gather entry", md->name,
+              dp.section, config->device_params, dp.zcopy_gather_ns);
+    return dp.zcopy_gather_ns * 1e-9;
 }
 
 static void ib2_md_close(uct_md_h uct_md)
@@ -231,8 +262,9 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
         goto out_dealloc_pd;
     }
     if (md->rcache != NULL) {
-        /* A hit costs tens of nanoseconds; UCP weighs that, not a miss. */
-        md->reg_overhead = 50e-9;
+        /* A hit costs tens of nanoseconds; UCP weighs that, not a miss,
+         * with what the device spends on the entry it gathers from there */
+        md->reg_overhead = 50e-9 + ib2_md_gather_cost(md, config);
         md->reg_growth   = 0;
     }
     ib2_md_async_init(md);

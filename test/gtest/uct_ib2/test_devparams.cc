@@ -367,8 +367,60 @@ TEST_F(DevParams, ShippedFile)
                                    sizeof(err)), 0) << err;
     EXPECT_NE(std::string(dp.section).find("ConnectX"), std::string::npos)
         << dp.section;
-    /* softverbs' own ids match nothing */
+    /* softverbs' own ids: its gather cost, every other value left to the
+     * built-in defaults */
     ASSERT_EQ(ib2_devparams_lookup(shipped.c_str(), 0xffffff, 0, &dp, err,
                                    sizeof(err)), 0) << err;
+    EXPECT_STREQ(dp.section, "softverbs");
+    EXPECT_EQ(dp.zcopy_gather_ns, 1000);
+    EXPECT_EQ(dp.mtu, 0u);
+    EXPECT_EQ(dp.max_inline, -1);
+    EXPECT_STREQ(dp.receive_queues, "");
+    /* an adapter's section says nothing of it */
+    ASSERT_EQ(ib2_devparams_lookup(shipped.c_str(), 0x02c9, 4123, &dp, err,
+                                   sizeof(err)), 0) << err;
+    EXPECT_EQ(dp.zcopy_gather_ns, -1);
+}
+
+TEST_F(DevParams, ZcopyGatherNs)
+{
+    ib2_devparams_t dp;
+
+    ini("[a]\nvendor_id = 1\nvendor_part_id = 1\nzcopy_gather_ns = 0\n"
+        "[b]\nvendor_id = 1\nvendor_part_id = 2\n"
+        "zcopy_gather_ns = 1000000\n"
+        "[c]\nvendor_id = 1\nvendor_part_id = 3\nmtu = 1024\n");
+    ASSERT_EQ(lookup(1, 1, &dp), 0);
+    EXPECT_EQ(dp.zcopy_gather_ns, 0);
+    ASSERT_EQ(lookup(1, 2, &dp), 0);
+    EXPECT_EQ(dp.zcopy_gather_ns, 1000000);
+    ASSERT_EQ(lookup(1, 3, &dp), 0);
+    EXPECT_EQ(dp.zcopy_gather_ns, -1) << "not given, nor leaked from [b]";
+    ASSERT_EQ(lookup(9, 9, &dp), 0);
+    EXPECT_EQ(dp.zcopy_gather_ns, -1) << "no section";
+
+    expect_error("[x]\nzcopy_gather_ns = -1\n", 2,
+                 {"zcopy_gather_ns \"-1\"", "from 0 to 1000000"});
+    expect_error("[x]\nzcopy_gather_ns = 1000001\n", 2,
+                 {"zcopy_gather_ns \"1000001\""});
+    expect_error("[x]\nzcopy_gather_ns = 1us\n", 2,
+                 {"zcopy_gather_ns \"1us\"", "nanoseconds"});
+    expect_error("[x]\nzcopy_gather_ns =\n", 2, {"zcopy_gather_ns"});
+}
+
+TEST_F(DevParams, LoadWithoutAFile)
+{
+    ib2_devparams_t dp;
+    char err[512];
+
+    /* "": none, every value not given */
+    memset(&dp, 0x5a, sizeof(dp));
+    ASSERT_EQ(ib2_devparams_load("", 0xffffff, 0, &dp, err, sizeof(err)), 0);
     EXPECT_STREQ(dp.section, "");
+    EXPECT_EQ(dp.zcopy_gather_ns, -1);
+    EXPECT_EQ(dp.max_inline, -1);
+    /* a file the user names must be there */
+    EXPECT_EQ(ib2_devparams_load("/nonexistent/ib2.ini", 0xffffff, 0, &dp,
+                                 err, sizeof(err)), -1);
+    EXPECT_NE(strstr(err, "/nonexistent/ib2.ini"), nullptr) << err;
 }

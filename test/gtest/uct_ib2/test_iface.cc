@@ -5,6 +5,7 @@
  */
 #include "ib2_test.h"
 
+#include <infiniband/verbs.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -177,6 +178,55 @@ TEST(Md, QueryAndRegistration)
     ASSERT_EQ(uct_md_mkey_pack(e.md, b, kb.data()), UCS_OK);
     EXPECT_EQ(uct_md_mem_dereg(e.md, b), UCS_OK);
     EXPECT_EQ(uct_md_mem_dereg(e.md, a), UCS_OK);
+}
+
+/*
+ * The device parameter file's zcopy_gather_ns is part of the cost the
+ * memory domain gives UCP for zero-copy from registered memory (with the
+ * registration cache: a hit plus the device's own work on the entry).
+ */
+TEST(Md, GatherCostFromTheDeviceFile)
+{
+    /* a section for the ids of every device here */
+    std::string vendors, parts;
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    ASSERT_NE(list, nullptr);
+    for (int i = 0; i < n; ++i) {
+        struct ibv_context *ctx = ibv_open_device(list[i]);
+        struct ibv_device_attr da;
+        ASSERT_NE(ctx, nullptr);
+        ASSERT_EQ(ibv_query_device(ctx, &da), 0);
+        ibv_close_device(ctx);
+        vendors += (i ? "," : "") + std::to_string(da.vendor_id);
+        parts   += (i ? "," : "") + std::to_string(da.vendor_part_id);
+    }
+    ibv_free_device_list(list);
+    ASSERT_GT(n, 0);
+    char path[] = "/tmp/ib2-gather-XXXXXX";
+    int fd      = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    const std::string text = "[this device]\nvendor_id = " + vendors +
+                             "\nvendor_part_id = " + parts +
+                             "\nzcopy_gather_ns = 2000\n";
+    ASSERT_EQ(write(fd, text.data(), text.size()), (ssize_t)text.size());
+    close(fd);
+
+    double with_file, without;
+    {
+        Entity e(with_env({{"UCX_IB2_DEVICE_PARAMS", path}}));
+        ASSERT_TRUE(e.ok()) << ucs_status_string(e.status());
+        with_file = e.md_attr.reg_cost.c;
+    }
+    {
+        Entity e(with_env({{"UCX_IB2_DEVICE_PARAMS", ""}}));
+        ASSERT_TRUE(e.ok()) << ucs_status_string(e.status());
+        without = e.md_attr.reg_cost.c;
+    }
+    unlink(path);
+    EXPECT_NEAR(with_file - without, 2000e-9, 1e-12)
+        << "with the file " << with_file << " s, without " << without;
+    EXPECT_GT(without, 0.0);
 }
 
 TEST(Iface, OpenClose)
