@@ -433,6 +433,20 @@ protected:
         ASSERT_NE(s_->ep, nullptr) << "not connected";
 
         send_some(500);
+        /* Connected first. Over rdmacm the connection is made in the
+         * background and sends wait for it; a peer killed before its
+         * connect request left cannot be told from a slow one (the
+         * endpoint fails at UCX_IB2_CM_TIMEOUT, as with any CM), which is
+         * not what this tests. Flushed, the sends reached the peer. */
+        Comp fc;
+        ucs_status_t st = uct_ep_flush(s_->ep, 0, &fc.c);
+        if (st == UCS_INPROGRESS) {
+            ASSERT_TRUE(wait_for([&] { return fc.calls > 0; },
+                                 [&] { s_->e.progress(); }, 10000))
+                << "the first sends were not delivered within 10 s";
+        } else {
+            ASSERT_EQ(st, UCS_OK) << ucs_status_string(st);
+        }
         ASSERT_TRUE(s_->e.errors.empty()) << "failed before the peer died";
         child_->kill9();
         uint64_t killed = now_ms();
