@@ -81,6 +81,7 @@ CONFIGS=(
     "rc_ib2_iwarp|rc_ib2,ud_verbs:aux|iwarp"
 )
 SV_RUN=$BUILD/contrib/softverbs/softverbs-run
+IB2_PARAMS=$(cd "$(dirname "$0")/.." && pwd)/src/uct_ib2/ib2-device-params.ini
 
 run_bench() {   # run_bench NAME TLS ON_VERBS OUT
     local runner=() vars=(UCX_TLS="$2")
@@ -96,7 +97,10 @@ run_bench() {   # run_bench NAME TLS ON_VERBS OUT
                UCX_MAX_RNDV_RAILS=1 UCX_LOG_LEVEL=info)
     fi
     # p2p loads the transport itself when told where it is
-    case $1 in rc_ib2*) vars+=(P2P_UCT_IB2="$IB2_LIB") ;; esac
+    # (and reads the device parameter file as installed: a build tree
+    # has none)
+    case $1 in rc_ib2*) vars+=(P2P_UCT_IB2="$IB2_LIB"
+                               UCX_IB2_DEVICE_PARAMS="$IB2_PARAMS") ;; esac
     # shellcheck disable=SC2086
     if ! env "${vars[@]}" timeout 600 "${runner[@]}" "$MPIRUN" \
             --allow-run-as-root --bind-to none -np 2 "$BENCH" -r 1 \

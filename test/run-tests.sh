@@ -72,10 +72,21 @@ if [ "$failed" -ne 0 ]; then
             log=${line##*see }
             tail -n 25 "${log%)}" 2>/dev/null ;;
         */*)          # one googletest case: its own lines in its log
-            log=$LOGDIR/${line%/*}.log
-            awk -v t="${line##*/}" '$0 ~ "^\\[ RUN +\\] " t "$" { on = 1 }
-                 on { print } $0 ~ "^\\[  FAILED  \\] " t " " { on = 0 }' \
-                "$log" 2>/dev/null | tail -n 25 ;;
+            # The binary's log is the longest prefix of the name that has
+            # one (a parameterized case's name has '/' of its own); the
+            # case's name is compared as a string, not a pattern.
+            bin=${line%/*}
+            while [ ! -f "$LOGDIR/$bin.log" ] && [ "$bin" != "${bin%/*}" ]
+            do
+                bin=${bin%/*}
+            done
+            awk -v t="${line#"$bin"/}" '
+                index($0, "[ RUN      ] " t) == 1 &&
+                    length($0) == 13 + length(t) { on = 1 }
+                on { print }
+                index($0, "[  FAILED  ] " t) == 1 &&
+                    substr($0, 14 + length(t), 1) ~ /[ ,]/ { on = 0 }' \
+                "$LOGDIR/$bin.log" 2>/dev/null | tail -n 25 ;;
         esac | cut -c1-300
     done
     echo "--- failures (logs in $LOGDIR):"

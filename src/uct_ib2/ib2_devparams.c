@@ -192,7 +192,8 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
             cur.values.max_inline = (int)v;
         } else if (!strcmp(key, "zcopy_gather_ns")) {
             char *end;
-            long v = strtol(value, &end, 0);
+            /* decimal only: a leading 0 is not octal in a time */
+            long v = strtol(value, &end, 10);
 
             if (*value == '\0' || *end != '\0' || v < 0 ||
                 v > IB2_DEVPARAMS_GATHER_NS_MAX) {

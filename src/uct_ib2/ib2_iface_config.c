@@ -92,7 +92,8 @@ ucs_config_field_t ib2_iface_config_table[] = {
 
     {"DEVICE_PARAMS", IB2_DEFAULT_DEVICE_PARAMS,
      "Device parameter file: defaults for mtu, max_inline_data and\n"
-     "receive_queues by vendor_id/vendor_part_id. Empty: none.",
+     "receive_queues by vendor_id/vendor_part_id (and zcopy_gather_ns,\n"
+     "which the memory domain reads). Empty: none.",
      ucs_offsetof(ib2_iface_config_t, device_params), UCS_CONFIG_TYPE_STRING},
 
     {"TX_QUEUE_LEN", "256",

@@ -121,8 +121,9 @@ static ucs_status_t ib2_md_query(uct_md_h uct_md, uct_md_attr_t *attr)
 }
 
 /* The device parameter file's zcopy_gather_ns for this device, in
- * seconds; 0 where it says nothing. A file that cannot be read is the
- * interface's error to report (it reads the same one to open). */
+ * seconds; 0 where it says nothing (the cost reported before the key
+ * existed). A file that cannot be read is the interface's error to report
+ * (it reads the same one to open). */
 static double ib2_md_gather_cost(const ib2_md_t *md,
                                  const ib2_md_config_t *config)
 {
@@ -262,11 +263,12 @@ ucs_status_t ib2_md_open(uct_component_t *component, const char *md_name,
         goto out_dealloc_pd;
     }
     if (md->rcache != NULL) {
-        /* A hit costs tens of nanoseconds; UCP weighs that, not a miss,
-         * with what the device spends on the entry it gathers from there */
-        md->reg_overhead = 50e-9 + ib2_md_gather_cost(md, config);
+        /* A hit costs tens of nanoseconds; UCP weighs that, not a miss */
+        md->reg_overhead = 50e-9;
         md->reg_growth   = 0;
     }
+    /* and what the device spends on each entry it gathers from there */
+    md->reg_overhead += ib2_md_gather_cost(md, config);
     ib2_md_async_init(md);
     ibv_free_device_list(list);
     *md_p = &md->super;

@@ -184,15 +184,22 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     # client connects the second time as soon as the first connection's
     # handshake is done, while the server still sets up the test before
     # it listens again, and perftest 4.5-0.17's client crashes in its own
-    # retry. Both run on one core, the client at the lowest priority, so
-    # that the server's setup comes first (lost in 11 of 45 pairs on a
-    # loaded machine without this, none of 45 with it); a lost race still
-    # runs the pair again.
+    # retry. Both run on one core, the client at the lowest nice level,
+    # so that the server's setup comes first (lost in 11 of 45 pairs on a
+    # loaded machine without this, none of 45 with it, run at normal
+    # priority; under an outer nice 19 only the shared core orders them);
+    # a lost race still runs the pair again.
     sv_cpu=$(taskset -pc $$ | sed 's/.*: *//; s/[-,].*//')
+    sv_pin=
+    if [ -n "$sv_cpu" ]; then
+        sv_pin="taskset -c $sv_cpu"
+    else
+        ib2_result FAIL "softverbs/rdmacm/perftest-R-pinned (taskset -pc $$ gave no CPU: is util-linux's taskset there?)"
+    fi
     for k in roce iwarp; do
         d=${SV_DEV[$k]}
         for t in ib_send_bw ib_write_bw ib_read_lat; do
-            SV_CM_RUNNER_PREFIX="taskset -c $sv_cpu" \
+            SV_CM_RUNNER_PREFIX=$sv_pin \
             sv_cm "$k/perftest-R/$t" "$d" 18515 --expect '^ *[0-9]+ +1000 ' \
                 --again-if 'REJECTED; error: (8|-111)\.' \
                 -- $t -R -d "${d%%:*}" -n 1000 -- \

@@ -78,7 +78,7 @@ ucxg_report() {
         case $status in
         PASS)   ib2_result PASS "ucx-gtest/$tag/$test" ;;
         XPASS)  ib2_result PASS "ucx-gtest/$tag/$test ($why)" ;;
-        FAIL)   ib2_result FAIL "ucx-gtest/$tag/$test ($why)" ;;
+        FAIL)   ib2_result FAIL "ucx-gtest/$tag/$test ($why, see $ucxg_out/$mode/$class.out)" ;;
         XFAIL)  ib2_result SKIP "ucx-gtest/$tag/$test (expected failure: $why)" ;;
         LISTED) ib2_result SKIP "ucx-gtest/$tag/$test (skip list: $why)" ;;
         SKIP)

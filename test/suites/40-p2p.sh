@@ -508,6 +508,8 @@ if [ -z "${IB2_PREFIX:-}" ]; then
     p2p_cleanup() { rm -rf "/dev/shm/$p2p_shm" "/dev/shm/$p2p_shm".* \
                            "/dev/shm/$p2p_shm"-*; }
     trap p2p_cleanup EXIT
+    # the device parameter file as installed (softverbs' gather cost)
+    export UCX_IB2_DEVICE_PARAMS=$SRC/src/uct_ib2/ib2-device-params.ini
     export P2P_UCT_IB2=$BUILD/src/uct_ib2/.libs/libuct_ib2.so
     export UCX_TLS=rc_ib2,ud_verbs:aux
     p2p_sv=("$BUILD/contrib/softverbs/softverbs-run" --shm "$p2p_shm")

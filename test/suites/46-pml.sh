@@ -279,6 +279,8 @@ pml_shm=ib2-pml-suite-$$
 pml_cleanup() { rm -rf "/dev/shm/$pml_shm" "/dev/shm/$pml_shm".* \
                        "/dev/shm/$pml_shm"-*; }
 trap pml_cleanup EXIT
+# the device parameter file as installed (softverbs' gather cost)
+export UCX_IB2_DEVICE_PARAMS=$SRC/src/uct_ib2/ib2-device-params.ini
 export P2P_UCT_IB2=$BUILD/src/uct_ib2/.libs/libuct_ib2.so
 pml_mpirun=("$BUILD/contrib/softverbs/softverbs-run" --shm "$pml_shm"
             "${pml_mpirun[@]}" -x P2P_UCT_IB2)

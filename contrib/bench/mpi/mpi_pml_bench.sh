@@ -181,7 +181,9 @@ UCX_MCA=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any
 # rc_ib2 as a user runs it, with what contrib/ib2-env.sh adds (UCP's
 # rendezvous thresholds; p2p follows UCX_RNDV_THRESH too)
 mapfile -t RC_UCX_ENV < <("$HERE/../../ib2-env.sh" --print-defaults)
-RC_UCX_ENV=(UCX_TLS=rc_ib2,ud_verbs:aux "${RC_UCX_ENV[@]}")
+# and the device parameter file as installed (a build tree has none)
+RC_UCX_ENV=(UCX_TLS=rc_ib2,ud_verbs:aux "${RC_UCX_ENV[@]}"
+            "UCX_IB2_DEVICE_PARAMS=$(cd "$HERE/../../.." && pwd)/src/uct_ib2/ib2-device-params.ini")
 
 # config_args PML TRANSPORT: mpirun arguments of a configuration, one a line
 config_args() {

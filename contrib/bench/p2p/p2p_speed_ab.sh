@@ -37,7 +37,7 @@ set -euo pipefail
 BUILD=$(cd "${1:?usage: p2p_speed_ab.sh BUILD_DIR [RUNS [OLD_BUILD_DIR]]}" &&
         pwd)
 RUNS=${2:-3}
-HERE=$(cd "$(dirname "$0")" && pwd)
+PARAMS=$(cd "$(dirname "$0")/../../.." && pwd)/src/uct_ib2/ib2-device-params.ini
 OLD=${3:+$(cd "$3" && pwd)}
 ROUNDS=${P2P_SPEED_ROUNDS:-9}
 ITERS=${P2P_SPEED_ITERS:-2000}
@@ -88,7 +88,7 @@ bench() {   # bench BUILD TRANSPORT OUT ARGS...: one p2p_bench run
         # it gives softverbs its cost per zero-copy gather entry
         vars=(UCX_TLS=rc_ib2,ud_verbs:aux
               P2P_UCT_IB2="$build/src/uct_ib2/.libs/libuct_ib2.so"
-              UCX_IB2_DEVICE_PARAMS="$HERE/../../../src/uct_ib2/ib2-device-params.ini")
+              UCX_IB2_DEVICE_PARAMS="$PARAMS")
         [ -n "$CQE_INLINE" ] && vars+=(SOFTVERBS_CQE_INLINE="$CQE_INLINE")
     fi
     [ -n "$SPIN" ] && vars+=(P2P_WAIT_SPIN="$SPIN")

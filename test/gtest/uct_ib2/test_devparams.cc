@@ -389,13 +389,16 @@ TEST_F(DevParams, ZcopyGatherNs)
     ini("[a]\nvendor_id = 1\nvendor_part_id = 1\nzcopy_gather_ns = 0\n"
         "[b]\nvendor_id = 1\nvendor_part_id = 2\n"
         "zcopy_gather_ns = 1000000\n"
-        "[c]\nvendor_id = 1\nvendor_part_id = 3\nmtu = 1024\n");
+        "[c]\nvendor_id = 1\nvendor_part_id = 3\nmtu = 1024\n"
+        "[d]\nvendor_id = 1\nvendor_part_id = 4\nzcopy_gather_ns = 010\n");
     ASSERT_EQ(lookup(1, 1, &dp), 0);
     EXPECT_EQ(dp.zcopy_gather_ns, 0);
     ASSERT_EQ(lookup(1, 2, &dp), 0);
     EXPECT_EQ(dp.zcopy_gather_ns, 1000000);
     ASSERT_EQ(lookup(1, 3, &dp), 0);
     EXPECT_EQ(dp.zcopy_gather_ns, -1) << "not given, nor leaked from [b]";
+    ASSERT_EQ(lookup(1, 4, &dp), 0);
+    EXPECT_EQ(dp.zcopy_gather_ns, 10) << "decimal, not octal";
     ASSERT_EQ(lookup(9, 9, &dp), 0);
     EXPECT_EQ(dp.zcopy_gather_ns, -1) << "no section";
 
@@ -406,6 +409,8 @@ TEST_F(DevParams, ZcopyGatherNs)
     expect_error("[x]\nzcopy_gather_ns = 1us\n", 2,
                  {"zcopy_gather_ns \"1us\"", "nanoseconds"});
     expect_error("[x]\nzcopy_gather_ns =\n", 2, {"zcopy_gather_ns"});
+    expect_error("[x]\nzcopy_gather_ns = 0x3e8\n", 2,
+                 {"zcopy_gather_ns \"0x3e8\""});
 }
 
 TEST_F(DevParams, LoadWithoutAFile)

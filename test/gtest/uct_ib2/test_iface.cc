@@ -7,6 +7,8 @@
 
 #include <infiniband/verbs.h>
 #include <poll.h>
+
+#include <memory>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -206,6 +208,10 @@ TEST(Md, GatherCostFromTheDeviceFile)
     char path[] = "/tmp/ib2-gather-XXXXXX";
     int fd      = mkstemp(path);
     ASSERT_GE(fd, 0);
+    /* removed however the test ends */
+    std::unique_ptr<char, void (*)(char *)> rm(path, [](char *p) {
+        unlink(p);
+    });
     const std::string text = "[this device]\nvendor_id = " + vendors +
                              "\nvendor_part_id = " + parts +
                              "\nzcopy_gather_ns = 2000\n";
@@ -223,7 +229,6 @@ TEST(Md, GatherCostFromTheDeviceFile)
         ASSERT_TRUE(e.ok()) << ucs_status_string(e.status());
         without = e.md_attr.reg_cost.c;
     }
-    unlink(path);
     EXPECT_NEAR(with_file - without, 2000e-9, 1e-12)
         << "with the file " << with_file << " s, without " << without;
     EXPECT_GT(without, 0.0);
