@@ -14,10 +14,12 @@
 #include <p2p.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <string>
 #include <sched.h>
 #include <sys/ipc.h>
 #include <sys/shm.h>
