@@ -16,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 #include <initializer_list>
+#include <map>
 #include <thread>
 #include <malloc.h>
 #include <strings.h>
@@ -116,6 +117,31 @@ inline bool ring_expected_here()
     }
     return is({"y", "yes", "on", "1"}) || (tls == nullptr) ||
            (strcmp(tls, "shm") == 0);
+}
+
+/* The System V shared-memory segments this process has mapped: shmid
+ * (the inode column of /proc/self/maps) -> bytes mapped. Over shared
+ * memory an eager ring is one, in the process that offered it
+ * (p2p_ring.c; p2p_ring_maps.c takes no other). */
+static inline std::map<unsigned long, size_t> p2p_test_sysv_maps()
+{
+    std::map<unsigned long, size_t> m;
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[1024];
+
+    while ((f != nullptr) && (fgets(line, sizeof(line), f) != nullptr)) {
+        unsigned long start, end, inode;
+        char          path[16] = "";
+        if ((sscanf(line, "%lx-%lx %*s %*s %*s %lu %15s", &start, &end,
+                    &inode, path) == 4) &&
+            (strncmp(path, "/SYSV", 5) == 0)) {
+            m[inode] += end - start;
+        }
+    }
+    if (f != nullptr) {
+        fclose(f);
+    }
+    return m;
 }
 
 /*

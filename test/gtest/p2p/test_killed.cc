@@ -15,10 +15,14 @@
  * PeerInAnotherPidNamespaceIsNotTakenForDead (-np 2, rank 1 started by
  * in_new_pidns.sh): a live peer in another PID namespace on the same host.
  *
+ * FinalizeWaitsForALivePeersRingAnswer (-np 3, over shm): in
+ * test_ring_finalize.cc.
+ *
  * Each test needs its own job (the dead stay dead): run one at a time with
  * --gtest_filter, under mpirun --enable-recovery (without it mpirun kills
  * the survivors too). test/suites/40-p2p.sh shows the command lines.
  */
+#include "p2p_killed.h"
 #include "p2p_util.h"
 #include <gtest/gtest.h>
 
@@ -34,13 +38,15 @@
 #include <unistd.h>
 #include <vector>
 
-namespace {
+namespace p2pkilled {
 
 p2p_context_t *ctx;
 p2p_comm_t    *world;
 int           rank, size;
 
 }
+
+using namespace p2pkilled;
 
 TEST(P2PKilled, SurvivorRequestsFailInBoundedTime)
 {

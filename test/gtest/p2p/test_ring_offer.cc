@@ -4,7 +4,7 @@
  * memory is not what its key maps (p2p_ring_maps.c). Each test runs on a
  * context of its own, created by every rank, with P2P_RING set per rank.
  */
-#include "p2p_test.h"
+#include "p2p_ring_test.h"
 
 #include <p2p_ring_size.h>
 #include <p2p_ucp.h>
@@ -18,113 +18,7 @@
 #include <vector>
 
 using namespace p2ptest;
-
-namespace {
-
-/* a context of the test's own, P2P_RING as given (nullptr: unset) */
-struct RingCtx {
-    p2p_context_t *c = nullptr;
-    p2p_comm_t    *w = nullptr;
-    explicit RingCtx(const char *ring)
-    {
-        const char  *old = getenv("P2P_RING");
-        std::string saved = (old != nullptr) ? old : "";
-        if (ring != nullptr) {
-            setenv("P2P_RING", ring, 1);
-        } else {
-            unsetenv("P2P_RING");
-        }
-        EXPECT_EQ(P2P_OK, p2p_init(nullptr, &c)) << p2p_last_error(nullptr);
-        if (old != nullptr) {
-            setenv("P2P_RING", saved.c_str(), 1);
-        } else {
-            unsetenv("P2P_RING");
-        }
-        w = (c != nullptr) ? p2p_comm_world(c) : nullptr;
-    }
-    ~RingCtx()
-    {
-        if (c != nullptr) {
-            EXPECT_EQ(P2P_OK, p2p_finalize(c));
-        }
-    }
-    p2p_stats_t stats() const
-    {
-        p2p_stats_t s;
-        p2p_get_stats(c, &s);
-        return s;
-    }
-};
-
-/* n 8-byte messages src -> dst (enough for the receiver to offer a
- * ring), then one back, which the sender waits for (taking the offer) */
-void burst(p2p_comm_t *c, int src, int dst, int n)
-{
-    int      me = p2p_comm_rank(c);
-    uint64_t v  = 0;
-    for (int i = 0; i < n; ++i) {
-        if (me == src) {
-            v = i;
-            ASSERT_EQ(P2P_OK, p2p_send(&v, sizeof(v), dst, 11, c));
-        } else if (me == dst) {
-            ASSERT_EQ(P2P_OK, p2p_recv(&v, sizeof(v), src, 11, c, nullptr));
-            ASSERT_EQ((uint64_t)i, v);
-        }
-    }
-    if (me == dst) {
-        ASSERT_EQ(P2P_OK, p2p_send(nullptr, 0, src, 12, c));
-    } else if (me == src) {
-        ASSERT_EQ(P2P_OK, p2p_recv(nullptr, 0, dst, 12, c, nullptr));
-    }
-}
-
-/* Progress c until done() or 10 s: control messages (RING_ANSWER, a
- * hand-made one) are active messages, which a message by ring may
- * overtake (docs/p2p.md, "Eager rings") */
-template <typename F>
-void settle(p2p_context_t *c, F done)
-{
-    double t0 = now();
-    while (!done() && (now() - t0 < 10.0)) {
-        p2p_progress(c);
-    }
-}
-
-/* Ranks 0 and 1 give each other rings where they would, and use them:
- * a receiver counts a sender's messages once they carry its token
- * (p2p_am.c's fast path), so first an exchange that hands the tokens
- * over, then 40 messages each way (an offer at the 16th), then 20 each
- * way by the rings. The offer is an active message, which messages by
- * ring may overtake: a rank that is to take a ring (take0, take1) waits
- * for it before its 20. */
-void warm_up(p2p_context_t *x, p2p_comm_t *c, bool take0, bool take1)
-{
-    p2p_stats_t s0;
-    p2p_get_stats(x, &s0);
-    auto taken = [&](bool take) {
-        return [&, take]() {
-            p2p_stats_t s;
-            p2p_get_stats(x, &s);
-            return !take || (s.ring_accepted > s0.ring_accepted);
-        };
-    };
-    int me = p2p_comm_rank(c);
-    burst(c, 1, 0, 2);
-    burst(c, 0, 1, 2);
-    burst(c, 1, 0, 40);
-    burst(c, 0, 1, 40);
-    settle(x, taken((me == 0) ? take0 : (me == 1) ? take1 : false));
-    burst(c, 1, 0, 20);
-    burst(c, 0, 1, 20);
-}
-
-bool tls_is(const char *name)
-{
-    const char *tls = getenv("UCX_TLS");
-    return (tls != nullptr) && (strcmp(tls, name) == 0);
-}
-
-}
+using namespace p2pring;
 
 /*
  * By default (P2P_RING unset: shm) a ring is given where the put lanes
