@@ -130,6 +130,9 @@ void p2p_ring_wait_answers(p2p_context_t *ctx, double timeout)
         if (waiting == 0) {
             return;
         }
+        /* a full poll, rings included: P2PKilled.
+         * FinalizeWaitsForALivePeersRingAnswer tells this wait from
+         * teardown by a message the rank left in its own ring */
         p2p_wait_poll(ctx);
     } while (p2p_time() < deadline);
     p2p_warn(ctx, "finalize: %u peers did not answer the rings offered to "

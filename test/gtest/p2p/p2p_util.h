@@ -10,6 +10,7 @@
 #include <p2p.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -129,6 +130,10 @@ static inline std::map<unsigned long, size_t> p2p_test_sysv_maps()
     FILE *f = fopen("/proc/self/maps", "r");
     char line[1024];
 
+    if (f == nullptr) {
+        /* an empty map would read as "unmapped" */
+        ADD_FAILURE() << "cannot read /proc/self/maps: " << strerror(errno);
+    }
     while ((f != nullptr) && (fgets(line, sizeof(line), f) != nullptr)) {
         unsigned long start, end, inode;
         char          path[16] = "";

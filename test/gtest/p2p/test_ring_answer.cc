@@ -102,6 +102,8 @@ unsigned long offer_and_answer(RingCtx &x, p2p_comm_t *comm, int rank)
  */
 TEST_F(P2P, RingAnsweredNotTakenIsUnmappedByItsOfferer)
 {
+    /* burst and the handshakes are blocking calls: bounded here */
+    p2ptest::Watchdog wd("RingAnsweredNotTakenIsUnmappedByItsOfferer");
     if ((wsize < 2) || !tls_is("shm")) {
         /* rings live in System V segments over shared memory only; suite
          * 40 runs this test with two ranks over shm */
@@ -136,6 +138,8 @@ TEST_F(P2P, RingAnsweredNotTakenIsUnmappedByItsOfferer)
  */
 TEST_F(P2P, RingAnsweredTakenStaysMapped)
 {
+    /* burst and the handshakes are blocking calls: bounded here */
+    p2ptest::Watchdog wd("RingAnsweredTakenStaysMapped");
     if ((wsize < 2) || !tls_is("shm")) {
         /* as above */
         GTEST_SKIP() << "two ranks over shared memory only";

@@ -29,6 +29,8 @@ using namespace p2pring;
  */
 TEST_F(P2P, RingsGoWhereTheLanesAreSharedMemoryByDefault)
 {
+    /* burst and the handshakes are blocking calls: bounded here */
+    p2ptest::Watchdog wd("RingsGoWhereTheLanesAreSharedMemoryByDefault");
     if (wsize < 2) {
         /* the singleton run of suite 40: no second rank; the suite runs
          * it with two ranks over shm, tcp and rc_ib2 */
@@ -75,6 +77,8 @@ TEST_F(P2P, RingsGoWhereTheLanesAreSharedMemoryByDefault)
  * offers; its messages go as active messages. */
 TEST_F(P2P, RingsOffDeclinesAPeersOffer)
 {
+    /* burst and the handshakes are blocking calls: bounded here */
+    p2ptest::Watchdog wd("RingsOffDeclinesAPeersOffer");
     if (wsize < 2) {
         /* the singleton run of suite 40, as above */
         GTEST_SKIP() << "needs two ranks";
@@ -193,6 +197,8 @@ struct FakeRing {
  */
 TEST_F(P2P, RingOfferOutsideItsMemoryIsRefused)
 {
+    /* burst and the handshakes are blocking calls: bounded here */
+    p2ptest::Watchdog wd("RingOfferOutsideItsMemoryIsRefused");
     if ((wsize < 2) || !tls_is("shm")) {
         /* over RDMA the adapter bounds a put by its key (a put outside
          * fails the endpoint); over TCP there are no rings. Suite 40 runs
@@ -268,6 +274,8 @@ TEST_F(P2P, RingOfferOutsideItsMemoryIsRefused)
  * ring already answered, are dropped as malformed: they unmap nothing. */
 TEST_F(P2P, RingAnswerForNoOfferIsMalformed)
 {
+    /* burst and the handshakes are blocking calls: bounded here */
+    p2ptest::Watchdog wd("RingAnswerForNoOfferIsMalformed");
     if ((wsize < 2) || !tls_is("shm")) {
         /* rings are given over shm by default; suite 40 runs this test
          * with two ranks over shm */
@@ -341,6 +349,8 @@ TEST_F(P2P, RingAnswerForNoOfferIsMalformed)
  */
 TEST_F(P2P, RingOfferOfTheTakersOwnMemoryIsRefused)
 {
+    /* burst and the handshakes are blocking calls: bounded here */
+    p2ptest::Watchdog wd("RingOfferOfTheTakersOwnMemoryIsRefused");
     if ((wsize < 2) || !tls_is("shm")) {
         /* the check is for shared memory (see above); suite 40 runs
          * this test with two ranks over shm */
