@@ -23,16 +23,8 @@ typedef std::map<unsigned long, size_t> SegMap;
  * (none, or more than one) */
 unsigned long new_ring_segment(const SegMap &before, const SegMap &after)
 {
-    unsigned long found = 0;
-    int           n     = 0;
-    for (const auto &s : after) {
-        if ((before.count(s.first) == 0) &&
-            (s.second >= (size_t)P2P_RING_SLOTS * P2P_RING_SLOT_SIZE)) {
-            found = s.first;
-            ++n;
-        }
-    }
-    return (n == 1) ? found : 0;
+    return p2p_test_new_segment(before, after,
+                                (size_t)P2P_RING_SLOTS * P2P_RING_SLOT_SIZE);
 }
 
 bool mapped(unsigned long shmid)
@@ -105,9 +97,12 @@ TEST_F(P2P, RingAnsweredNotTakenIsUnmappedByItsOfferer)
     /* burst and the handshakes are blocking calls: bounded here */
     p2ptest::Watchdog wd("RingAnsweredNotTakenIsUnmappedByItsOfferer");
     if ((wsize < 2) || !tls_is("shm")) {
-        /* rings live in System V segments over shared memory only; suite
-         * 40 runs this test with two ranks over shm */
-        GTEST_SKIP() << "two ranks over shared memory only";
+        /* suite 40's p2p-shm job runs it; its other jobs (one rank, tcp,
+         * rc_ib2) skip it */
+        GTEST_SKIP() << "needs two ranks over shared memory: the test "
+                        "finds the ring as a System V segment in "
+                        "/proc/self/maps, which only a shared-memory ring "
+                        "is (over RDMA a ring is registered memory)";
     }
     RingCtx x((wrank == 0) ? "n" : "y");
     ASSERT_NE(nullptr, x.w);
@@ -142,7 +137,8 @@ TEST_F(P2P, RingAnsweredTakenStaysMapped)
     p2ptest::Watchdog wd("RingAnsweredTakenStaysMapped");
     if ((wsize < 2) || !tls_is("shm")) {
         /* as above */
-        GTEST_SKIP() << "two ranks over shared memory only";
+        GTEST_SKIP() << "needs two ranks over shared memory: the ring is "
+                        "found as a System V segment in /proc/self/maps";
     }
     unsigned long shmid = 0;
     {
