@@ -66,6 +66,14 @@ static int dp_id_in_list(const char *list, uint32_t id)
     return found;
 }
 
+/* Every value "not given" */
+static void dp_values_init(ib2_devparams_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->max_inline      = -1;
+    p->zcopy_gather_ns = -1;
+}
+
 static int dp_section_matches(const dp_section_t *s)
 {
     return s->name[0] != '\0' && s->has_vendor && s->has_part &&
@@ -82,12 +90,9 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
     FILE *f;
     int ret = 0;
 
-    memset(params, 0, sizeof(*params));
-    params->max_inline      = -1;
-    params->zcopy_gather_ns = -1;
+    dp_values_init(params);
     memset(&cur, 0, sizeof(cur));
-    cur.values.max_inline      = -1;
-    cur.values.zcopy_gather_ns = -1;
+    dp_values_init(&cur.values);
 
     f = fopen(path, "r");
     if (f == NULL) {
@@ -132,8 +137,7 @@ int ib2_devparams_lookup(const char *path, uint32_t vendor_id,
                 break;
             }
             memset(&cur, 0, sizeof(cur));
-            cur.values.max_inline      = -1;
-            cur.values.zcopy_gather_ns = -1;
+            dp_values_init(&cur.values);
             *close = '\0';
             snprintf(cur.name, sizeof(cur.name), "%s", dp_trim(s + 1));
             continue;
@@ -230,9 +234,7 @@ int ib2_devparams_load(const char *path, uint32_t vendor_id,
 {
     if ((path[0] == '\0') ||
         (!strcmp(path, IB2_DEFAULT_DEVICE_PARAMS) && access(path, R_OK))) {
-        memset(params, 0, sizeof(*params));
-        params->max_inline      = -1;
-        params->zcopy_gather_ns = -1;
+        dp_values_init(params);
         return 0;
     }
     return ib2_devparams_lookup(path, vendor_id, vendor_part_id, params, err,

@@ -149,6 +149,24 @@ static inline std::map<unsigned long, size_t> p2p_test_sysv_maps()
     return m;
 }
 
+/* The one System V segment of at least min_bytes mapped in after but not
+ * in before (maps of p2p_test_sysv_maps): a ring just offered; 0 if there
+ * is none, or more than one. */
+static inline unsigned long p2p_test_new_segment(
+        const std::map<unsigned long, size_t> &before,
+        const std::map<unsigned long, size_t> &after, size_t min_bytes)
+{
+    unsigned long found = 0;
+    int           n     = 0;
+    for (const auto &s : after) {
+        if ((before.count(s.first) == 0) && (s.second >= min_bytes)) {
+            found = s.first;
+            ++n;
+        }
+    }
+    return (n == 1) ? found : 0;
+}
+
 /*
  * A test program with its own main(): one context and its world, and
  * blocking p2p calls (which wait without end) bounded from outside. A

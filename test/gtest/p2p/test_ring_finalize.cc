@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <p2p.h>
+#include <p2p_ring_size.h>
 
 #include <atomic>
 #include <cerrno>
@@ -229,14 +230,12 @@ TEST(P2PKilled, FinalizeWaitsForALivePeersRingAnswer)
     p2p_stats_t s1 = stats_of(x);
     ASSERT_EQ(2u, s1.ring_offered) << "to self and to rank 1";
     ASSERT_EQ(1u, s1.ring_answered) << "only its own ring is answered";
-    unsigned long shmid = 0;
-    for (const auto &m : p2p_test_sysv_maps()) {
-        if (before.count(m.first) == 0) {
-            EXPECT_EQ(0ul, shmid) << "more than one new segment";
-            shmid = m.first;
-        }
-    }
-    ASSERT_NE(0ul, shmid) << "no new System V segment for rank 1's ring";
+    unsigned long shmid = p2p_test_new_segment(
+            before, p2p_test_sysv_maps(),
+            (size_t)P2P_RING_SLOTS * P2P_RING_SLOT_SIZE);
+    ASSERT_NE(0ul, shmid)
+        << "not exactly one new ring-sized System V segment for rank 1's "
+           "ring";
     ASSERT_EQ(P2P_OK, p2p_send(&shmid, sizeof(shmid), 1, TAG_SEGMENT,
                                world));
     /* a message to itself, left in its own ring: posting the receive and
